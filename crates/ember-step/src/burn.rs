@@ -1,0 +1,110 @@
+//! Burn adapters: burn-train models, burn data-loader iterators, and gradient reduction.
+//!
+//! - [`BurnStep`] wraps any burn-train model (a `TrainStep` module, which every `LearnerModel`
+//!   is) as a [`StepModel`] whose output is burn's `TrainOutput`.
+//! - Burn's `DataLoaderIterator` is a [`BatchSource`], so `loader.iter()` plugs in as it is.
+//! - [`reduce_gradients`] brings every device's `GradientsParams` to the main device and reduces
+//!   them by [`Reduction::Mean`] (the default, as data-parallel training elsewhere does) or
+//!   [`Reduction::Sum`] (burn-train's multi-device behaviour), in the order given, so that the
+//!   pool's device-ordered outputs reduce to the same bits on every run.
+
+use std::marker::PhantomData;
+
+use ::burn::data::dataloader::DataLoaderIterator;
+use ::burn::data::dataset::DatasetError;
+use ::burn::module::{Module, ModuleVisitor, Param};
+use ::burn::optim::{GradientsAccumulator, GradientsParams};
+use ::burn::tensor::{Device, Tensor};
+use ::burn::train::{TrainOutput, TrainStep};
+
+use crate::{BatchSource, Progress, StepModel};
+
+/// A burn-train model as a [`StepModel`]: `fork` is `Module::fork`, `step` is `TrainStep::step`.
+#[derive(Debug, Clone)]
+pub struct BurnStep<M>(pub M);
+
+impl<M> StepModel for BurnStep<M>
+where
+    M: TrainStep + Module + 'static,
+    M::Input: Send,
+    TrainOutput<M::Output>: Send,
+{
+    type Device = Device;
+    type Input = M::Input;
+    type Output = TrainOutput<M::Output>;
+
+    fn fork(self, device: &Device) -> Self {
+        BurnStep(self.0.fork(device))
+    }
+
+    fn step(&self, input: M::Input) -> TrainOutput<M::Output> {
+        TrainStep::step(&self.0, input)
+    }
+}
+
+impl<I> BatchSource<I, DatasetError> for dyn DataLoaderIterator<I> + '_ {
+    fn progress(&self) -> Progress {
+        let progress = DataLoaderIterator::progress(self);
+        Progress::new(progress.items_processed, progress.total)
+    }
+}
+
+/// How the gradients of several devices combine into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// The mean over devices: with equal batch sizes and a mean loss this is the gradient of the
+    /// concatenated batch, so N devices train like one device on N times the batch.
+    #[default]
+    Mean,
+    /// The sum over devices, as burn-train's multi-device strategy does: the effective learning
+    /// rate grows with the number of devices.
+    Sum,
+}
+
+/// Moves every gradient set to `main`, then sums them in the order given and, for
+/// [`Reduction::Mean`], divides by their count.
+///
+/// `model` names the parameters (any copy of the model: parameter ids are shared by forks).
+/// Returns empty gradients for an empty input.
+pub fn reduce_gradients<M, I>(
+    gradients: I,
+    main: &Device,
+    model: &M,
+    reduction: Reduction,
+) -> GradientsParams
+where
+    M: Module,
+    I: IntoIterator<Item = GradientsParams>,
+{
+    let mut accumulator = GradientsAccumulator::<M>::new();
+    let mut count = 0usize;
+    for grads in gradients {
+        accumulator.accumulate(model, grads.to_device(main, model));
+        count += 1;
+    }
+    let mut sum = accumulator.grads();
+    if reduction == Reduction::Mean && count > 1 {
+        let mut scale = ScaleGradients::<M> {
+            grads: &mut sum,
+            factor: 1.0 / count as f64,
+            model: PhantomData,
+        };
+        model.visit(&mut scale);
+    }
+    sum
+}
+
+struct ScaleGradients<'a, M> {
+    grads: &'a mut GradientsParams,
+    factor: f64,
+    model: PhantomData<M>,
+}
+
+impl<M: Module> ModuleVisitor for ScaleGradients<'_, M> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.remove::<D>(param.id) {
+            self.grads
+                .register::<D>(param.id, grad.mul_scalar(self.factor));
+        }
+    }
+}
