@@ -1,0 +1,166 @@
+//! One device's worker thread and the messages it exchanges with the pool.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use ember_step::StepModel;
+
+/// A batch and the model to run it with, for one step.
+pub(crate) struct Job<M: StepModel> {
+    pub(crate) step: u64,
+    pub(crate) model: M,
+    pub(crate) input: M::Input,
+}
+
+/// A worker's answer to one job. `generation` tells a replaced worker's late answers apart.
+pub(crate) struct Answer<O> {
+    pub(crate) device: usize,
+    pub(crate) generation: u64,
+    pub(crate) step: u64,
+    pub(crate) outcome: Outcome<O>,
+}
+
+pub(crate) enum Outcome<O> {
+    Output {
+        output: O,
+        elapsed: Duration,
+    },
+    Panicked(String),
+    /// The thread is ending by a panic that escaped the step's guard.
+    Exited,
+}
+
+/// The pool's handle on one worker.
+pub(crate) struct WorkerHandle<M: StepModel> {
+    pub(crate) generation: u64,
+    /// `None` when the worker could not be started; the next step reports it as gone.
+    jobs: Option<Sender<Job<M>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<M: StepModel> WorkerHandle<M> {
+    pub(crate) fn spawn(
+        device_index: usize,
+        device: M::Device,
+        generation: u64,
+        answers: Sender<Answer<M::Output>>,
+    ) -> std::io::Result<Self> {
+        let (jobs, inbox) = crossbeam_channel::unbounded();
+        let thread = std::thread::Builder::new()
+            .name(format!("ember-device-{device_index}"))
+            .spawn(move || run(device_index, device, generation, inbox, answers))?;
+        Ok(Self {
+            generation,
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+
+    /// A handle for a worker that could not be started.
+    pub(crate) fn missing(generation: u64) -> Self {
+        Self {
+            generation,
+            jobs: None,
+            thread: None,
+        }
+    }
+
+    /// Sends a job; gives it back if the worker is gone.
+    pub(crate) fn send(&self, job: Job<M>) -> Result<(), Job<M>> {
+        match &self.jobs {
+            Some(jobs) => jobs.send(job).map_err(|error| error.into_inner()),
+            None => Err(job),
+        }
+    }
+
+    /// Lets the worker go without waiting for it: it ends after its current job, if ever.
+    pub(crate) fn abandon(mut self) {
+        self.jobs = None;
+        self.thread = None;
+    }
+
+    /// Closes the worker's inbox and waits for the thread to end.
+    pub(crate) fn join(mut self) {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            // A worker that died by a panic has already been reported; its payload is dropped
+            // inside a guard so that a payload which panics on drop cannot reach the caller.
+            let _ = catch_unwind(AssertUnwindSafe(|| drop(thread.join())));
+        }
+    }
+}
+
+fn run<M: StepModel>(
+    device_index: usize,
+    device: M::Device,
+    generation: u64,
+    inbox: Receiver<Job<M>>,
+    answers: Sender<Answer<M::Output>>,
+) {
+    let guard = ExitGuard {
+        device: device_index,
+        generation,
+        step: Cell::new(0),
+        answers: answers.clone(),
+    };
+    while let Ok(job) = inbox.recv() {
+        guard.step.set(job.step);
+        let started = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let model = job.model.fork(&device);
+            model.step(job.input)
+        }));
+        let outcome = match result {
+            Ok(output) => Outcome::Output {
+                output,
+                elapsed: started.elapsed(),
+            },
+            Err(payload) => Outcome::Panicked(panic_message(payload)),
+        };
+        let answer = Answer {
+            device: device_index,
+            generation,
+            step: job.step,
+            outcome,
+        };
+        if answers.send(answer).is_err() {
+            break;
+        }
+    }
+}
+
+/// Tells the pool when a worker thread unwinds outside the step's `catch_unwind`, so the
+/// step that was waiting for it reports the worker as gone instead of waiting forever.
+struct ExitGuard<O> {
+    device: usize,
+    generation: u64,
+    step: Cell<u64>,
+    answers: Sender<Answer<O>>,
+}
+
+impl<O> Drop for ExitGuard<O> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.answers.send(Answer {
+                device: self.device,
+                generation: self.generation,
+                step: self.step.get(),
+                outcome: Outcome::Exited,
+            });
+        }
+    }
+}
+
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_string()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
