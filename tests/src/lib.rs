@@ -1,0 +1,169 @@
+//! Fixtures shared by ember's cross-crate integration tests (in `tests/tests/`): a small Burn
+//! MLP that is a burn-train model, deterministic regression batches, and a data-loader iterator
+//! over prepared batches.
+
+#![deny(missing_docs)]
+
+use burn::data::dataloader::{DataLoaderIterator, Progress};
+use burn::data::dataset::DatasetError;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::nn::loss::{MseLoss, Reduction as LossReduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
+
+/// A two-layer perceptron mapping 2 inputs to 1 output.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    l1: Linear,
+    act: Relu,
+    l2: Linear,
+}
+
+impl Mlp {
+    /// A freshly initialised MLP with `hidden` units on `device`.
+    pub fn new(hidden: usize, device: &Device) -> Self {
+        Self {
+            l1: LinearConfig::new(2, hidden).init(device),
+            act: Relu::new(),
+            l2: LinearConfig::new(hidden, 1).init(device),
+        }
+    }
+
+    /// The forward pass.
+    pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        self.l2.forward(self.act.forward(self.l1.forward(x)))
+    }
+
+    fn regression(&self, batch: XyBatch) -> RegressionOutput {
+        let output = self.forward(batch.x);
+        let loss = MseLoss::new().forward(output.clone(), batch.y.clone(), LossReduction::Mean);
+        RegressionOutput::new(loss, output, batch.y)
+    }
+}
+
+impl TrainStep for Mlp {
+    type Input = XyBatch;
+    type Output = RegressionOutput;
+
+    fn step(&self, batch: XyBatch) -> TrainOutput<RegressionOutput> {
+        if let Some(message) = batch.poison {
+            panic!("{message}");
+        }
+        let output = self.regression(batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+impl InferenceStep for Mlp {
+    type Input = XyBatch;
+    type Output = RegressionOutput;
+
+    fn step(&self, batch: XyBatch) -> RegressionOutput {
+        self.regression(batch)
+    }
+}
+
+/// Inputs and targets of a regression batch. A poisoned batch makes the train step panic with
+/// the given message.
+#[derive(Debug, Clone)]
+pub struct XyBatch {
+    /// Inputs, `[batch, 2]`.
+    pub x: Tensor<2>,
+    /// Targets, `[batch, 1]`.
+    pub y: Tensor<2>,
+    /// Panic message for the train step, if any.
+    pub poison: Option<&'static str>,
+}
+
+impl XyBatch {
+    /// `rows` examples of `y = 3 x0 - 2 x1 + 0.5` with inputs from a fixed pseudo-random
+    /// sequence starting at `seed`.
+    pub fn synthetic(seed: u64, rows: usize, device: &Device) -> Self {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let x: Vec<f32> = (0..rows * 2).map(|_| next()).collect();
+        let y: Vec<f32> = x.chunks(2).map(|p| 3.0 * p[0] - 2.0 * p[1] + 0.5).collect();
+        Self {
+            x: Tensor::from_data(TensorData::new(x, [rows, 2]), device),
+            y: Tensor::from_data(TensorData::new(y, [rows, 1]), device),
+            poison: None,
+        }
+    }
+
+    /// The batches concatenated along the batch dimension.
+    pub fn concat(batches: &[XyBatch]) -> Self {
+        Self {
+            x: Tensor::cat(batches.iter().map(|b| b.x.clone()).collect(), 0),
+            y: Tensor::cat(batches.iter().map(|b| b.y.clone()).collect(), 0),
+            poison: None,
+        }
+    }
+}
+
+/// A burn data-loader iterator over prepared batches.
+#[derive(Debug)]
+pub struct BatchList {
+    batches: std::vec::IntoIter<XyBatch>,
+    processed: usize,
+    total: usize,
+}
+
+impl BatchList {
+    /// Iterates over `batches`.
+    pub fn new(batches: Vec<XyBatch>) -> Self {
+        let total = batches.iter().map(|b| b.x.dims()[0]).sum();
+        Self {
+            batches: batches.into_iter(),
+            processed: 0,
+            total,
+        }
+    }
+}
+
+impl Iterator for BatchList {
+    type Item = Result<XyBatch, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = self.batches.next()?;
+        self.processed += batch.x.dims()[0];
+        Some(Ok(batch))
+    }
+}
+
+impl DataLoaderIterator<XyBatch> for BatchList {
+    fn progress(&self) -> Progress {
+        Progress::new(self.processed, self.total, Some("items".into()))
+    }
+}
+
+/// Every float parameter of a module, flattened in visiting order.
+pub fn parameters<M: Module>(module: &M) -> Vec<f32> {
+    struct Collect(Vec<f32>);
+    impl ModuleVisitor for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let values = param
+                .val()
+                .try_into_vec_as::<f32>()
+                .expect("parameters are readable");
+            self.0.extend(values);
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    module.visit(&mut collect);
+    collect.0
+}
+
+/// The largest absolute difference between two parameter lists of the same length.
+pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "parameter counts differ");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
