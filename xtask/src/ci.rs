@@ -1,0 +1,44 @@
+//! `cargo xtask ci`: the checks `.ci/run` runs, cheapest first, stopping at the first failure.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// Each step as a command line; `.ci/run` runs the same lines (a test below keeps them in step).
+pub(crate) const STEPS: &[&str] = &[
+    "cargo fmt --all -- --check",
+    "cargo xtask layers",
+    "cargo clippy --workspace --all-targets -- -D warnings",
+    "cargo test --workspace",
+];
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    for step in STEPS {
+        eprintln!("ci: {step}");
+        let mut words = step.split_whitespace();
+        let program = words.next().context("empty CI step")?;
+        let status = Command::new(program)
+            .args(words)
+            .current_dir(root)
+            .status()
+            .with_context(|| format!("starting `{step}`"))?;
+        if !status.success() {
+            bail!("`{step}` failed ({status})");
+        }
+    }
+    eprintln!("ci: all {} steps passed", STEPS.len());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ci_run_runs_every_step_of_cargo_xtask_ci() {
+        let script = std::fs::read_to_string(crate::workspace_root().join(".ci/run"))
+            .expect(".ci/run is readable");
+        for step in super::STEPS {
+            assert!(script.contains(step), ".ci/run does not run `{step}`");
+        }
+    }
+}

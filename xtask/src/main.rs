@@ -1,0 +1,38 @@
+//! ember's project automation, following the cargo-xtask convention
+//! (<https://github.com/matklad/cargo-xtask>): `cargo xtask <task>` from anywhere in the workspace.
+//!
+//! Tasks:
+//! - `ci`: runs what `.ci/run` runs, cheapest checks first.
+//! - `codegen [--check]`: regenerates ember-pack's protobuf code (`--check` only verifies it).
+//! - `layers`: checks that each crate depends only on the layer directly below it.
+
+mod ci;
+mod codegen;
+mod layers;
+
+use std::path::PathBuf;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("ci") => ci::run(&root),
+        Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
+        Some("layers") => layers::run(&root),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <task>\n\ntasks:\n  ci       run what CI runs\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  layers   check the crate layering against docs/architecture.md"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The workspace root: xtask's manifest sits one level below it.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or(manifest_dir)
+}
