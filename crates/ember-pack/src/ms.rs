@@ -1,0 +1,379 @@
+//! MindInsight's encoding of each value kind, as mindspore 2.10's `_summary_adapter.py` and
+//! `_lineage_adapter.py` pack them.
+
+use std::borrow::Cow;
+
+use half::f16;
+use prost::Message;
+
+use crate::error::PackErrorKind;
+use crate::histogram;
+use crate::image;
+use crate::pack::{FileKind, Format, Part, Sink};
+use crate::proto::mindspore as msp;
+use crate::tag::Tag;
+use crate::tensor::{DType, TensorValue};
+use crate::value::{
+    AttrValue, Graph, HParamValue, HParams, Histogram, HistogramBuckets, Lineage, Value,
+};
+use crate::wire;
+
+/// `version` of MindSpore's first summary event.
+pub(crate) const VERSION: &str = "MindSpore.Event:1";
+
+/// The first event of a MindSpore summary file.
+pub(crate) fn file_header(wall_time: f64) -> Vec<u8> {
+    msp::Event {
+        wall_time,
+        step: None,
+        what: Some(msp::event::What::Version(VERSION.to_string())),
+    }
+    .encode_to_vec()
+}
+
+/// MindSpore's `DataType` of a dtype; bf16 has none (numpy cannot hold it).
+pub(crate) fn data_type(dtype: DType) -> Option<msp::DataType> {
+    use msp::DataType as T;
+    Some(match dtype {
+        DType::Bool => T::DtBool,
+        DType::I8 => T::DtInt8,
+        DType::I16 => T::DtInt16,
+        DType::I32 => T::DtInt32,
+        DType::I64 => T::DtInt64,
+        DType::U8 => T::DtUint8,
+        DType::U16 => T::DtUint16,
+        DType::U32 => T::DtUint32,
+        DType::U64 => T::DtUint64,
+        DType::F16 => T::DtFloat16,
+        DType::F32 => T::DtFloat32,
+        DType::F64 => T::DtFloat64,
+        DType::BF16 => return None,
+    })
+}
+
+fn encoded_value(tag: &str, v: msp::summary::value::Value) -> Part<'static> {
+    Part::Encoded(
+        msp::summary::Value {
+            tag: tag.to_string(),
+            value: Some(v),
+        }
+        .encode_to_vec(),
+    )
+}
+
+/// Packs one value (not an export) for MindInsight.
+pub(crate) fn pack_value<'a>(
+    tag: &'a Tag,
+    value: &'a Value,
+    wall_time: f64,
+    sink: &mut Sink<'a>,
+) -> Result<(), PackErrorKind> {
+    let tag_str = tag.as_str();
+    match value {
+        Value::Scalar(v) => sink.parts.push(Part::Scalar {
+            tag: tag_str,
+            field: 3,
+            value: *v as f32,
+            metadata: None,
+        }),
+        Value::Tensor(t) => sink.parts.push(tensor(tag_str, t)?),
+        Value::Histogram(h) => {
+            let h = histogram_proto(h)?;
+            sink.parts.push(encoded_value(
+                tag_str,
+                msp::summary::value::Value::Histogram(h),
+            ));
+        }
+        Value::Image(img) => {
+            let encoded = image::mindinsight(img)?;
+            let image = msp::summary::Image {
+                height: encoded.height as i32,
+                width: encoded.width as i32,
+                colorspace: encoded.colorspace,
+                encoded_image: encoded.png,
+            };
+            sink.parts.push(encoded_value(
+                tag_str,
+                msp::summary::value::Value::Image(image),
+            ));
+        }
+        Value::Graph(g) => {
+            let event = msp::Event {
+                wall_time,
+                step: None,
+                what: Some(msp::event::What::GraphDef(graph_proto(g))),
+            };
+            sink.item(FileKind::Summary, event.encode_to_vec());
+        }
+        Value::Lineage(l) => {
+            use msp::lineage_event::What;
+            let what = match l {
+                Lineage::Train(t) => What::TrainLineage((**t).clone()),
+                Lineage::Eval(e) => What::EvaluationLineage((**e).clone()),
+                Lineage::DatasetGraph(d) => What::DatasetGraph((**d).clone()),
+                Lineage::UserDefined(u) => What::UserDefinedInfo((**u).clone()),
+            };
+            sink.item(FileKind::Lineage, lineage_event(wall_time, what));
+        }
+        Value::HParams(h) => {
+            let what = msp::lineage_event::What::UserDefinedInfo(user_defined_info(h));
+            sink.item(FileKind::Lineage, lineage_event(wall_time, what));
+        }
+        Value::Explain(e) => {
+            check_explain(e)?;
+            let event = msp::Event {
+                wall_time,
+                step: None,
+                what: Some(msp::event::What::Explain((**e).clone())),
+            };
+            sink.item(FileKind::Explain, event.encode_to_vec());
+        }
+        Value::Text(_) | Value::Export(_) => {
+            return Err(PackErrorKind::Unsupported {
+                format: Format::MindInsight,
+                kind: value.kind_name(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn lineage_event(wall_time: f64, what: msp::lineage_event::What) -> Vec<u8> {
+    msp::LineageEvent {
+        wall_time,
+        step: None,
+        what: Some(what),
+    }
+    .encode_to_vec()
+}
+
+/// A tensor value: `dims` (unpacked, proto2), `data_type`, and every element as `f32` in packed
+/// `float_data`, as MindSpore writes it whatever the dtype.
+fn tensor<'a>(tag: &'a str, t: &'a TensorValue) -> Result<Part<'a>, PackErrorKind> {
+    t.check()?;
+    let dt = data_type(t.dtype()).ok_or(PackErrorKind::DType {
+        format: Format::MindInsight,
+        kind: "tensor",
+        dtype: t.dtype(),
+    })?;
+    let mut header = Vec::with_capacity(t.shape().len() * 4 + 2);
+    for &d in t.shape() {
+        wire::put_varint_field(&mut header, 1, d as u64);
+    }
+    wire::put_varint_field(&mut header, 2, dt as u64);
+    let data = match t.dtype() {
+        DType::F32 => Cow::Borrowed(t.bytes()),
+        _ => Cow::Owned(to_f32_bytes(t)),
+    };
+    Ok(Part::Tensor {
+        tag,
+        header,
+        data_field: 3,
+        data,
+        metadata: None,
+    })
+}
+
+/// The elements of `t` narrowed to `f32`, little-endian.
+fn to_f32_bytes(t: &TensorValue) -> Vec<u8> {
+    let size = t.dtype().size();
+    let mut out = Vec::with_capacity(t.bytes().len() / size * 4);
+    match t.dtype() {
+        DType::F16 => {
+            for c in t.bytes().chunks_exact(2) {
+                out.extend_from_slice(&f16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes());
+            }
+        }
+        dtype => {
+            for c in t.bytes().chunks_exact(size) {
+                out.extend_from_slice(&(crate::tensor::element_f64(dtype, c) as f32).to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// Checks precomputed buckets: in order, not overlapping, finite edges, counts finite and ≥ 0.
+pub(crate) fn check_buckets(b: &HistogramBuckets) -> Result<(), PackErrorKind> {
+    if b.buckets.is_empty() && b.num == 0.0 {
+        return Err(PackErrorKind::EmptyHistogram);
+    }
+    let mut previous_right = f64::NEG_INFINITY;
+    for bucket in &b.buckets {
+        if !(bucket.left.is_finite() && bucket.right.is_finite()) {
+            return Err(PackErrorKind::InvalidBuckets("edges must be finite"));
+        }
+        if bucket.left > bucket.right {
+            return Err(PackErrorKind::InvalidBuckets(
+                "a bucket's left edge is above its right edge",
+            ));
+        }
+        if bucket.left < previous_right {
+            return Err(PackErrorKind::InvalidBuckets(
+                "buckets overlap or are out of order",
+            ));
+        }
+        if !(bucket.count.is_finite() && bucket.count >= 0.0) {
+            return Err(PackErrorKind::InvalidBuckets(
+                "counts must be finite and not negative",
+            ));
+        }
+        previous_right = bucket.right;
+    }
+    Ok(())
+}
+
+/// MindSpore's `Summary.Histogram` of a histogram value.
+pub(crate) fn histogram_proto(h: &Histogram) -> Result<msp::summary::Histogram, PackErrorKind> {
+    match h {
+        Histogram::Raw(t) => {
+            t.check()?;
+            if t.bytes().is_empty() {
+                return Err(PackErrorKind::EmptyHistogram);
+            }
+            let s = histogram::stats(t);
+            let buckets = histogram::mindspore(t, &s)
+                .into_iter()
+                .map(|(left, width, count)| msp::summary::histogram::Bucket {
+                    left,
+                    width,
+                    count: count as i64,
+                })
+                .collect();
+            let valid = s.finite > 0;
+            Ok(msp::summary::Histogram {
+                buckets,
+                nan_count: Some(s.nan as i64),
+                pos_inf_count: Some(s.pos_inf as i64),
+                neg_inf_count: Some(s.neg_inf as i64),
+                max: valid.then_some(s.max),
+                min: valid.then_some(s.min),
+                sum: valid.then_some(s.sum),
+                count: Some(s.total as i64),
+            })
+        }
+        Histogram::Buckets(b) => {
+            check_buckets(b)?;
+            let non_finite = b.nan_count + b.pos_inf_count + b.neg_inf_count;
+            Ok(msp::summary::Histogram {
+                buckets: b
+                    .buckets
+                    .iter()
+                    .map(|x| msp::summary::histogram::Bucket {
+                        left: x.left,
+                        width: x.right - x.left,
+                        count: x.count as i64,
+                    })
+                    .collect(),
+                nan_count: Some(b.nan_count as i64),
+                pos_inf_count: Some(b.pos_inf_count as i64),
+                neg_inf_count: Some(b.neg_inf_count as i64),
+                max: Some(b.max),
+                min: Some(b.min),
+                sum: Some(b.sum),
+                count: Some((b.num as u64).saturating_add(non_finite) as i64),
+            })
+        }
+    }
+}
+
+/// MindSpore's `check_explain_proto`: one of these must be set.
+fn check_explain(e: &msp::Explain) -> Result<(), PackErrorKind> {
+    let has_labels = e.metadata.as_ref().is_some_and(|m| !m.label.is_empty());
+    if e.image_path.is_some() || e.inference.is_some() || has_labels || !e.benchmark.is_empty() {
+        Ok(())
+    } else {
+        Err(PackErrorKind::EmptyExplain)
+    }
+}
+
+/// Hyper-parameters as MindInsight's custom lineage columns: numbers in `map_double`, strings
+/// and booleans (`"true"`/`"false"`) in `map_str`.
+fn user_defined_info(h: &HParams) -> msp::UserDefinedInfo {
+    let mut info = msp::UserDefinedInfo::default();
+    for (name, v) in &h.hparams {
+        match v {
+            HParamValue::Number(n) => {
+                info.map_double.insert(name.clone(), *n);
+            }
+            HParamValue::Str(s) => {
+                info.map_str.insert(name.clone(), s.clone());
+            }
+            HParamValue::Bool(b) => {
+                info.map_str.insert(name.clone(), b.to_string());
+            }
+        }
+    }
+    info
+}
+
+/// MindSpore's `GraphProto` of a graph: each node's `scope` is its name up to the last `/`.
+pub(crate) fn graph_proto(g: &Graph) -> msp::GraphProto {
+    use msp::DataType as T;
+    let node = g
+        .nodes
+        .iter()
+        .map(|n| msp::NodeProto {
+            input: n
+                .inputs
+                .iter()
+                .map(|i| msp::InputProto {
+                    name: Some(i.clone()),
+                    r#type: Some(msp::input_proto::EdgeType::DataEdge as i32),
+                })
+                .collect(),
+            name: Some(n.name.clone()),
+            op_type: Some(n.op.clone()),
+            scope: Some(
+                n.name
+                    .rsplit_once('/')
+                    .map_or("", |(scope, _)| scope)
+                    .to_string(),
+            ),
+            attribute: n
+                .attrs
+                .iter()
+                .map(|(k, v)| {
+                    let value = match v {
+                        AttrValue::Bool(b) => msp::ValueProto {
+                            dtype: Some(T::DtBool as i32),
+                            bool_val: Some(*b),
+                            ..Default::default()
+                        },
+                        AttrValue::Int(i) => msp::ValueProto {
+                            dtype: Some(T::DtInt64 as i32),
+                            int_val: Some(*i),
+                            ..Default::default()
+                        },
+                        AttrValue::Float(f) => msp::ValueProto {
+                            dtype: Some(T::DtFloat64 as i32),
+                            double_val: Some(*f),
+                            ..Default::default()
+                        },
+                        AttrValue::Str(s) => msp::ValueProto {
+                            dtype: Some(T::DtString as i32),
+                            str_val: Some(s.clone()),
+                            ..Default::default()
+                        },
+                        AttrValue::Ints(v) => msp::ValueProto {
+                            dtype: Some(T::DtInts64 as i32),
+                            int_vals: v.clone(),
+                            ..Default::default()
+                        },
+                    };
+                    msp::AttributeProto {
+                        name: Some(k.clone()),
+                        value: Some(value),
+                    }
+                })
+                .collect(),
+            full_name: Some(n.name.clone()),
+            ..Default::default()
+        })
+        .collect();
+    msp::GraphProto {
+        node,
+        name: Some(g.name.clone()),
+        ..Default::default()
+    }
+}

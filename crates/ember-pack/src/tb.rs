@@ -1,0 +1,427 @@
+//! TensorBoard's encoding of each value kind.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use prost::Message;
+
+use crate::error::PackErrorKind;
+use crate::histogram;
+use crate::image;
+use crate::pack::{FileKind, Format, HistogramRule, PackOptions, Part, Sink};
+use crate::proto::google::protobuf as pb;
+use crate::proto::tensorboard::{self as tbp, hparams as hp};
+use crate::tag::Tag;
+use crate::tensor::{DType, TensorValue};
+use crate::value::{AttrValue, Graph, HParamValue, HParams, Histogram, SessionStatus, Value};
+use crate::wire;
+
+/// `file_version` of TensorBoard's first event.
+pub(crate) const FILE_VERSION: &str = "brain.Event:2";
+
+/// Tags of the hparams plugin's three values.
+pub(crate) const HPARAMS_EXPERIMENT_TAG: &str = "_hparams_/experiment";
+/// See [`HPARAMS_EXPERIMENT_TAG`].
+pub(crate) const HPARAMS_SESSION_START_TAG: &str = "_hparams_/session_start_info";
+/// See [`HPARAMS_EXPERIMENT_TAG`].
+pub(crate) const HPARAMS_SESSION_END_TAG: &str = "_hparams_/session_end_info";
+
+/// Serialized `SummaryMetadata` of each plugin, built once per packer.
+#[derive(Debug)]
+pub(crate) struct Metadata {
+    scalars: Vec<u8>,
+    histograms: Vec<u8>,
+    images: Vec<u8>,
+    text: Vec<u8>,
+    tensor: Vec<u8>,
+}
+
+/// `SummaryMetadata` for `plugin` with serialized `content` and `data_class`.
+pub(crate) fn metadata(
+    plugin: &str,
+    content: Vec<u8>,
+    data_class: tbp::DataClass,
+) -> tbp::SummaryMetadata {
+    tbp::SummaryMetadata {
+        plugin_data: Some(tbp::summary_metadata::PluginData {
+            plugin_name: plugin.to_string(),
+            content,
+        }),
+        data_class: data_class as i32,
+        ..Default::default()
+    }
+}
+
+impl Metadata {
+    pub(crate) fn new() -> Metadata {
+        use tbp::DataClass::{BlobSequence, Scalar, Tensor};
+        Metadata {
+            scalars: metadata(
+                "scalars",
+                tbp::ScalarPluginData::default().encode_to_vec(),
+                Scalar,
+            )
+            .encode_to_vec(),
+            histograms: metadata(
+                "histograms",
+                tbp::HistogramPluginData::default().encode_to_vec(),
+                Tensor,
+            )
+            .encode_to_vec(),
+            images: metadata(
+                "images",
+                tbp::ImagePluginData::default().encode_to_vec(),
+                BlobSequence,
+            )
+            .encode_to_vec(),
+            text: metadata(
+                "text",
+                tbp::TextPluginData::default().encode_to_vec(),
+                Tensor,
+            )
+            .encode_to_vec(),
+            // No TensorBoard plugin shows general tensors; the explicit data class makes
+            // TensorBoard's data server keep them rather than drop an unknown plugin.
+            tensor: metadata("tensor", Vec::new(), Tensor).encode_to_vec(),
+        }
+    }
+}
+
+/// TensorFlow's `DataType` of a dtype.
+pub(crate) fn data_type(dtype: DType) -> tbp::DataType {
+    use tbp::DataType as T;
+    match dtype {
+        DType::Bool => T::DtBool,
+        DType::I8 => T::DtInt8,
+        DType::I16 => T::DtInt16,
+        DType::I32 => T::DtInt32,
+        DType::I64 => T::DtInt64,
+        DType::U8 => T::DtUint8,
+        DType::U16 => T::DtUint16,
+        DType::U32 => T::DtUint32,
+        DType::U64 => T::DtUint64,
+        DType::F16 => T::DtHalf,
+        DType::BF16 => T::DtBfloat16,
+        DType::F32 => T::DtFloat,
+        DType::F64 => T::DtDouble,
+    }
+}
+
+/// The first event of a TensorBoard file.
+pub(crate) fn file_header(wall_time: f64, writer: &str) -> Vec<u8> {
+    tbp::Event {
+        wall_time,
+        step: 0,
+        what: Some(tbp::event::What::FileVersion(FILE_VERSION.to_string())),
+        source_metadata: Some(tbp::SourceMetadata {
+            writer: writer.to_string(),
+        }),
+    }
+    .encode_to_vec()
+}
+
+/// A `Summary.Value` with a prost-built payload.
+fn encoded_value(
+    tag: &str,
+    metadata: Option<tbp::SummaryMetadata>,
+    v: tbp::summary::value::Value,
+) -> Part<'static> {
+    Part::Encoded(
+        tbp::summary::Value {
+            tag: tag.to_string(),
+            node_name: String::new(),
+            metadata,
+            value: Some(v),
+        }
+        .encode_to_vec(),
+    )
+}
+
+fn decoded_metadata(bytes: &[u8], include: bool) -> Option<tbp::SummaryMetadata> {
+    // Decoding our own bytes cannot fail; an empty default would only drop the metadata.
+    include.then(|| tbp::SummaryMetadata::decode(bytes).unwrap_or_default())
+}
+
+/// Packs one value (not an export) for TensorBoard.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pack_value<'a>(
+    meta: &'a Metadata,
+    options: &PackOptions,
+    tag: &'a Tag,
+    value: &'a Value,
+    include_metadata: bool,
+    wall_time: f64,
+    sink: &mut Sink<'a>,
+) -> Result<(), PackErrorKind> {
+    let tag_str = tag.as_str();
+    match value {
+        Value::Scalar(v) => {
+            let metadata = include_metadata.then_some(meta.scalars.as_slice());
+            sink.parts.push(Part::Scalar {
+                tag: tag_str,
+                field: 2,
+                value: *v as f32,
+                metadata,
+            });
+        }
+        Value::Tensor(t) => {
+            t.check()?;
+            let metadata = include_metadata.then_some(meta.tensor.as_slice());
+            sink.parts.push(Part::Tensor {
+                tag: tag_str,
+                header: tensor_header(t),
+                data_field: 4,
+                data: Cow::Borrowed(t.bytes()),
+                metadata,
+            });
+        }
+        Value::Histogram(h) => {
+            let histo = histogram_proto(h, options.histogram)?;
+            let metadata = decoded_metadata(&meta.histograms, include_metadata);
+            sink.parts.push(encoded_value(
+                tag_str,
+                metadata,
+                tbp::summary::value::Value::Histo(histo),
+            ));
+        }
+        Value::Image(img) => {
+            let encoded = image::tensorboard(img)?;
+            let metadata = decoded_metadata(&meta.images, include_metadata);
+            let image = tbp::summary::Image {
+                height: encoded.height as i32,
+                width: encoded.width as i32,
+                colorspace: encoded.colorspace,
+                encoded_image_string: encoded.png,
+            };
+            sink.parts.push(encoded_value(
+                tag_str,
+                metadata,
+                tbp::summary::value::Value::Image(image),
+            ));
+        }
+        Value::Text(text) => {
+            let tensor = tbp::TensorProto {
+                dtype: tbp::DataType::DtString as i32,
+                tensor_shape: Some(tbp::TensorShapeProto::default()),
+                string_val: vec![text.as_bytes().to_vec()],
+                ..Default::default()
+            };
+            let metadata = decoded_metadata(&meta.text, include_metadata);
+            sink.parts.push(encoded_value(
+                tag_str,
+                metadata,
+                tbp::summary::value::Value::Tensor(tensor),
+            ));
+        }
+        Value::HParams(h) => sink.parts.extend(hparams(h, wall_time)),
+        Value::Graph(g) => {
+            let event = tbp::Event {
+                wall_time,
+                step: 0,
+                what: Some(tbp::event::What::GraphDef(graph_def(g).encode_to_vec())),
+                source_metadata: None,
+            };
+            sink.item(FileKind::Summary, event.encode_to_vec());
+        }
+        Value::Lineage(_) | Value::Explain(_) | Value::Export(_) => {
+            return Err(PackErrorKind::Unsupported {
+                format: Format::TensorBoard,
+                kind: value.kind_name(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Fields 1 (dtype) and 2 (shape) of a `TensorProto`, as prost encodes them.
+fn tensor_header(t: &TensorValue) -> Vec<u8> {
+    let mut dims = Vec::new();
+    for &d in t.shape() {
+        // Dim{size = 1}; proto3 leaves out a zero size.
+        let size_len = if d == 0 {
+            0
+        } else {
+            wire::varint_field_len(1, d as u64)
+        };
+        wire::put_len_prefix(&mut dims, 2, size_len);
+        if d != 0 {
+            wire::put_varint_field(&mut dims, 1, d as u64);
+        }
+    }
+    let mut header = Vec::with_capacity(dims.len() + 8);
+    wire::put_varint_field(&mut header, 1, data_type(t.dtype()) as u64);
+    wire::put_bytes(&mut header, 2, &dims);
+    header
+}
+
+/// The `HistogramProto` of a histogram value.
+pub(crate) fn histogram_proto(
+    h: &Histogram,
+    rule: HistogramRule,
+) -> Result<tbp::HistogramProto, PackErrorKind> {
+    match h {
+        Histogram::Raw(t) => {
+            t.check()?;
+            if t.bytes().is_empty() {
+                return Err(PackErrorKind::EmptyHistogram);
+            }
+            let s = histogram::stats(t);
+            let (bucket_limit, bucket) = match rule {
+                HistogramRule::EqualWidth(k) => histogram::equal_width(t, &s, k.max(1) as usize),
+                HistogramRule::Exponential => histogram::exponential(t, &s),
+            };
+            let (min, max) = if s.finite == 0 {
+                (0.0, 0.0)
+            } else {
+                (s.min, s.max)
+            };
+            Ok(tbp::HistogramProto {
+                min,
+                max,
+                num: s.finite as f64,
+                sum: s.sum,
+                sum_squares: s.sum_squares,
+                bucket_limit,
+                bucket,
+            })
+        }
+        Histogram::Buckets(b) => {
+            crate::ms::check_buckets(b)?;
+            Ok(tbp::HistogramProto {
+                min: b.min,
+                max: b.max,
+                num: b.num,
+                sum: b.sum,
+                sum_squares: b.sum_squares,
+                bucket_limit: b.buckets.iter().map(|b| b.right).collect(),
+                bucket: b.buckets.iter().map(|b| b.count).collect(),
+            })
+        }
+    }
+}
+
+/// The hparams plugin's values: experiment, session start info and, with a status, end info.
+fn hparams(h: &HParams, wall_time: f64) -> Vec<Part<'static>> {
+    use hp::h_params_plugin_data::Data;
+    let part = |tag: &str, data: Data| {
+        let content = hp::HParamsPluginData {
+            version: 0,
+            data: Some(data),
+        }
+        .encode_to_vec();
+        let metadata = metadata("hparams", content, tbp::DataClass::Tensor);
+        // TensorBoard's own hparams summaries carry a null scalar tensor beside the metadata.
+        let null = tbp::TensorProto {
+            dtype: tbp::DataType::DtFloat as i32,
+            tensor_shape: Some(tbp::TensorShapeProto::default()),
+            float_val: vec![0.0],
+            ..Default::default()
+        };
+        encoded_value(
+            tag,
+            Some(metadata),
+            tbp::summary::value::Value::Tensor(null),
+        )
+    };
+    let experiment = hp::Experiment {
+        hparam_infos: h
+            .hparams
+            .iter()
+            .map(|(name, v)| hp::HParamInfo {
+                name: name.clone(),
+                r#type: match v {
+                    HParamValue::Bool(_) => hp::DataType::Bool,
+                    HParamValue::Number(_) => hp::DataType::Float64,
+                    HParamValue::Str(_) => hp::DataType::String,
+                } as i32,
+                ..Default::default()
+            })
+            .collect(),
+        metric_infos: h
+            .metrics
+            .iter()
+            .map(|tag| hp::MetricInfo {
+                name: Some(hp::MetricName {
+                    group: String::new(),
+                    tag: tag.clone(),
+                }),
+                ..Default::default()
+            })
+            .collect(),
+        time_created_secs: wall_time,
+        ..Default::default()
+    };
+    let start = hp::SessionStartInfo {
+        hparams: h
+            .hparams
+            .iter()
+            .map(|(name, v)| {
+                let kind = match v {
+                    HParamValue::Bool(b) => pb::value::Kind::BoolValue(*b),
+                    HParamValue::Number(n) => pb::value::Kind::NumberValue(*n),
+                    HParamValue::Str(s) => pb::value::Kind::StringValue(s.clone()),
+                };
+                (name.clone(), pb::Value { kind: Some(kind) })
+            })
+            .collect::<HashMap<_, _>>(),
+        start_time_secs: wall_time,
+        ..Default::default()
+    };
+    let mut parts = vec![
+        part(HPARAMS_EXPERIMENT_TAG, Data::Experiment(experiment)),
+        part(HPARAMS_SESSION_START_TAG, Data::SessionStartInfo(start)),
+    ];
+    if let Some(status) = h.status {
+        let status = match status {
+            SessionStatus::Success => hp::Status::Success,
+            SessionStatus::Failure => hp::Status::Failure,
+            SessionStatus::Running => hp::Status::Running,
+        };
+        let end = hp::SessionEndInfo {
+            status: status as i32,
+            end_time_secs: wall_time,
+        };
+        parts.push(part(HPARAMS_SESSION_END_TAG, Data::SessionEndInfo(end)));
+    }
+    parts
+}
+
+/// TensorFlow's `GraphDef` of a graph: one `NodeDef` per node, the `/` scopes making the tree.
+pub(crate) fn graph_def(g: &Graph) -> tbp::GraphDef {
+    use tbp::attr_value::Value as A;
+    let node = g
+        .nodes
+        .iter()
+        .map(|n| tbp::NodeDef {
+            name: n.name.clone(),
+            op: n.op.clone(),
+            input: n.inputs.clone(),
+            device: String::new(),
+            attr: n
+                .attrs
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        AttrValue::Bool(b) => A::B(*b),
+                        AttrValue::Int(i) => A::I(*i),
+                        AttrValue::Float(f) => A::F(*f as f32),
+                        AttrValue::Str(s) => A::S(s.as_bytes().to_vec()),
+                        AttrValue::Ints(v) => A::List(tbp::attr_value::ListValue {
+                            i: v.clone(),
+                            ..Default::default()
+                        }),
+                    };
+                    (k.clone(), tbp::AttrValue { value: Some(v) })
+                })
+                .collect(),
+        })
+        .collect();
+    tbp::GraphDef {
+        node,
+        version: 0,
+        versions: Some(tbp::VersionDef {
+            producer: 22,
+            ..Default::default()
+        }),
+    }
+}

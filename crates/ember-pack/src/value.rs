@@ -1,0 +1,387 @@
+//! The values a record can hold.
+
+use crate::proto::mindspore;
+use crate::tensor::TensorValue;
+
+/// One value of a [`Record`](crate::Record). Which formats accept which kind is listed in
+/// `docs/formats.md`; a kind a format cannot hold is rejected with
+/// [`PackErrorKind::Unsupported`](crate::PackErrorKind::Unsupported).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Value {
+    /// A number. Both formats store it as `f32`; NaN and ±Inf are kept.
+    Scalar(f64),
+    /// A tensor.
+    Tensor(TensorValue),
+    /// A histogram, from raw values or precomputed buckets.
+    Histogram(Histogram),
+    /// One image or a batch.
+    Image(Image),
+    /// Markdown text (TensorBoard only).
+    Text(String),
+    /// Hyper-parameters of the run and the metrics to compare them by.
+    HParams(HParams),
+    /// MindSpore lineage (MindInsight only).
+    Lineage(Lineage),
+    /// A model graph.
+    Graph(Graph),
+    /// A MindSpore explain record (MindInsight only).
+    Explain(Box<mindspore::Explain>),
+    /// A tensor to export as a `.npy` file, in either format.
+    Export(TensorValue),
+}
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Scalar(v)
+    }
+}
+impl From<f32> for Value {
+    fn from(v: f32) -> Value {
+        Value::Scalar(f64::from(v))
+    }
+}
+impl From<i32> for Value {
+    fn from(v: i32) -> Value {
+        Value::Scalar(f64::from(v))
+    }
+}
+impl From<u32> for Value {
+    fn from(v: u32) -> Value {
+        Value::Scalar(f64::from(v))
+    }
+}
+impl From<TensorValue> for Value {
+    fn from(v: TensorValue) -> Value {
+        Value::Tensor(v)
+    }
+}
+impl From<Histogram> for Value {
+    fn from(v: Histogram) -> Value {
+        Value::Histogram(v)
+    }
+}
+impl From<Image> for Value {
+    fn from(v: Image) -> Value {
+        Value::Image(v)
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Value {
+        Value::Text(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::Text(v.to_string())
+    }
+}
+impl From<HParams> for Value {
+    fn from(v: HParams) -> Value {
+        Value::HParams(v)
+    }
+}
+impl From<Lineage> for Value {
+    fn from(v: Lineage) -> Value {
+        Value::Lineage(v)
+    }
+}
+impl From<Graph> for Value {
+    fn from(v: Graph) -> Value {
+        Value::Graph(v)
+    }
+}
+impl From<mindspore::Explain> for Value {
+    fn from(v: mindspore::Explain) -> Value {
+        Value::Explain(Box::new(v))
+    }
+}
+
+impl Value {
+    /// A tensor to export as `.npy`.
+    pub fn export(tensor: impl Into<TensorValue>) -> Value {
+        Value::Export(tensor.into())
+    }
+
+    /// A histogram of raw values.
+    pub fn histogram(values: impl Into<TensorValue>) -> Value {
+        Value::Histogram(Histogram::Raw(values.into()))
+    }
+
+    /// A short lowercase name of the kind (`"scalar"`, `"histogram"`), for messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Value::Scalar(_) => "scalar",
+            Value::Tensor(_) => "tensor",
+            Value::Histogram(_) => "histogram",
+            Value::Image(_) => "image",
+            Value::Text(_) => "text",
+            Value::HParams(_) => "hparams",
+            Value::Lineage(_) => "lineage",
+            Value::Graph(_) => "graph",
+            Value::Explain(_) => "explain",
+            Value::Export(_) => "export",
+        }
+    }
+}
+
+/// A histogram: raw values bucketed at packing time, or buckets computed elsewhere.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Histogram {
+    /// Raw values of any dtype and shape; bucketed by the format's own rule.
+    Raw(TensorValue),
+    /// Precomputed buckets, written as they are.
+    Buckets(HistogramBuckets),
+}
+
+/// A precomputed histogram. Buckets must be in order and not overlap; counts finite and ≥ 0.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct HistogramBuckets {
+    /// Smallest finite value.
+    pub min: f64,
+    /// Largest finite value.
+    pub max: f64,
+    /// Number of finite values.
+    pub num: f64,
+    /// Sum of the finite values.
+    pub sum: f64,
+    /// Sum of their squares (TensorBoard only).
+    pub sum_squares: f64,
+    /// NaN values seen (MindInsight only).
+    pub nan_count: u64,
+    /// +Inf values seen (MindInsight only).
+    pub pos_inf_count: u64,
+    /// -Inf values seen (MindInsight only).
+    pub neg_inf_count: u64,
+    /// The buckets, left to right.
+    pub buckets: Vec<Bucket>,
+}
+
+/// One histogram bucket: `[left, right)` holding `count` values.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct Bucket {
+    /// Left edge.
+    pub left: f64,
+    /// Right edge.
+    pub right: f64,
+    /// Number of values.
+    pub count: f64,
+}
+
+/// The order of the axes of image data: `N` batch, `C` channels, `H` height, `W` width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ImageLayout {
+    /// A batch, channels first (MindSpore's only layout).
+    #[default]
+    Nchw,
+    /// A batch, channels last.
+    Nhwc,
+    /// One image, channels first.
+    Chw,
+    /// One image, channels last.
+    Hwc,
+}
+
+impl ImageLayout {
+    /// The rank the layout needs.
+    pub fn rank(self) -> usize {
+        match self {
+            ImageLayout::Nchw | ImageLayout::Nhwc => 4,
+            ImageLayout::Chw | ImageLayout::Hwc => 3,
+        }
+    }
+}
+
+/// One image or a batch, as `u8` (0-255) or float data. TensorBoard scales floats in [0, 1] to
+/// 0-255 and tiles a batch into a grid; MindInsight follows MindSpore's own rules.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Image {
+    /// The pixels, `u8` or a float dtype.
+    pub data: TensorValue,
+    /// The axis order of `data`.
+    pub layout: ImageLayout,
+}
+
+impl Image {
+    /// An image or batch from data and its layout.
+    pub fn new(data: TensorValue, layout: ImageLayout) -> Image {
+        Image { data, layout }
+    }
+}
+
+/// A hyper-parameter value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HParamValue {
+    /// A boolean.
+    Bool(bool),
+    /// A number.
+    Number(f64),
+    /// A string.
+    Str(String),
+}
+
+impl From<bool> for HParamValue {
+    fn from(v: bool) -> HParamValue {
+        HParamValue::Bool(v)
+    }
+}
+impl From<f64> for HParamValue {
+    fn from(v: f64) -> HParamValue {
+        HParamValue::Number(v)
+    }
+}
+impl From<i64> for HParamValue {
+    fn from(v: i64) -> HParamValue {
+        HParamValue::Number(v as f64)
+    }
+}
+impl From<&str> for HParamValue {
+    fn from(v: &str) -> HParamValue {
+        HParamValue::Str(v.to_string())
+    }
+}
+impl From<String> for HParamValue {
+    fn from(v: String) -> HParamValue {
+        HParamValue::Str(v)
+    }
+}
+
+/// How a run (a TensorBoard hparams session) ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SessionStatus {
+    /// Finished normally.
+    Success,
+    /// Failed.
+    Failure,
+    /// Still running.
+    Running,
+}
+
+/// The hyper-parameters of a run and the scalar tags that measure it.
+///
+/// TensorBoard gets the hparams plugin's three values (experiment, session start info and, when
+/// [`HParams::status`] is set, session end info); MindInsight gets a `UserDefinedInfo` lineage
+/// record. The record tag is not used: the hparams plugin has fixed tags.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct HParams {
+    /// Name and value of every hyper-parameter, in display order.
+    pub hparams: Vec<(String, HParamValue)>,
+    /// Scalar tags to compare runs by (TensorBoard's metric columns).
+    pub metrics: Vec<String>,
+    /// When set, also write how the session ended.
+    pub status: Option<SessionStatus>,
+}
+
+impl HParams {
+    /// No hyper-parameters yet.
+    pub fn new() -> HParams {
+        HParams::default()
+    }
+
+    /// Adds a hyper-parameter.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<HParamValue>) -> HParams {
+        self.hparams.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds a metric tag.
+    pub fn metric(mut self, tag: impl Into<String>) -> HParams {
+        self.metrics.push(tag.into());
+        self
+    }
+}
+
+/// MindSpore lineage: what MindInsight's lineage pages compare across runs. The messages are
+/// boxed to keep [`Value`] small; `From` builds each variant from its message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lineage {
+    /// What training used and produced.
+    Train(Box<mindspore::TrainLineage>),
+    /// What evaluation measured.
+    Eval(Box<mindspore::EvaluationLineage>),
+    /// The dataset pipeline.
+    DatasetGraph(Box<mindspore::DatasetGraph>),
+    /// Free-form user information.
+    UserDefined(Box<mindspore::UserDefinedInfo>),
+}
+
+impl From<mindspore::TrainLineage> for Lineage {
+    fn from(v: mindspore::TrainLineage) -> Lineage {
+        Lineage::Train(Box::new(v))
+    }
+}
+impl From<mindspore::EvaluationLineage> for Lineage {
+    fn from(v: mindspore::EvaluationLineage) -> Lineage {
+        Lineage::Eval(Box::new(v))
+    }
+}
+impl From<mindspore::DatasetGraph> for Lineage {
+    fn from(v: mindspore::DatasetGraph) -> Lineage {
+        Lineage::DatasetGraph(Box::new(v))
+    }
+}
+impl From<mindspore::UserDefinedInfo> for Lineage {
+    fn from(v: mindspore::UserDefinedInfo) -> Lineage {
+        Lineage::UserDefined(Box::new(v))
+    }
+}
+
+/// A model graph: a flat node list whose `/`-separated names make the module tree.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Graph {
+    /// The graph's name (MindInsight shows it).
+    pub name: String,
+    /// The nodes, in any order.
+    pub nodes: Vec<GraphNode>,
+}
+
+/// One node of a [`Graph`].
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct GraphNode {
+    /// Unique name; `/` separates scopes (`model/encoder/linear1`).
+    pub name: String,
+    /// The operation (`Linear`, `Relu`).
+    pub op: String,
+    /// Names of the nodes feeding this one.
+    pub inputs: Vec<String>,
+    /// Attributes, in display order.
+    pub attrs: Vec<(String, AttrValue)>,
+}
+
+impl GraphNode {
+    /// A node with no inputs or attributes.
+    pub fn new(name: impl Into<String>, op: impl Into<String>) -> GraphNode {
+        GraphNode {
+            name: name.into(),
+            op: op.into(),
+            ..GraphNode::default()
+        }
+    }
+
+    /// Adds an input.
+    pub fn input(mut self, name: impl Into<String>) -> GraphNode {
+        self.inputs.push(name.into());
+        self
+    }
+
+    /// Adds an attribute.
+    pub fn attr(mut self, name: impl Into<String>, value: AttrValue) -> GraphNode {
+        self.attrs.push((name.into(), value));
+        self
+    }
+}
+
+/// A graph node attribute.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number.
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// A list of integers (a shape, kernel size...).
+    Ints(Vec<i64>),
+}
