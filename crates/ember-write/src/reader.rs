@@ -52,7 +52,9 @@ pub enum ReadProblem {
     },
     /// The length CRC does not match: the header is corrupt. `skipped` bytes
     /// from `offset` were passed over until the next CRC-valid header or the end.
-    #[error("corrupt record header at byte {offset} (length crc mismatch), skipped {skipped} bytes")]
+    #[error(
+        "corrupt record header at byte {offset} (length crc mismatch), skipped {skipped} bytes"
+    )]
     BadLengthCrc {
         /// Offset of the corrupt header.
         offset: u64,
@@ -219,7 +221,9 @@ impl<R: Read> RecordReader<R> {
     fn resync(&mut self, from: u64) -> Result<u64, ReadProblem> {
         self.start += 1;
         loop {
-            let avail = self.fill(HEADER_LEN).map_err(|source| self.io_problem(source))?;
+            let avail = self
+                .fill(HEADER_LEN)
+                .map_err(|source| self.io_problem(source))?;
             if avail < HEADER_LEN {
                 // Nothing after this can be a record: skip to the end.
                 self.start = self.buf.len();
@@ -375,7 +379,11 @@ mod tests {
         let bytes = file_of(&[b"a", b"", b"hello world"]);
         let scan = Scan::slice(&bytes);
         assert!(scan.problems.is_empty());
-        let got: Vec<_> = scan.records.iter().map(|r| (r.offset, r.data.clone())).collect();
+        let got: Vec<_> = scan
+            .records
+            .iter()
+            .map(|r| (r.offset, r.data.clone()))
+            .collect();
         assert_eq!(
             got,
             vec![

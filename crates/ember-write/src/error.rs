@@ -1,0 +1,127 @@
+//! Error types: [`FileError`] for one file writer, [`WriteError`] for the
+//! pool's callers, and [`WriteErrors`], every error `close` collected.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use ember_pack::{FileKind, PackError};
+
+/// A failure of one file writer. The pool closes and removes a writer that
+/// meets one; writers of other kinds go on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// A file system operation failed.
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done: `create`, `write`, `flush`, `fsync`, ...
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The free-disk guard refused a record: less than `factor` times its
+    /// size is free.
+    #[error(
+        "the disk may soon be exhausted by {}: {free} bytes free, a {record}-byte record needs {factor} times that",
+        path.display()
+    )]
+    DiskSpace {
+        /// The file the record was for.
+        path: PathBuf,
+        /// Free bytes reported.
+        free: u64,
+        /// The record's size in bytes, framing included.
+        record: u64,
+        /// The guard's factor.
+        factor: u64,
+    },
+    /// A record larger than framing allows (2 GiB).
+    #[error("a record of {len} bytes is larger than the 2 GiB a framed record may hold")]
+    RecordTooLarge {
+        /// Its data length.
+        len: u64,
+    },
+}
+
+/// An error reported to a caller of [`crate::WriterPool`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// A file writer failed; it was closed and removed, and records of its
+    /// kind are dropped from then on.
+    #[error("{} writer failed and was removed: {source}", crate::kind_name(*kind))]
+    WriterFailed {
+        /// The writer's file kind.
+        kind: FileKind,
+        /// What went wrong.
+        #[source]
+        source: FileError,
+    },
+    /// A value could not be packed; the rest of its record was written.
+    #[error("value rejected at step {step}: {source}")]
+    Rejected {
+        /// The record's step.
+        step: i64,
+        /// The packing error, which names the tag.
+        #[source]
+        source: PackError,
+    },
+    /// One exported tensor was not written (its file exists, or its name is
+    /// too long); the export writer goes on.
+    #[error("exported tensor not written to {}: {source}", path.display())]
+    ExportRefused {
+        /// The file it would have gone to.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The queue was full and the full-queue policy is `Error`; the record
+    /// was not queued.
+    #[error("the writer queue is full")]
+    QueueFull,
+    /// The pool's thread is gone (closed, or it panicked).
+    #[error("the writer pool is closed")]
+    Closed,
+    /// The pool's thread panicked; records still queued were lost.
+    #[error("the writer thread panicked")]
+    ThreadPanicked,
+    /// The pool options are invalid.
+    #[error("invalid writer options: {0}")]
+    InvalidOptions(String),
+    /// The log directory could not be created.
+    #[error("cannot create log directory {}: {source}", path.display())]
+    LogDir {
+        /// The directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The pool's thread could not be started.
+    #[error("cannot start the writer thread: {0}")]
+    Spawn(io::Error),
+}
+
+/// Every error that `close` collected, in the order they happened.
+#[derive(Debug)]
+pub struct WriteErrors(pub Vec<WriteError>);
+
+impl fmt::Display for WriteErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [] => write!(f, "no errors"),
+            [one] => write!(f, "{one}"),
+            [first, rest @ ..] => write!(f, "{first} (and {} more errors)", rest.len()),
+        }
+    }
+}
+
+impl std::error::Error for WriteErrors {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .first()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,290 @@
+//! Pool options and their builder.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ember_pack::{Format, PackOptions};
+
+use crate::error::WriteError;
+use crate::free_space::{FreeSpace, FreeSpaceSource};
+use crate::naming::{self, Naming};
+use crate::pool::WriterPool;
+
+/// What a file writer does when the next record would pass the size cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SizePolicy {
+    /// MindSpore's behaviour: the file stops growing; later records of its
+    /// kind are dropped and counted, and one warning is logged.
+    #[default]
+    Stop,
+    /// Close the file and continue in a new one whose name sorts after it.
+    Rotate,
+}
+
+/// What [`WriterPool::write`] does when the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FullQueuePolicy {
+    /// Wait for room (the default).
+    #[default]
+    Block,
+    /// Drop the record being written and count it.
+    DropNewest,
+    /// Return [`WriteError::QueueFull`].
+    Error,
+}
+
+/// How errors of the writer thread reach the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorPolicy {
+    /// The caller's next `write` or `flush` returns the error; `close`
+    /// returns any not yet returned.
+    #[default]
+    Raise,
+    /// Errors are logged and counted; `write` and `flush` do not fail for
+    /// them, and `close` returns them all.
+    Log,
+}
+
+/// What [`WriterPool::flush`] (and the timed flush) guarantees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Flushed records have reached the operating system (`write(2)`): they
+    /// survive the process being killed, not a power loss.
+    #[default]
+    Os,
+    /// Flushed records are also on the disk (`fsync`).
+    Sync,
+}
+
+/// Every setting of a [`WriterPool`]; built with [`WriterPoolBuilder`].
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Directory for all files; created (mode 0700) when missing.
+    pub log_dir: PathBuf,
+    /// Packing options, the output [`Format`] among them.
+    pub pack: PackOptions,
+    /// Leading part of event file names (default `events`).
+    pub file_prefix: String,
+    /// Trailing part of summary file names; `None` for the format's default
+    /// (nothing for TensorBoard, `_MS` for MindInsight).
+    pub file_suffix: Option<String>,
+    /// Rank (device id) in MindInsight file names (default 0).
+    pub rank: u32,
+    /// Whether TensorBoard file names carry `.rank<rank>` (default false).
+    pub rank_in_tensorboard_names: bool,
+    /// Largest size of one event file in bytes, framing and header included
+    /// (default unlimited). Export files have no cap.
+    pub max_file_size: Option<u64>,
+    /// What happens at the cap.
+    pub size_policy: SizePolicy,
+    /// A record is refused when free disk space is below this many times its
+    /// size (default 32, MindSpore's rule); 0 turns the guard off.
+    pub disk_guard_factor: u64,
+    /// Where free-space figures come from (default: the operating system).
+    pub free_space: FreeSpaceSource,
+    /// How errors reach the caller.
+    pub error_policy: ErrorPolicy,
+    /// Records the queue holds (default 1024).
+    pub queue_capacity: usize,
+    /// What `write` does when the queue is full.
+    pub full_queue: FullQueuePolicy,
+    /// Most records packed and written as one batch (default 1024).
+    pub max_batch: usize,
+    /// Interval of the timed flush; `None` for none (default 10 s).
+    pub flush_interval: Option<Duration>,
+    /// What a flush guarantees.
+    pub durability: Durability,
+    /// Whether closed files are made read-only (0400), as MindSpore does
+    /// (default true).
+    pub read_only_on_close: bool,
+}
+
+impl WriterOptions {
+    /// The defaults for `log_dir`.
+    pub fn new(log_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            log_dir: log_dir.into(),
+            pack: PackOptions::default(),
+            file_prefix: "events".into(),
+            file_suffix: None,
+            rank: 0,
+            rank_in_tensorboard_names: false,
+            max_file_size: None,
+            size_policy: SizePolicy::Stop,
+            disk_guard_factor: 32,
+            free_space: FreeSpaceSource::default(),
+            error_policy: ErrorPolicy::Raise,
+            queue_capacity: 1024,
+            full_queue: FullQueuePolicy::Block,
+            max_batch: 1024,
+            flush_interval: Some(Duration::from_secs(10)),
+            durability: Durability::Os,
+            read_only_on_close: true,
+        }
+    }
+
+    /// Checks the options.
+    pub fn validate(&self) -> Result<(), WriteError> {
+        naming::check_affix(&self.file_prefix, true).map_err(WriteError::InvalidOptions)?;
+        if let Some(suffix) = &self.file_suffix {
+            naming::check_affix(suffix, false).map_err(WriteError::InvalidOptions)?;
+        }
+        if self.queue_capacity == 0 {
+            return Err(WriteError::InvalidOptions(
+                "queue capacity must be at least 1".into(),
+            ));
+        }
+        if self.max_batch == 0 {
+            return Err(WriteError::InvalidOptions(
+                "max batch must be at least 1".into(),
+            ));
+        }
+        if self.flush_interval == Some(Duration::ZERO) {
+            return Err(WriteError::InvalidOptions(
+                "flush interval must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn naming(&self) -> Naming {
+        Naming {
+            prefix: self.file_prefix.clone(),
+            suffix: self.file_suffix.clone(),
+            rank: self.rank,
+            rank_in_tensorboard_names: self.rank_in_tensorboard_names,
+            ..Naming::new(self.pack.format)
+        }
+    }
+}
+
+/// Creates `dir` and missing parents, new ones with mode 0700.
+pub(crate) fn create_dir_private(dir: &Path) -> io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+/// Builds a [`WriterPool`]: `WriterPool::builder(dir).format(..)...build()`.
+#[derive(Debug, Clone)]
+pub struct WriterPoolBuilder {
+    options: WriterOptions,
+}
+
+impl WriterPoolBuilder {
+    /// A builder with the defaults for `log_dir`.
+    pub fn new(log_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            options: WriterOptions::new(log_dir),
+        }
+    }
+
+    /// The output format (sets `pack.format`).
+    pub fn format(mut self, format: Format) -> Self {
+        self.options.pack.format = format;
+        self
+    }
+
+    /// All packing options, the format among them.
+    pub fn pack_options(mut self, pack: PackOptions) -> Self {
+        self.options.pack = pack;
+        self
+    }
+
+    /// The leading part of event file names.
+    pub fn file_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.options.file_prefix = prefix.into();
+        self
+    }
+
+    /// The trailing part of summary file names.
+    pub fn file_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.options.file_suffix = Some(suffix.into());
+        self
+    }
+
+    /// The rank in MindInsight names.
+    pub fn rank(mut self, rank: u32) -> Self {
+        self.options.rank = rank;
+        self
+    }
+
+    /// Whether TensorBoard names carry `.rank<rank>`.
+    pub fn rank_in_tensorboard_names(mut self, on: bool) -> Self {
+        self.options.rank_in_tensorboard_names = on;
+        self
+    }
+
+    /// A size cap per event file and what to do at it.
+    pub fn max_file_size(mut self, bytes: u64, policy: SizePolicy) -> Self {
+        self.options.max_file_size = Some(bytes);
+        self.options.size_policy = policy;
+        self
+    }
+
+    /// The free-disk guard's factor (0 turns it off).
+    pub fn disk_guard_factor(mut self, factor: u64) -> Self {
+        self.options.disk_guard_factor = factor;
+        self
+    }
+
+    /// Where free-space figures come from (a test seam).
+    pub fn free_space(mut self, source: impl FreeSpace + 'static) -> Self {
+        self.options.free_space = FreeSpaceSource::new(source);
+        self
+    }
+
+    /// How errors reach the caller.
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.options.error_policy = policy;
+        self
+    }
+
+    /// Queue capacity in records, and what `write` does when it is full.
+    pub fn queue(mut self, capacity: usize, policy: FullQueuePolicy) -> Self {
+        self.options.queue_capacity = capacity;
+        self.options.full_queue = policy;
+        self
+    }
+
+    /// Most records packed and written as one batch.
+    pub fn max_batch(mut self, records: usize) -> Self {
+        self.options.max_batch = records;
+        self
+    }
+
+    /// The timed flush interval; `None` for none.
+    pub fn flush_interval(mut self, interval: Option<Duration>) -> Self {
+        self.options.flush_interval = interval;
+        self
+    }
+
+    /// What a flush guarantees.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.options.durability = durability;
+        self
+    }
+
+    /// Whether closed files are made read-only.
+    pub fn read_only_on_close(mut self, on: bool) -> Self {
+        self.options.read_only_on_close = on;
+        self
+    }
+
+    /// The options as set so far.
+    pub fn options(&self) -> &WriterOptions {
+        &self.options
+    }
+
+    /// Validates the options, creates the log directory and starts the pool.
+    pub fn build(self) -> Result<WriterPool, WriteError> {
+        WriterPool::new(self.options)
+    }
+}
