@@ -236,7 +236,9 @@ impl EventFileWriter {
     /// A writer of `kind` files; `header(wall_time)` gives each new file's first
     /// record (empty for none).
     pub(crate) fn new(kind: FileKind, settings: FileSettings, header: HeaderFn) -> Self {
-        let sample = (header.0)(0.0);
+        // A non-zero wall time: protobuf leaves a zero double out, which
+        // would make the sample 9 bytes shorter than real headers.
+        let sample = (header.0)(unix_time().max(1.0));
         let header_framed_len = if sample.is_empty() {
             0
         } else {

@@ -325,6 +325,10 @@ struct Worker {
     flush_interval: Option<std::time::Duration>,
     sync_on_flush: bool,
     empty: HashSet<Tag>,
+    /// True while the summary file's tag set is exactly what the batch's
+    /// metadata plan assumed: no rotation, no record dropped or rejected
+    /// since the plan. Then records are written as packed, unchecked.
+    plan_holds: bool,
 }
 
 impl Worker {
@@ -365,6 +369,7 @@ impl Worker {
             flush_interval: options.flush_interval,
             sync_on_flush: options.durability == Durability::Sync,
             empty: HashSet::new(),
+            plan_holds: true,
         }
     }
 
@@ -463,8 +468,7 @@ impl Worker {
                     .map(|r| {
                         let mut new: Option<HashSet<Tag>> = None;
                         for (tag, _) in r.values() {
-                            if !w.seen_tags.contains(tag) && !batch_new.contains(tag) {
-                                batch_new.insert(tag.clone());
+                            if !w.seen_tags.contains(tag) && batch_new.insert(tag.clone()) {
                                 new.get_or_insert_with(HashSet::new).insert(tag.clone());
                             }
                         }
@@ -474,6 +478,7 @@ impl Worker {
             }
             _ => vec![None; batch.len()],
         };
+        self.plan_holds = true;
         let packer = &self.packer;
         let empty = &self.empty;
         let packed: Vec<PackedRecord> = if batch.len() >= PARALLEL_MIN {
@@ -504,6 +509,10 @@ impl Worker {
     ) {
         let PackedRecord { items, rejected } = packed;
         let mut rejected_tags: Vec<Tag> = Vec::new();
+        if !rejected.is_empty() {
+            // A rejected value's tag is still new to the file.
+            self.plan_holds = false;
+        }
         for error in rejected {
             self.shared.rejected.fetch_add(1, Ordering::Relaxed);
             rejected_tags.push(error.tag.clone());
@@ -533,6 +542,9 @@ impl Worker {
         }
         if !summary.is_empty() {
             self.write_summary(record, assumed, summary, &rejected_tags);
+        } else if assumed.is_some() {
+            // Tags planned as new reached no summary event in this record.
+            self.plan_holds = false;
         }
     }
 
@@ -576,6 +588,35 @@ impl Worker {
             self.slots[idx].stats_mut().records_dropped += 1;
             return;
         };
+        if self.plan_holds {
+            let total = items.iter().map(|b| framing::framed_len(b.len())).sum();
+            match w.prepare(total) {
+                Ok(files::Prepared::Ready { rotated: false }) => {
+                    if let Err(e) = items.iter().try_for_each(|b| w.append(b)) {
+                        self.fail(idx, e);
+                        return;
+                    }
+                    w.record_written();
+                    if let Some(new) = assumed {
+                        w.seen_tags.extend(new.iter().cloned());
+                    }
+                    return;
+                }
+                Ok(files::Prepared::Ready { rotated: true }) => {
+                    // The new file has seen no tag: take the checked path.
+                    self.plan_holds = false;
+                }
+                Ok(files::Prepared::Drop) => {
+                    self.plan_holds = false;
+                    w.stats.records_dropped += 1;
+                    return;
+                }
+                Err(e) => {
+                    self.fail(idx, e);
+                    return;
+                }
+            }
+        }
         let mut repacked: Option<Option<HashSet<Tag>>> = None;
         let mut ready = false;
         for _ in 0..3 {
