@@ -4,8 +4,12 @@
 
 #![deny(missing_docs)]
 
-use burn::data::dataloader::{DataLoaderIterator, Progress};
+use std::sync::Arc;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder, DataLoaderIterator, Progress};
 use burn::data::dataset::DatasetError;
+use burn::data::dataset::InMemDataset;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::{MseLoss, Reduction as LossReduction};
 use burn::nn::{Linear, LinearConfig, Relu};
@@ -166,4 +170,39 @@ pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
+}
+
+/// Batches `[x0, x1, y]` rows into an [`XyBatch`].
+#[derive(Debug, Clone, Default)]
+pub struct XyBatcher;
+
+impl Batcher<[f32; 3], XyBatch> for XyBatcher {
+    fn batch(&self, rows: Vec<[f32; 3]>, device: &Device) -> XyBatch {
+        let count = rows.len();
+        let x: Vec<f32> = rows.iter().flat_map(|r| [r[0], r[1]]).collect();
+        let y: Vec<f32> = rows.iter().map(|r| r[2]).collect();
+        XyBatch {
+            x: Tensor::from_data(TensorData::new(x, [count, 2]), device),
+            y: Tensor::from_data(TensorData::new(y, [count, 1]), device),
+            poison: None,
+        }
+    }
+}
+
+/// A burn data loader over `rows` examples of the synthetic regression in [`XyBatch::synthetic`],
+/// in batches of `batch_size`, unshuffled.
+pub fn regression_loader(
+    seed: u64,
+    rows: usize,
+    batch_size: usize,
+    device: &Device,
+) -> Arc<dyn DataLoader<XyBatch>> {
+    let batch = XyBatch::synthetic(seed, rows, &Device::flex());
+    let x = batch.x.into_data().iter::<f32>().collect::<Vec<_>>();
+    let y = batch.y.into_data().iter::<f32>().collect::<Vec<_>>();
+    let items: Vec<[f32; 3]> = (0..rows).map(|i| [x[2 * i], x[2 * i + 1], y[i]]).collect();
+    DataLoaderBuilder::new(XyBatcher)
+        .batch_size(batch_size)
+        .set_device(device.clone())
+        .build(InMemDataset::new(items))
 }

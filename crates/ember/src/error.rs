@@ -1,0 +1,43 @@
+//! The facade's errors.
+
+use std::path::PathBuf;
+
+use ember_write::pack::TagError;
+use ember_write::{WriteError, WriteErrors};
+
+use crate::Plugin;
+
+/// What can go wrong recording summaries.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummaryError {
+    /// The record was closed.
+    #[error("the summary record is closed")]
+    Closed,
+    /// A tag is empty, too long, or holds a NUL.
+    #[error(transparent)]
+    Tag(#[from] TagError),
+    /// `add_value` got a value of another kind than its plugin.
+    #[error("plugin {plugin:?} expects its own kind of value, got a {value}")]
+    PluginMismatch {
+        /// The plugin asked for.
+        plugin: Plugin,
+        /// The kind of value given.
+        value: &'static str,
+    },
+    /// A tensor's dtype that ember cannot record (quantized tensors).
+    #[error("cannot record a tensor of dtype {0}")]
+    UnsupportedDType(String),
+    /// The rank or world size is invalid.
+    #[error("invalid rank: {0}")]
+    Rank(String),
+    /// The log directory path exists and is not a directory.
+    #[error("log directory {} exists and is not a directory", .0.display())]
+    LogDirNotADirectory(PathBuf),
+    /// Writing failed, or a value was rejected; from the writer pool.
+    #[error(transparent)]
+    Write(WriteError),
+    /// Closing found these errors.
+    #[error(transparent)]
+    Close(WriteErrors),
+}

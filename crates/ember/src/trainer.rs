@@ -1,0 +1,472 @@
+//! `Trainer`: data-parallel epochs over a Burn model on ember's pool, with summaries.
+
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::data::dataloader::split::split_dataloader;
+use burn::data::dataloader::{DataLoader, DataLoaderIterator};
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use burn::optim::ModuleOptimizer;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::tensor::{Device, Tensor};
+use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOutput, TrainStep};
+use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
+use ember_pool::step::{Step, StepError};
+use ember_pool::{DevicePool, PoolOptions, SpawnError};
+use ember_write::pack::{HParams, Value};
+
+use crate::model_info::{module_graph, named_gradients, named_parameters};
+use crate::{SummaryError, SummaryRecord};
+
+/// A step output that carries a loss, and possibly what accuracy needs.
+pub trait TrainingItem {
+    /// The batch's loss, shape `[1]`.
+    fn loss(&self) -> &Tensor<1>;
+    /// `(correct, total)` predictions, for classifiers.
+    fn correct(&self) -> Option<(usize, usize)> {
+        None
+    }
+    /// Examples in the batch.
+    fn examples(&self) -> usize;
+}
+
+impl TrainingItem for RegressionOutput {
+    fn loss(&self) -> &Tensor<1> {
+        &self.loss
+    }
+    fn examples(&self) -> usize {
+        self.output.dims()[0]
+    }
+}
+
+impl TrainingItem for ClassificationOutput {
+    fn loss(&self) -> &Tensor<1> {
+        &self.loss
+    }
+    fn correct(&self) -> Option<(usize, usize)> {
+        let predicted = self.output.clone().argmax(1).flatten::<1>(0, 1);
+        let hits = predicted.equal(self.targets.clone()).int().sum();
+        let correct = hits.into_data().iter::<i64>().next().unwrap_or(0);
+        Some((correct.max(0) as usize, self.targets.dims()[0]))
+    }
+    fn examples(&self) -> usize {
+        self.targets.dims()[0]
+    }
+}
+
+/// How a [`Trainer`] trains.
+#[derive(Debug, Clone)]
+pub struct TrainerConfig {
+    /// Epochs to run.
+    pub epochs: usize,
+    /// How device gradients combine (mean by default).
+    pub reduction: Reduction,
+    /// Steps whose gradients are combined into one optimizer step (1: every step).
+    pub grad_accumulation: usize,
+    /// Record weight and gradient histograms every this many optimizer steps (`None`: never).
+    pub histogram_every: Option<usize>,
+    /// Give up on a device step after this long.
+    pub step_timeout: Option<Duration>,
+}
+
+impl Default for TrainerConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 1,
+            reduction: Reduction::Mean,
+            grad_accumulation: 1,
+            histogram_every: Some(50),
+            step_timeout: None,
+        }
+    }
+}
+
+/// One epoch's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochReport {
+    /// The epoch, from 1.
+    pub epoch: usize,
+    /// Mean train loss over the epoch's device batches.
+    pub train_loss: f64,
+    /// Train accuracy, for classifiers.
+    pub train_accuracy: Option<f64>,
+    /// Mean validation loss, if there is a validation set.
+    pub valid_loss: Option<f64>,
+    /// Validation accuracy, for classifiers with a validation set.
+    pub valid_accuracy: Option<f64>,
+    /// Training examples per second over the epoch.
+    pub examples_per_second: f64,
+}
+
+/// What a training run did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainReport {
+    /// Each epoch's figures.
+    pub epochs: Vec<EpochReport>,
+    /// Optimizer steps taken.
+    pub optimizer_steps: usize,
+    /// Pool steps taken (each runs one batch per device).
+    pub steps: usize,
+}
+
+impl TrainReport {
+    /// The last epoch's figures.
+    pub fn last(&self) -> Option<&EpochReport> {
+        self.epochs.last()
+    }
+}
+
+/// Why training stopped early.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    /// A step failed on one or more devices; the summaries so far were flushed and closed.
+    #[error("training step {step} of epoch {epoch} failed: {source}")]
+    Step {
+        /// The epoch, from 1.
+        epoch: usize,
+        /// The pool step within the epoch, from 1.
+        step: usize,
+        /// Every failed device.
+        source: StepError,
+    },
+    /// The worker pool could not start.
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// Recording summaries failed.
+    #[error(transparent)]
+    Summary(#[from] SummaryError),
+    /// The configuration cannot work.
+    #[error("invalid trainer configuration: {0}")]
+    Config(String),
+}
+
+/// Data-parallel training over a Burn model on ember's device pool.
+///
+/// Each epoch splits the training loader into one contiguous slice per device; every pool step
+/// runs one batch per device, brings each device's gradients to the main device (the first)
+/// and reduces them by [`TrainerConfig::reduction`], in device order. Every
+/// `grad_accumulation` steps the scheduler gives the learning rate and the optimizer steps on the
+/// main device. After each epoch a validation pass runs on the main device.
+pub struct Trainer<M: TrainStep + Module> {
+    devices: Vec<Device>,
+    config: TrainerConfig,
+    optimizer: ModuleOptimizer,
+    scheduler: Box<dyn LrScheduler>,
+    hparams: HParams,
+    model: std::marker::PhantomData<M>,
+}
+
+impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("devices", &self.devices.len())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl<M, O, V> Trainer<M>
+where
+    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
+    M: Module + Display + 'static,
+    <M as TrainStep>::Input: Send + 'static,
+    O: TrainingItem + Send + 'static,
+    TrainOutput<O>: Send,
+    V: TrainingItem,
+{
+    /// A trainer on `devices` (the first is the main device) with `optimizer` and a learning-rate
+    /// `scheduler` (a plain `f64` is a constant rate).
+    pub fn new(
+        devices: Vec<Device>,
+        optimizer: ModuleOptimizer,
+        scheduler: impl LrScheduler + 'static,
+        config: TrainerConfig,
+    ) -> Self {
+        Self {
+            devices,
+            config,
+            optimizer,
+            scheduler: Box::new(scheduler),
+            hparams: HParams::new(),
+            model: std::marker::PhantomData,
+        }
+    }
+
+    /// Hyper-parameters to record at the start (the trainer adds its own: devices, epochs,
+    /// reduction, gradient accumulation).
+    pub fn hparams(mut self, hparams: HParams) -> Self {
+        self.hparams = hparams;
+        self
+    }
+
+    /// Trains `model`, recording into `summary` when given, and returns the trained model and
+    /// a report. On a worker failure the summaries written so far are flushed and closed and
+    /// the error names every failed device.
+    pub fn fit(
+        mut self,
+        model: M,
+        train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
+        valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
+        mut summary: Option<&mut SummaryRecord>,
+    ) -> Result<(M, TrainReport), TrainError> {
+        let result = self.run(model, train, valid, summary.as_deref_mut());
+        if result.is_err()
+            && let Some(summary) = summary
+        {
+            // The error to report is the training one; closing keeps what was written.
+            if let Err(error) = summary.close() {
+                log::error!("closing summaries after a training failure: {error}");
+            }
+        }
+        result
+    }
+
+    fn run(
+        &mut self,
+        mut model: M,
+        train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
+        valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
+        mut summary: Option<&mut SummaryRecord>,
+    ) -> Result<(M, TrainReport), TrainError> {
+        let main = self
+            .devices
+            .first()
+            .cloned()
+            .ok_or_else(|| TrainError::Config("no devices".into()))?;
+        if self.config.grad_accumulation == 0 {
+            return Err(TrainError::Config(
+                "gradient accumulation must be at least 1".into(),
+            ));
+        }
+        let mut options = PoolOptions::default();
+        options.step_timeout = self.config.step_timeout;
+        let mut pool = DevicePool::<BurnStep<M>>::new(self.devices.clone(), options)?;
+        let splits = split_dataloader(train, &self.devices);
+
+        if let Some(summary) = summary.as_deref_mut() {
+            let hparams = self
+                .hparams
+                .clone()
+                .with("devices", self.devices.len() as f64)
+                .with("epochs", self.config.epochs as f64)
+                .with(
+                    "reduction",
+                    match self.config.reduction {
+                        Reduction::Mean => "mean",
+                        Reduction::Sum => "sum",
+                    },
+                )
+                .with("grad_accumulation", self.config.grad_accumulation as f64)
+                .metric("train/loss")
+                .metric("valid/loss");
+            summary.add_value(crate::Plugin::HParams, "hparams", hparams)?;
+            summary.add_value(crate::Plugin::Graph, "model", module_graph(&model, "model"))?;
+            summary.record(0)?;
+        }
+
+        let mut report = TrainReport::default();
+        let mut window: Vec<GradientsParams> = Vec::new();
+        let mut window_steps = 0usize;
+        for epoch in 1..=self.config.epochs {
+            let started = Instant::now();
+            let mut sources: Vec<Box<dyn DataLoaderIterator<_> + '_>> =
+                splits.iter().map(|loader| loader.iter()).collect();
+            let (mut loss_sum, mut loss_count, mut examples) = (0.0f64, 0usize, 0usize);
+            let (mut correct, mut judged) = (0usize, 0usize);
+            let mut step_in_epoch = 0usize;
+            loop {
+                step_in_epoch += 1;
+                let outputs = match pool.step(&mut sources, &BurnStep(model.clone())) {
+                    Ok(Step::Ran(outputs)) => outputs,
+                    Ok(Step::EpochOver(_)) => break,
+                    Err(source) => {
+                        return Err(TrainError::Step {
+                            epoch,
+                            step: step_in_epoch,
+                            source,
+                        });
+                    }
+                };
+                report.steps += 1;
+                let global_step = report.steps as i64;
+                let mut step_loss = 0.0;
+                let device_count = outputs.outputs.len();
+                let mut step_times = Vec::with_capacity(device_count);
+                for output in outputs.outputs {
+                    let item = &output.output.item;
+                    let loss = scalar(item.loss());
+                    step_loss += loss;
+                    examples += item.examples();
+                    if let Some((hits, total)) = item.correct() {
+                        correct += hits;
+                        judged += total;
+                    }
+                    step_times.push((output.device, output.elapsed));
+                    window.push(output.output.grads);
+                }
+                loss_sum += step_loss;
+                loss_count += device_count;
+                window_steps += 1;
+
+                let mut stepped = None;
+                if window_steps == self.config.grad_accumulation {
+                    report.optimizer_steps += 1;
+                    let histograms_due = summary.is_some()
+                        && self
+                            .config
+                            .histogram_every
+                            .is_some_and(|every| every > 0 && report.optimizer_steps % every == 0);
+                    stepped = Some(self.optimize(&mut model, &mut window, &main, histograms_due));
+                    window_steps = 0;
+                }
+
+                if let Some(summary) = summary.as_deref_mut() {
+                    summary.add_value(
+                        crate::Plugin::Scalar,
+                        "train/loss",
+                        step_loss / device_count as f64,
+                    )?;
+                    let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+                    summary.add_value(
+                        crate::Plugin::Scalar,
+                        "train/examples_per_second",
+                        examples as f64 / elapsed,
+                    )?;
+                    for (device, time) in &step_times {
+                        summary.add_value(
+                            crate::Plugin::Scalar,
+                            &format!("device/{device}/step_seconds"),
+                            time.as_secs_f64(),
+                        )?;
+                    }
+                    if let Some((lr, gradient_histograms)) = stepped {
+                        summary.add_value(crate::Plugin::Scalar, "train/learning_rate", lr)?;
+                        if let Some(gradients) = gradient_histograms {
+                            for (name, _, values) in named_parameters(&model) {
+                                summary.add_value(
+                                    crate::Plugin::Histogram,
+                                    &format!("weights/{name}"),
+                                    Value::histogram(values),
+                                )?;
+                            }
+                            for (name, values) in gradients {
+                                summary.add_value(
+                                    crate::Plugin::Histogram,
+                                    &format!("gradients/{name}"),
+                                    Value::histogram(values),
+                                )?;
+                            }
+                        }
+                    }
+                    summary.record(global_step)?;
+                }
+            }
+            // A partial accumulation window still updates the model, as burn-train does.
+            if window_steps > 0 {
+                self.optimize(&mut model, &mut window, &main, false);
+                window_steps = 0;
+                report.optimizer_steps += 1;
+            }
+            let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+            let (valid_loss, valid_accuracy) = match &valid {
+                Some(valid) => {
+                    let (loss, accuracy) = validate(&model, valid.as_ref());
+                    (Some(loss), accuracy)
+                }
+                None => (None, None),
+            };
+            let epoch_report = EpochReport {
+                epoch,
+                train_loss: loss_sum / loss_count.max(1) as f64,
+                train_accuracy: (judged > 0).then(|| correct as f64 / judged as f64),
+                valid_loss,
+                valid_accuracy,
+                examples_per_second: examples as f64 / seconds,
+            };
+            if let Some(summary) = summary.as_deref_mut() {
+                let step = report.steps as i64;
+                summary.add_value(crate::Plugin::Scalar, "epoch", epoch as f64)?;
+                if let Some(accuracy) = epoch_report.train_accuracy {
+                    summary.add_value(crate::Plugin::Scalar, "train/accuracy", accuracy)?;
+                }
+                if let Some(loss) = valid_loss {
+                    summary.add_value(crate::Plugin::Scalar, "valid/loss", loss)?;
+                }
+                if let Some(accuracy) = valid_accuracy {
+                    summary.add_value(crate::Plugin::Scalar, "valid/accuracy", accuracy)?;
+                }
+                summary.record(step)?;
+            }
+            report.epochs.push(epoch_report);
+        }
+
+        if let Some(summary) = summary {
+            let mut metrics = Vec::new();
+            if let Some(last) = report.last() {
+                metrics.push(("final/train_loss", last.train_loss));
+                if let Some(loss) = last.valid_loss {
+                    metrics.push(("final/valid_loss", loss));
+                }
+                if let Some(accuracy) = last.valid_accuracy {
+                    metrics.push(("final/valid_accuracy", accuracy));
+                }
+            }
+            let hparams = HParams {
+                status: Some(ember_write::pack::SessionStatus::Success),
+                ..self.hparams.clone()
+            };
+            summary.add_hparams(hparams, &metrics, report.steps as i64)?;
+            summary.flush()?;
+        }
+        Ok((model, report))
+    }
+
+    /// Reduces the window's gradients (every device of every step in it, so a mean window is the
+    /// gradient of all its batches together) and steps the optimizer. Returns the learning rate
+    /// used and, when asked, each parameter's reduced gradient for histograms.
+    #[allow(clippy::type_complexity)]
+    fn optimize(
+        &mut self,
+        model: &mut M,
+        window: &mut Vec<GradientsParams>,
+        main: &Device,
+        want_gradients: bool,
+    ) -> (f64, Option<Vec<(String, Vec<f32>)>>) {
+        let grads = reduce_gradients(window.drain(..), main, model, self.config.reduction);
+        let gradients = want_gradients.then(|| named_gradients(model, &grads));
+        let lr = self.scheduler.step();
+        let current = model.clone();
+        *model = self.optimizer.step(lr, current, grads);
+        (lr, gradients)
+    }
+}
+
+/// Mean loss and accuracy of the validation set, on the model without autodiff.
+fn validate<M, V>(model: &M, valid: &dyn DataLoader<<M as TrainStep>::Input>) -> (f64, Option<f64>)
+where
+    M: TrainStep + InferenceStep<Input = <M as TrainStep>::Input, Output = V> + Module,
+    V: TrainingItem,
+{
+    let inner = model.valid();
+    let (mut loss, mut batches, mut correct, mut judged) = (0.0, 0usize, 0usize, 0usize);
+    for batch in valid.iter().flatten() {
+        let output = InferenceStep::step(&inner, batch);
+        loss += scalar(output.loss());
+        batches += 1;
+        if let Some((hits, total)) = output.correct() {
+            correct += hits;
+            judged += total;
+        }
+    }
+    (
+        loss / batches.max(1) as f64,
+        (judged > 0).then(|| correct as f64 / judged as f64),
+    )
+}
+
+fn scalar(tensor: &Tensor<1>) -> f64 {
+    tensor.to_data().iter::<f64>().next().unwrap_or(f64::NAN)
+}
