@@ -48,6 +48,8 @@ pub use trainer::{EpochReport, TrainError, TrainReport, Trainer, TrainerConfig, 
 
 pub use ember_pool::step;
 pub use ember_write::pack;
+/// The write benchmarks' workloads (`ember bench write`, `cargo bench -p ember-write`).
+pub use ember_write::workload;
 pub use ember_write::{
     Durability, ErrorPolicy, FullQueuePolicy, PoolStats, SizePolicy, WriteError, WriteErrors,
 };
