@@ -20,10 +20,22 @@ fn pool(dir: &Path) -> ember_write::WriterPoolBuilder {
 #[test]
 fn records_keep_submission_order_under_parallel_packing() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = pool(dir.path()).max_batch(4096).build().unwrap();
-    let n = 20_000;
+    let pool = pool(dir.path())
+        .queue(4096, FullQueuePolicy::Block)
+        .max_batch(4096)
+        .build()
+        .unwrap();
+    let n = 5_000;
+    let t = Tag::new("t").unwrap();
     for s in 0..n {
-        pool.write(scalars(s, &["a", "b", "c"], s as f64)).unwrap();
+        // A 4 KiB tensor makes each record heavy enough to be packed on rayon.
+        let mut r = scalars(s, &["a", "b"], s as f64);
+        let v = vec![s as f32; 1024];
+        r.add(
+            t.clone(),
+            Value::Tensor(TensorValue::from_slice(&v, vec![1024])),
+        );
+        pool.write(r).unwrap();
     }
     pool.close().unwrap();
     let files = tb_files(dir.path());
@@ -34,8 +46,11 @@ fn records_keep_submission_order_under_parallel_packing() {
     for e in &events[1..] {
         let v = values(e);
         assert_eq!(v.len(), 3);
-        assert!(v.iter().all(|(_, _, x)| *x == Some(e.step as f32)));
+        assert_eq!(v[0].2, Some(e.step as f32));
+        assert_eq!(v[1].2, Some(e.step as f32));
+        assert_eq!(v[2].0, "t");
     }
+    assert_metadata_once_per_tag_per_file(&files);
 }
 
 #[test]
