@@ -133,19 +133,39 @@ fn count(t: &TensorValue, edges: &[f64], guess: impl Fn(f64) -> f64) -> Vec<u64>
     // Four count arrays, so repeated hits on one bucket do not serialize on one counter.
     let mut counts = vec![0u64; 4 * k];
     let last = k - 1;
+    let (lo, hi) = (edges[0], edges[k]);
+    // Bucket i holds left[i] <= x < right[i]; the open ends make the first and last buckets
+    // catch everything in range, so the checks below need no bounds conditions.
+    let left: Vec<f64> = (0..k)
+        .map(|i| if i == 0 { f64::NEG_INFINITY } else { edges[i] })
+        .collect();
+    let right: Vec<f64> = (0..k)
+        .map(|i| {
+            if i == last {
+                f64::INFINITY
+            } else {
+                edges[i + 1]
+            }
+        })
+        .collect();
     with_values(t, |xs| {
         for (j, &x) in xs.iter().enumerate() {
-            if !x.is_finite() || x < edges[0] || x > edges[k] {
+            // Also false for NaN; ±Inf fall outside the finite edges.
+            if !(x >= lo && x <= hi) {
                 continue;
             }
-            let g = guess(x);
-            // `as` saturates: negative and NaN guesses become 0.
-            let mut i = (g as usize).min(last);
-            while i > 0 && x < edges[i] {
-                i -= 1;
-            }
-            while i < last && x >= edges[i + 1] {
-                i += 1;
+            // `as` saturates: NaN becomes 0.
+            let g = (guess(x) as i64).clamp(0, last as i64) as usize;
+            // One branch-free step fixes a guess that is off by one ...
+            let mut i = g + usize::from(x >= right[g]) - usize::from(x < left[g]);
+            // ... and the rare worse guess (badly conditioned edges) is walked.
+            if !(left[i] <= x && x < right[i]) {
+                while x < left[i] {
+                    i -= 1;
+                }
+                while x >= right[i] {
+                    i += 1;
+                }
             }
             counts[(j & 3) * k + i] += 1;
         }

@@ -1,5 +1,7 @@
 //! Image layout, tiling, scaling and PNG encoding for both formats.
 
+use std::borrow::Cow;
+
 use crate::error::PackErrorKind;
 use crate::pack::Format;
 use crate::tensor::{DType, TensorValue};
@@ -89,15 +91,31 @@ impl View<'_> {
         Ok((cols, rows, height, width))
     }
 
-    /// The element index of channel `ch` of pixel (`y`, `x`) of image `img`.
-    fn offset(&self, img: usize, ch: usize, y: usize, x: usize) -> usize {
-        img * self.strides[0] + ch * self.strides[1] + y * self.strides[2] + x * self.strides[3]
+    /// Copies element bytes `src` (one `u8` per element, in the input's layout) into a canvas of
+    /// `out_c` channels per pixel, `canvas_w` pixels wide, image `i` in grid cell
+    /// (`i / cols`, `i % cols`). A one-channel input fills every output channel.
+    fn tile(&self, src: &[u8], cols: usize, canvas_w: usize, out_c: usize, canvas: &mut [u8]) {
+        let ch_stride = if self.c == 1 { 0 } else { self.strides[1] };
+        for img in 0..self.n {
+            let (gy, gx) = (img / cols, img % cols);
+            for y in 0..self.h {
+                let row = (gy * self.h + y) * canvas_w + gx * self.w;
+                let base = img * self.strides[0] + y * self.strides[2];
+                let out = &mut canvas[row * out_c..(row + self.w) * out_c];
+                if self.strides[3] == out_c && ch_stride == 1 {
+                    // Channels-last with matching channel count: the row is one copy.
+                    out.copy_from_slice(&src[base..base + self.w * out_c]);
+                    continue;
+                }
+                for (x, pixel) in out.chunks_exact_mut(out_c).enumerate() {
+                    let at = base + x * self.strides[3];
+                    for (ch, p) in pixel.iter_mut().enumerate() {
+                        *p = src[at + ch * ch_stride];
+                    }
+                }
+            }
+        }
     }
-}
-
-/// Reads element `i` of a float or `u8` tensor as `f64`.
-fn read(t: &TensorValue, i: usize) -> f64 {
-    t.get_f64(i)
 }
 
 /// Encodes pixels (`colorspace` channels per pixel, row-major) as PNG, with fast settings.
@@ -116,16 +134,14 @@ pub(crate) fn png(
     let mut encoder = png::Encoder::new(&mut out, width, height);
     encoder.set_color(color);
     encoder.set_depth(png::BitDepth::Eight);
+    // Measured on 64x64 RGB: Fast + Up takes ~60% of Fast + Adaptive's time for ~20% larger
+    // files; NoFilter is a little faster again but ~60% larger.
     encoder.set_compression(png::Compression::Fast);
-    let mut writer = encoder
-        .write_header()
-        .map_err(|e| PackErrorKind::Png(e.to_string()))?;
-    writer
-        .write_image_data(pixels)
-        .map_err(|e| PackErrorKind::Png(e.to_string()))?;
-    writer
-        .finish()
-        .map_err(|e| PackErrorKind::Png(e.to_string()))?;
+    encoder.set_filter(png::Filter::Up);
+    let png_error = |e: png::EncodingError| PackErrorKind::Png(e.to_string());
+    let mut writer = encoder.write_header().map_err(png_error)?;
+    writer.write_image_data(pixels).map_err(png_error)?;
+    writer.finish().map_err(png_error)?;
     Ok(out)
 }
 
@@ -141,6 +157,11 @@ fn check_dtype(format: Format, dtype: DType) -> Result<(), PackErrorKind> {
     }
 }
 
+/// TensorBoard's rounding of a float in [0, 1] to a byte; `as` saturates and maps NaN to 0.
+fn unit_to_u8(v: f32) -> u8 {
+    (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8
+}
+
 /// TensorBoard: 1 (gray), 3 (RGB) or 4 (RGBA) channels; `u8` as is, floats in [0, 1] times 255,
 /// rounded and clamped (NaN becomes 0); a batch tiled into a grid of up to 8 columns on a black
 /// (transparent for RGBA) canvas.
@@ -154,40 +175,27 @@ pub(crate) fn tensorboard(image: &Image) -> Result<Encoded, PackErrorKind> {
         });
     }
     let (cols, _rows, height, width) = view.grid()?;
-    let c = view.c;
-    let canvas_w = width as usize;
-    let mut pixels = vec![0u8; height as usize * canvas_w * c];
-    let t = view.data;
-    let is_u8 = t.dtype() == DType::U8;
-    let fast_f32 = t.dtype() == DType::F32;
-    let bytes = t.bytes();
-    for img in 0..view.n {
-        let (gy, gx) = (img / cols, img % cols);
-        for y in 0..view.h {
-            let row = (gy * view.h + y) * canvas_w + gx * view.w;
-            for x in 0..view.w {
-                let out = &mut pixels[(row + x) * c..(row + x + 1) * c];
-                for (ch, o) in out.iter_mut().enumerate() {
-                    let i = view.offset(img, ch, y, x);
-                    *o = if is_u8 {
-                        bytes[i]
-                    } else if fast_f32 {
-                        let v = f32::from_le_bytes([
-                            bytes[4 * i],
-                            bytes[4 * i + 1],
-                            bytes[4 * i + 2],
-                            bytes[4 * i + 3],
-                        ]);
-                        // `as` saturates and maps NaN to 0.
-                        (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8
-                    } else {
-                        (read(t, i) * 255.0 + 0.5).clamp(0.0, 255.0) as u8
-                    };
-                }
-            }
-        }
-    }
-    let colorspace = c as i32;
+    // Every element to u8 in one flat pass, then the bytes into the grid.
+    let bytes = view.data.bytes();
+    let src: Cow<'_, [u8]> = match view.data.dtype() {
+        DType::U8 => Cow::Borrowed(bytes),
+        DType::F32 => Cow::Owned(
+            bytes
+                .chunks_exact(4)
+                .map(|b| unit_to_u8(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                .collect(),
+        ),
+        _ => Cow::Owned(
+            view.data
+                .to_f64_vec()
+                .into_iter()
+                .map(|v| unit_to_u8(v as f32))
+                .collect(),
+        ),
+    };
+    let mut pixels = vec![0u8; height as usize * width as usize * view.c];
+    view.tile(&src, cols, width as usize, view.c, &mut pixels);
+    let colorspace = view.c as i32;
     let png = png(width, height, colorspace, &pixels)?;
     Ok(Encoded {
         height,
@@ -210,42 +218,40 @@ pub(crate) fn mindinsight(image: &Image) -> Result<Encoded, PackErrorKind> {
             channels: view.c,
         });
     }
-    let (cols, _rows, height, width) = view.grid()?;
-    let canvas_w = width as usize;
-    let mut canvas = vec![0f64; height as usize * canvas_w * 3];
-    let t = view.data;
-    for img in 0..view.n {
-        let (gy, gx) = (img / cols, img % cols);
-        for y in 0..view.h {
-            let row = (gy * view.h + y) * canvas_w + gx * view.w;
-            for x in 0..view.w {
-                for ch in 0..3 {
-                    let src = if view.c == 1 { 0 } else { ch };
-                    canvas[(row + x) * 3 + ch] = read(t, view.offset(img, src, y, x));
-                }
-            }
-        }
-    }
-    // Over the whole canvas, padding included; numpy's min/max propagate NaN.
-    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+    let (cols, rows, height, width) = view.grid()?;
+    // The scaling is per element, so the input's own elements are scaled once and then placed;
+    // the canvas's zero padding takes part in min/max when the grid has empty cells.
+    let values = view.data.to_f64_vec();
+    let (mut min, mut max) = if rows * cols > view.n {
+        (0.0f64, 0.0f64)
+    } else {
+        (f64::INFINITY, f64::NEG_INFINITY)
+    };
     let mut nan = false;
-    for &v in &canvas {
+    for &v in &values {
         nan |= v.is_nan();
         min = min.min(v);
         max = max.max(v);
     }
     if nan {
-        min = f64::NAN;
-        max = f64::NAN;
+        // numpy's min/max propagate NaN, and so does the arithmetic below.
+        (min, max) = (f64::NAN, f64::NAN);
     }
-    let scale: Box<dyn Fn(f64) -> f64> = if 0.0 <= min && max <= 1.0 {
-        Box::new(|x| x * 255.0)
-    } else if max != min {
-        Box::new(move |x| (x - min) * 255.0 / (max - min + 1.0))
-    } else {
-        Box::new(move |x| x - min)
+    let unit = 0.0 <= min && max <= 1.0;
+    let scale = |x: f64| -> u8 {
+        let y = if unit {
+            x * 255.0
+        } else if max != min {
+            (x - min) * 255.0 / (max - min + 1.0)
+        } else {
+            x - min
+        };
+        // `astype(np.float32).astype(np.uint8)`: `as` truncates (and maps NaN to 0).
+        (y as f32) as u8
     };
-    let pixels: Vec<u8> = canvas.iter().map(|&x| (scale(x) as f32) as u8).collect();
+    let src: Vec<u8> = values.iter().map(|&x| scale(x)).collect();
+    let mut pixels = vec![scale(0.0); height as usize * width as usize * 3];
+    view.tile(&src, cols, width as usize, 3, &mut pixels);
     let png = png(width, height, 3, &pixels)?;
     Ok(Encoded {
         height,

@@ -156,7 +156,7 @@ fn npy_matches_numpy_save() {
         .bytes;
     // What numpy.save writes for np.arange(1, 7, dtype='<f4').reshape(2, 3).
     let mut header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }".to_vec();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(b' ');
     }
     header.push(b'\n');
