@@ -44,7 +44,9 @@ mod trainer;
 pub use convert::ToTensorValue;
 pub use error::SummaryError;
 pub use summary::{Mode, Plugin, RankLayout, SummaryRecord, SummaryRecordBuilder, SummaryTap};
-pub use trainer::{EpochReport, TrainError, TrainReport, Trainer, TrainerConfig, TrainingItem};
+pub use trainer::{
+    EpochReport, StepReport, TrainError, TrainReport, Trainer, TrainerConfig, TrainingItem,
+};
 
 pub use ember_pool::step;
 pub use ember_write::pack;

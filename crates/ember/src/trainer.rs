@@ -100,6 +100,31 @@ pub struct EpochReport {
     pub examples_per_second: f64,
 }
 
+/// One pool step's figures, given to a [`Trainer::on_step`] hook (for progress displays).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    /// The epoch, from 1.
+    pub epoch: usize,
+    /// The pool step within the epoch, from 1.
+    pub step_in_epoch: usize,
+    /// The pool step over the whole run, from 1: the step the summaries are recorded at.
+    pub step: i64,
+    /// Mean loss over the step's device batches.
+    pub loss: f64,
+    /// Training examples so far in this epoch.
+    pub examples: usize,
+    /// Training examples per second so far in this epoch.
+    pub examples_per_second: f64,
+}
+
+/// A hook run after every pool step.
+type StepHook = Box<dyn FnMut(&StepReport) + Send>;
+/// A hook run after every epoch with the model, the epoch's figures, the run's step and the
+/// summary record.
+type EpochHook<M> = Box<
+    dyn FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError> + Send,
+>;
+
 /// What a training run did.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TrainReport {
@@ -156,6 +181,8 @@ pub struct Trainer<M: TrainStep + Module> {
     optimizer: ModuleOptimizer,
     scheduler: Box<dyn LrScheduler>,
     hparams: HParams,
+    on_step: Option<StepHook>,
+    on_epoch: Option<EpochHook<M>>,
     model: std::marker::PhantomData<M>,
 }
 
@@ -164,6 +191,8 @@ impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
         f.debug_struct("Trainer")
             .field("devices", &self.devices.len())
             .field("config", &self.config)
+            .field("on_step", &self.on_step.is_some())
+            .field("on_epoch", &self.on_epoch.is_some())
             .finish()
     }
 }
@@ -191,6 +220,8 @@ where
             optimizer,
             scheduler: Box::new(scheduler),
             hparams: HParams::new(),
+            on_step: None,
+            on_epoch: None,
             model: std::marker::PhantomData,
         }
     }
@@ -199,6 +230,27 @@ where
     /// reduction, gradient accumulation).
     pub fn hparams(mut self, hparams: HParams) -> Self {
         self.hparams = hparams;
+        self
+    }
+
+    /// Runs `hook` after every pool step, once the step's summaries are queued: for progress
+    /// displays. The hook runs on the training thread, so it should be quick.
+    pub fn on_step(mut self, hook: impl FnMut(&StepReport) + Send + 'static) -> Self {
+        self.on_step = Some(Box::new(hook));
+        self
+    }
+
+    /// Runs `hook` after every epoch, once the epoch's figures are recorded, with the model as
+    /// trained so far, the epoch's figures, the step the epoch's summaries were recorded at and
+    /// the summary record (when [`fit`](Self::fit) was given one): for per-epoch summaries of
+    /// the caller's own, such as sample predictions. An error from the hook stops training.
+    pub fn on_epoch(
+        mut self,
+        hook: impl FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.on_epoch = Some(Box::new(hook));
         self
     }
 
@@ -363,6 +415,17 @@ where
                     }
                     summary.record(global_step)?;
                 }
+                if let Some(hook) = self.on_step.as_mut() {
+                    let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+                    hook(&StepReport {
+                        epoch,
+                        step_in_epoch,
+                        step: global_step,
+                        loss: step_loss / device_count as f64,
+                        examples,
+                        examples_per_second: examples as f64 / elapsed,
+                    });
+                }
             }
             // A partial accumulation window still updates the model, as burn-train does.
             if window_steps > 0 {
@@ -399,6 +462,14 @@ where
                     summary.add_value(crate::Plugin::Scalar, "valid/accuracy", accuracy)?;
                 }
                 summary.record(step)?;
+            }
+            if let Some(hook) = self.on_epoch.as_mut() {
+                hook(
+                    &model,
+                    &epoch_report,
+                    report.steps as i64,
+                    summary.as_deref_mut(),
+                )?;
             }
             report.epochs.push(epoch_report);
         }
@@ -469,4 +540,108 @@ where
 
 fn scalar(tensor: &Tensor<1>) -> f64 {
     tensor.to_data().iter::<f64>().next().unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use burn::optim::SgdConfig;
+    use burn::tensor::Device;
+    use ember_tests::{Mlp, parameters, regression_loader};
+
+    use super::*;
+
+    #[test]
+    fn hooks_see_every_step_and_every_epoch_with_the_trained_model() {
+        let device = Device::flex().autodiff();
+        let steps = Arc::new(Mutex::new(Vec::new()));
+        let epochs = Arc::new(Mutex::new(Vec::new()));
+        let (seen_steps, seen_epochs) = (steps.clone(), epochs.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let mut summary = SummaryRecord::new(dir.path()).unwrap();
+        let (model, report) = Trainer::new(
+            vec![device.clone(), device.clone()],
+            SgdConfig::new().init(),
+            0.05,
+            TrainerConfig {
+                epochs: 2,
+                histogram_every: None,
+                ..TrainerConfig::default()
+            },
+        )
+        .on_step(move |step| {
+            seen_steps.lock().unwrap().push((
+                step.epoch,
+                step.step_in_epoch,
+                step.step,
+                step.examples,
+            ));
+            assert!(step.loss.is_finite() && step.examples_per_second > 0.0);
+        })
+        .on_epoch(move |model: &Mlp, epoch, step, summary| {
+            assert!(summary.is_some());
+            seen_epochs
+                .lock()
+                .unwrap()
+                .push((epoch.epoch, step, parameters(model)));
+            Ok(())
+        })
+        .fit(
+            Mlp::new(4, &device),
+            regression_loader(1, 64, 8, &device),
+            None,
+            Some(&mut summary),
+        )
+        .unwrap();
+        summary.close().unwrap();
+
+        // 64 rows in batches of 8 over 2 workers: 4 steps per epoch, 16 examples a step.
+        let steps = steps.lock().unwrap().clone();
+        let expected: Vec<_> = (1..=8usize)
+            .map(|s| {
+                (
+                    (s - 1) / 4 + 1,
+                    (s - 1) % 4 + 1,
+                    s as i64,
+                    16 * ((s - 1) % 4 + 1),
+                )
+            })
+            .collect();
+        assert_eq!(steps, expected);
+        let epochs = epochs.lock().unwrap();
+        assert_eq!(
+            epochs.iter().map(|(e, s, _)| (*e, *s)).collect::<Vec<_>>(),
+            [(1, 4), (2, 8)]
+        );
+        assert_eq!(report.steps, 8);
+        // The last epoch's hook saw the model fit returned; the first saw an earlier one.
+        assert_eq!(epochs[1].2, parameters(&model));
+        assert_ne!(epochs[0].2, parameters(&model));
+    }
+
+    #[test]
+    fn an_epoch_hook_error_stops_training() {
+        let device = Device::flex().autodiff();
+        let result = Trainer::new(
+            vec![device.clone()],
+            SgdConfig::new().init(),
+            0.05,
+            TrainerConfig {
+                epochs: 3,
+                ..TrainerConfig::default()
+            },
+        )
+        .on_epoch(|_: &Mlp, _, _, _| Err(SummaryError::Closed))
+        .fit(
+            Mlp::new(4, &device),
+            regression_loader(1, 16, 8, &device),
+            None,
+            None,
+        );
+        assert!(matches!(
+            result,
+            Err(TrainError::Summary(SummaryError::Closed))
+        ));
+    }
 }
