@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 pub(crate) const STEPS: &[&str] = &[
     "cargo fmt --all -- --check",
     "cargo xtask layers",
+    "cargo xtask codegen --check",
     "cargo clippy --workspace --all-targets -- -D warnings",
     "cargo test --workspace",
 ];
