@@ -312,7 +312,7 @@ fn raise_policy_returns_the_error_on_the_next_write_then_close_has_the_rest() {
     pool.write(scalars(0, &["loss"], 1.0)).unwrap();
     // Let the pool thread meet the error, without a flush returning it.
     let mut raised = None;
-    for s in 1..200 {
+    for s in 1..2_000 {
         std::thread::sleep(Duration::from_millis(5));
         if let Err(e) = pool.write(scalars(s, &["loss"], 1.0)) {
             raised = Some(e);
@@ -623,4 +623,78 @@ fn write_after_writer_failure_keeps_other_writers() {
     assert_eq!(export.records_written, 1);
     let errors = pool.close().unwrap_err();
     assert_eq!(errors.0.len(), 1);
+}
+
+#[test]
+fn lineage_goes_to_its_own_file_without_a_header() {
+    use ember_pack::proto::mindspore::{EvaluationLineage, LineageEvent, lineage_event};
+    use prost::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path())
+        .format(Format::MindInsight)
+        .build()
+        .unwrap();
+    let mut r = scalars(7, &["loss"], 0.5);
+    let eval = EvaluationLineage {
+        metric: Some("{\"acc\": 0.9}".into()),
+        ..Default::default()
+    };
+    r.add(
+        Tag::new("eval").unwrap(),
+        Value::Lineage(ember_pack::Lineage::Eval(Box::new(eval))),
+    );
+    pool.write(r).unwrap();
+    pool.close().unwrap();
+    let lineage = files_with(dir.path(), "_lineage");
+    assert_eq!(lineage.len(), 1);
+    let scan = ember_write::Scan::file(&lineage[0]).unwrap();
+    assert!(scan.problems.is_empty());
+    assert_eq!(scan.records.len(), 1, "lineage files have no header");
+    let event = LineageEvent::decode(scan.records[0].data.as_slice()).unwrap();
+    match event.what {
+        Some(lineage_event::What::EvaluationLineage(e)) => {
+            assert_eq!(e.metric.as_deref(), Some("{\"acc\": 0.9}"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let summary = files_with(dir.path(), "_MS");
+    assert_eq!(summary.len(), 1);
+    let scan = ember_write::Scan::file(&summary[0]).unwrap();
+    assert_eq!(scan.records.len(), 2, "header + the scalar's event");
+}
+
+#[test]
+fn sync_durability_flushes_to_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path())
+        .durability(ember_write::Durability::Sync)
+        .build()
+        .unwrap();
+    for s in 0..10 {
+        pool.write(scalars(s, &["loss"], 1.0)).unwrap();
+    }
+    pool.flush().unwrap();
+    assert_eq!(steps(&read_events(&tb_files(dir.path())[0])).len(), 10);
+    pool.close().unwrap();
+}
+
+#[test]
+fn an_io_error_fails_the_writer_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run");
+    let pool = pool(&log).build().unwrap();
+    // The directory vanishes before the first record creates its file.
+    std::fs::remove_dir(&log).unwrap();
+    pool.write(scalars(0, &["loss"], 1.0)).unwrap();
+    match pool.flush().unwrap_err() {
+        WriteError::WriterFailed {
+            kind: FileKind::Summary,
+            source: FileError::Io {
+                op: "create", path, ..
+            },
+        } => assert!(path.starts_with(&log)),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(pool.stats().writer(FileKind::Summary).unwrap().failed);
+    pool.close().unwrap();
 }
