@@ -32,8 +32,14 @@ fn crash_child_writes_forever() {
     for step in 0i64.. {
         let mut r = Record::new(step, 1.7e9 + step as f64);
         r.add(loss.clone(), 1.0 / (step as f64 + 1.0));
-        // Records of varying size, so that kills land anywhere in a record.
-        let n = (step % 97) as usize + 1;
+        // Records of varying size, so that kills land anywhere in a record;
+        // every tenth is larger than the write buffer, which leaves the file
+        // without its last bytes between two writes.
+        let n = if step % 10 == 9 {
+            100_000
+        } else {
+            (step % 97) as usize + 1
+        };
         let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
         r.add(
             t.clone(),
@@ -54,7 +60,7 @@ fn file_size(dir: &std::path::Path) -> u64 {
 fn sigkill_leaves_only_whole_records() {
     let exe = std::env::current_exe().unwrap();
     let mut truncated_tails = 0;
-    for round in 0..4u64 {
+    for round in 0..8u64 {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(&exe)
             .args([
@@ -70,7 +76,7 @@ fn sigkill_leaves_only_whole_records() {
             .spawn()
             .unwrap();
         // Kill at a different size each round.
-        let target = 300_000 + round * 170_003;
+        let target = 3_000_000 + round * 1_700_003;
         let start = Instant::now();
         while file_size(dir.path()) < target {
             assert!(
@@ -104,9 +110,9 @@ fn sigkill_leaves_only_whole_records() {
             .collect();
         assert!(common::is_header(&events[0]));
         let steps = common::steps(&events);
-        assert!(steps.len() > 1000, "round {round}: {} records", steps.len());
+        assert!(steps.len() > 20, "round {round}: {} records", steps.len());
         assert_eq!(steps, (0..steps.len() as i64).collect::<Vec<_>>());
     }
     // Not required, but say how often a kill tore a record.
-    eprintln!("{truncated_tails} of 4 kills left a truncated tail");
+    eprintln!("{truncated_tails} of 8 kills left a truncated tail");
 }
