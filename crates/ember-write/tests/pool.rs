@@ -698,3 +698,29 @@ fn an_io_error_fails_the_writer_with_its_path() {
     assert!(pool.stats().writer(FileKind::Summary).unwrap().failed);
     pool.close().unwrap();
 }
+
+#[test]
+fn two_mindinsight_pools_in_one_second_never_share_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = pool(dir.path())
+        .format(Format::MindInsight)
+        .build()
+        .unwrap();
+    let b = pool(dir.path())
+        .format(Format::MindInsight)
+        .build()
+        .unwrap();
+    a.write(scalars(1, &["x"], 1.0)).unwrap();
+    a.flush().unwrap();
+    b.write(scalars(2, &["x"], 2.0)).unwrap();
+    b.flush().unwrap();
+    a.close().unwrap();
+    b.close().unwrap();
+    let files = files_with(dir.path(), "_MS");
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        let scan = ember_write::Scan::file(f).unwrap();
+        assert!(scan.problems.is_empty());
+        assert_eq!(scan.records.len(), 2);
+    }
+}
