@@ -339,6 +339,8 @@ impl EventFileWriter {
     }
 
     fn open_file(&mut self) -> Result<&mut OpenFile, FileError> {
+        let header = (self.header.0)(unix_time());
+        let header = (!header.is_empty()).then(|| framing::frame(&header));
         let mut secs = self.next_secs();
         let mut tries = 0;
         let (path, file) = loop {
@@ -366,11 +368,7 @@ impl EventFileWriter {
             size: 0,
             records: 0,
         };
-        let header = (self.header.0)(unix_time());
-        if !header.is_empty() {
-            let framed = framing::frame(&header);
-            self.guard
-                .check(&self.settings.log_dir, &open.path, framed.len() as u64)?;
+        if let Some(framed) = header {
             open.out
                 .write_all(&framed)
                 .map_err(io_err("write", &open.path))?;
@@ -390,6 +388,11 @@ impl EventFileWriter {
         }
         let framed_len = framing::framed_len(data.len());
         if self.file.is_none() {
+            // The guard sees the header and the first record before the file
+            // exists, so a refusal leaves no file behind.
+            let dir = &self.settings.log_dir;
+            self.guard
+                .check(dir, dir, self.header_framed_len + framed_len)?;
             self.open_file()?;
         }
         let Some(file) = self.file.as_mut() else {

@@ -724,3 +724,16 @@ fn two_mindinsight_pools_in_one_second_never_share_a_file() {
         assert_eq!(scan.records.len(), 2);
     }
 }
+
+#[test]
+fn a_refused_first_record_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path())
+        .free_space(|_: &Path| Ok(100))
+        .build()
+        .unwrap();
+    pool.write(scalars(0, &["loss"], 1.0)).unwrap();
+    assert!(pool.flush().is_err());
+    pool.close().unwrap();
+    assert!(tb_files(dir.path()).is_empty());
+}
