@@ -104,23 +104,36 @@ pub enum WriteError {
     Spawn(io::Error),
 }
 
-/// Every error that `close` collected, in the order they happened.
+/// The errors that `close` collected, in the order they happened.
+///
+/// A pool keeps at most [`MAX_KEPT_ERRORS`] errors waiting for the caller;
+/// later ones are logged and counted in `not_kept`, so a value rejected at
+/// every step cannot grow memory without bound.
 #[derive(Debug)]
-pub struct WriteErrors(pub Vec<WriteError>);
+pub struct WriteErrors {
+    /// The errors kept, oldest first.
+    pub errors: Vec<WriteError>,
+    /// Errors that happened while the pool already held the maximum.
+    pub not_kept: u64,
+}
+
+/// The most errors a pool keeps waiting for its caller.
+pub const MAX_KEPT_ERRORS: usize = 1024;
 
 impl fmt::Display for WriteErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.as_slice() {
-            [] => write!(f, "no errors"),
-            [one] => write!(f, "{one}"),
-            [first, rest @ ..] => write!(f, "{first} (and {} more errors)", rest.len()),
+        let more = (self.errors.len() as u64).saturating_sub(1) + self.not_kept;
+        match self.errors.first() {
+            None => write!(f, "{} errors not kept", self.not_kept),
+            Some(first) if more == 0 => write!(f, "{first}"),
+            Some(first) => write!(f, "{first} (and {more} more errors)"),
         }
     }
 }
 
 impl std::error::Error for WriteErrors {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0
+        self.errors
             .first()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }

@@ -66,7 +66,7 @@ pub mod workload;
 /// The data model and packing this crate writes, re-exported so that layers above reach it here.
 pub use ember_pack as pack;
 
-pub use error::{FileError, WriteError, WriteErrors};
+pub use error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors};
 pub use free_space::{FreeSpace, FreeSpaceSource, SystemFreeSpace};
 pub use options::{
     Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions, WriterPoolBuilder,

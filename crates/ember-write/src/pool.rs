@@ -20,7 +20,7 @@ use ember_pack::{
 };
 use rayon::prelude::*;
 
-use crate::error::{FileError, WriteError, WriteErrors};
+use crate::error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors};
 use crate::files::{self, EventFileWriter, ExportOutcome, ExportWriter, FileSettings, HeaderFn};
 use crate::framing;
 use crate::options::{
@@ -57,6 +57,8 @@ struct Shared {
     dropped_full: AtomicU64,
     rejected: AtomicU64,
     errors: AtomicU64,
+    /// Errors logged but not kept, the pending queue being full.
+    not_kept: AtomicU64,
     writers: Mutex<Vec<WriterStats>>,
 }
 
@@ -68,6 +70,13 @@ impl Shared {
             ErrorPolicy::Log => log::error!("ember-write: {error}"),
         }
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        if pending.len() >= MAX_KEPT_ERRORS {
+            if self.policy == ErrorPolicy::Raise {
+                log::error!("ember-write: {error}");
+            }
+            self.not_kept.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         pending.push_back(error);
         if self.policy == ErrorPolicy::Raise {
             self.raise_pending.store(pending.len(), Ordering::Release);
@@ -138,6 +147,7 @@ impl WriterPool {
             dropped_full: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            not_kept: AtomicU64::new(0),
             writers: Mutex::new(Vec::new()),
         });
         let full_queue = options.full_queue;
@@ -211,13 +221,15 @@ impl WriterPool {
     }
 
     /// Writes every queued record, flushes, fsyncs and closes every file, and
-    /// returns every error not yet returned (under the log policy: all).
+    /// returns every error not yet returned (under the log policy: all), up
+    /// to [`MAX_KEPT_ERRORS`] of them; the rest are counted.
     pub fn close(mut self) -> Result<(), WriteErrors> {
         let errors = self.shutdown();
-        if errors.is_empty() {
+        let not_kept = self.shared.not_kept.swap(0, Ordering::Relaxed);
+        if errors.is_empty() && not_kept == 0 {
             Ok(())
         } else {
-            Err(WriteErrors(errors))
+            Err(WriteErrors { errors, not_kept })
         }
     }
 

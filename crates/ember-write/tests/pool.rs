@@ -292,9 +292,9 @@ fn log_policy_logs_and_counts_and_close_returns_the_errors() {
     assert_eq!(stats.errors, 1);
     assert!(stats.writer(FileKind::Summary).unwrap().failed);
     let errors = pool.close().unwrap_err();
-    assert_eq!(errors.0.len(), 1);
+    assert_eq!(errors.errors.len(), 1);
     assert!(matches!(
-        errors.0[0],
+        errors.errors[0],
         WriteError::WriterFailed {
             source: FileError::DiskSpace { .. },
             ..
@@ -622,7 +622,7 @@ fn write_after_writer_failure_keeps_other_writers() {
     assert!(!export.failed);
     assert_eq!(export.records_written, 1);
     let errors = pool.close().unwrap_err();
-    assert_eq!(errors.0.len(), 1);
+    assert_eq!(errors.errors.len(), 1);
 }
 
 #[test]
@@ -736,4 +736,37 @@ fn a_refused_first_record_leaves_no_file() {
     assert!(pool.flush().is_err());
     pool.close().unwrap();
     assert!(tb_files(dir.path()).is_empty());
+}
+
+#[test]
+fn errors_kept_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path())
+        .error_policy(ErrorPolicy::Log)
+        .build()
+        .unwrap();
+    let n = ember_write::MAX_KEPT_ERRORS as i64 + 50;
+    for s in 0..n {
+        let mut r = Record::new(s, 1.0);
+        r.add(
+            Tag::new("bad").unwrap(),
+            Value::Tensor(TensorValue::new(
+                ember_pack::DType::F32,
+                vec![2],
+                vec![0; 1],
+            )),
+        );
+        pool.write(r).unwrap();
+    }
+    pool.flush().unwrap();
+    assert_eq!(pool.stats().values_rejected, n as u64);
+    assert_eq!(pool.stats().errors, n as u64);
+    let errors = pool.close().unwrap_err();
+    assert_eq!(errors.errors.len(), ember_write::MAX_KEPT_ERRORS);
+    assert_eq!(errors.not_kept, 50);
+    assert!(
+        errors
+            .to_string()
+            .contains(&format!("and {} more errors", n - 1))
+    );
 }
