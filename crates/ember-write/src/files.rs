@@ -202,6 +202,8 @@ struct OpenFile {
     /// Bytes in the file so far, framing and header included.
     size: u64,
     records: u64,
+    /// Bytes were written since the last fsync (the header included).
+    unsynced: bool,
 }
 
 /// Writes framed records of one [`FileKind`] to its current file.
@@ -367,6 +369,7 @@ impl EventFileWriter {
             out: BufWriter::with_capacity(BUF_CAPACITY, file),
             size: 0,
             records: 0,
+            unsynced: true,
         };
         if let Some(framed) = header {
             open.out
@@ -408,6 +411,7 @@ impl EventFileWriter {
             .map_err(io_err("write", path))?;
         file.size += framed_len;
         file.records += 1;
+        file.unsynced = true;
         self.guard.spent(framed_len);
         self.stats.bytes_written += framed_len;
         Ok(())
@@ -422,13 +426,14 @@ impl EventFileWriter {
     pub(crate) fn flush(&mut self, sync: bool) -> Result<(), FileError> {
         if let Some(file) = self.file.as_mut() {
             file.out.flush().map_err(io_err("flush", &file.path))?;
-            if sync {
+            if sync && file.unsynced {
                 file.out
                     .get_ref()
                     .sync_data()
                     .map_err(io_err("fsync", &file.path))?;
                 sync_dir(&self.settings.log_dir)
                     .map_err(io_err("fsync", &self.settings.log_dir))?;
+                file.unsynced = false;
             }
         }
         Ok(())
