@@ -206,3 +206,107 @@ pub fn regression_loader(
         .set_device(device.clone())
         .build(InMemDataset::new(items))
 }
+
+/// A data loader whose batches are poisoned (the train step panics on them, see
+/// [`XyBatch::poison`]) when they hold a given row of the underlying loader.
+///
+/// Slicing keeps the row numbering of the whole loader, so after burn's `split_dataloader` only
+/// the device whose slice holds the row gets the poisoned batch.
+pub struct PoisonedLoader {
+    inner: Arc<dyn DataLoader<XyBatch>>,
+    offset: usize,
+    row: usize,
+    message: &'static str,
+}
+
+impl PoisonedLoader {
+    /// Poisons, with `message`, the batch of `inner` that holds row `row` (counted from 0).
+    pub fn wrap(
+        inner: Arc<dyn DataLoader<XyBatch>>,
+        row: usize,
+        message: &'static str,
+    ) -> Arc<dyn DataLoader<XyBatch>> {
+        Arc::new(Self {
+            inner,
+            offset: 0,
+            row,
+            message,
+        })
+    }
+}
+
+struct PoisonedIter<'a> {
+    inner: Box<dyn DataLoaderIterator<XyBatch> + 'a>,
+    next_row: usize,
+    row: usize,
+    message: &'static str,
+}
+
+impl Iterator for PoisonedIter<'_> {
+    type Item = Result<XyBatch, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = self.inner.next()?;
+        Some(item.map(|mut batch| {
+            let rows = batch.x.dims()[0];
+            if (self.next_row..self.next_row + rows).contains(&self.row) {
+                batch.poison = Some(self.message);
+            }
+            self.next_row += rows;
+            batch
+        }))
+    }
+}
+
+impl DataLoaderIterator<XyBatch> for PoisonedIter<'_> {
+    fn progress(&self) -> Progress {
+        self.inner.progress()
+    }
+}
+
+impl DataLoader<XyBatch> for PoisonedLoader {
+    fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<XyBatch> + 'a> {
+        Box::new(PoisonedIter {
+            inner: self.inner.iter(),
+            next_row: self.offset,
+            row: self.row,
+            message: self.message,
+        })
+    }
+
+    fn num_items(&self) -> usize {
+        self.inner.num_items()
+    }
+
+    fn expected_num_items(&self) -> Option<usize> {
+        self.inner.expected_num_items()
+    }
+
+    fn to_device(&self, device: &Device) -> Arc<dyn DataLoader<XyBatch>> {
+        Arc::new(Self {
+            inner: self.inner.to_device(device),
+            offset: self.offset,
+            row: self.row,
+            message: self.message,
+        })
+    }
+
+    fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<XyBatch>> {
+        Arc::new(Self {
+            inner: self.inner.slice(start, end),
+            offset: self.offset + start,
+            row: self.row,
+            message: self.message,
+        })
+    }
+}
+
+impl std::fmt::Debug for PoisonedLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoisonedLoader")
+            .field("offset", &self.offset)
+            .field("row", &self.row)
+            .field("message", &self.message)
+            .finish()
+    }
+}

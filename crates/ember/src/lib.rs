@@ -35,6 +35,7 @@
 
 #![deny(missing_docs)]
 
+pub mod burn_train;
 mod convert;
 mod error;
 mod model_info;
