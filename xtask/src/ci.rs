@@ -12,6 +12,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask codegen --check",
     "cargo clippy --workspace --all-targets -- -D warnings",
     "cargo test --workspace",
+    "cargo xtask compat",
 ];
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {

@@ -3,11 +3,14 @@
 //!
 //! Tasks:
 //! - `ci`: runs what `.ci/run` runs, cheapest checks first.
+//! - `compat`: checks with TensorBoard's own loaders (pinned, in a venv under `target/`) that
+//!   every value kind ember writes reads back as written, truncated files included.
 //! - `codegen [--check]`: regenerates ember-pack's protobuf code (`--check` only verifies it).
 //! - `layers`: checks that each crate depends only on the layer directly below it.
 
 mod ci;
 mod codegen;
+mod compat;
 mod layers;
 
 use std::path::PathBuf;
@@ -17,11 +20,12 @@ fn main() -> anyhow::Result<()> {
     let root = workspace_root();
     match args.first().map(String::as_str) {
         Some("ci") => ci::run(&root),
+        Some("compat") => compat::run(&root),
         Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
         Some("layers") => layers::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci       run what CI runs\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  layers   check the crate layering against docs/architecture.md"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci       run what CI runs\n  compat   check that TensorBoard reads back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  layers   check the crate layering against docs/architecture.md"
             );
             Ok(())
         }

@@ -1,0 +1,324 @@
+//! The writer half of `cargo xtask compat`: writes every value kind with `SummaryRecord` in
+//! TensorBoard format, then a manifest of the *raw inputs* (`manifest.json`) beside the event
+//! file, from which `xtask/compat/check_tensorboard.py` computes what TensorBoard must read back
+//! without using ember's packer.
+//!
+//! `cargo run -p ember --example compat_writer -- <empty log dir>`
+//!
+//! Values are chosen so the expectations are unambiguous: scalars exactly representable in `f32`
+//! next to ones that are not (and NaN, ±Inf, a subnormal), image values away from the
+//! rounding midpoint of `x * 255`, histogram values that include both ends of the range.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use ember::SummaryRecord;
+use ember::pack::{Graph, GraphNode, HParams, ImageLayout, SessionStatus, TensorValue};
+
+/// The manifest, built by hand: the example uses no JSON crate (ember has none as a dependency).
+#[derive(Default)]
+struct Manifest {
+    sections: Vec<(String, String)>,
+}
+
+impl Manifest {
+    fn add(&mut self, key: &str, json: String) {
+        self.sections.push((key.to_string(), json));
+    }
+
+    fn render(&self) -> String {
+        let body: Vec<String> = self
+            .sections
+            .iter()
+            .map(|(k, v)| format!("  {}: {}", json_str(k), v))
+            .collect();
+        format!("{{\n{}\n}}\n", body.join(",\n"))
+    }
+}
+
+/// A JSON string literal.
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A number as Python's `json` module reads it: the shortest round-trip decimal, or the
+/// `NaN`/`Infinity` tokens it accepts.
+fn json_num(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x == f64::INFINITY {
+        "Infinity".into()
+    } else if x == f64::NEG_INFINITY {
+        "-Infinity".into()
+    } else {
+        format!("{x:?}")
+    }
+}
+
+fn json_nums(xs: impl IntoIterator<Item = f64>) -> String {
+    let items: Vec<String> = xs.into_iter().map(json_num).collect();
+    format!("[{}]", items.join(","))
+}
+
+fn json_strs<S: AsRef<str>>(xs: impl IntoIterator<Item = S>) -> String {
+    let items: Vec<String> = xs.into_iter().map(|s| json_str(s.as_ref())).collect();
+    format!("[{}]", items.join(","))
+}
+
+fn json_list(items: Vec<String>) -> String {
+    format!("[{}]", items.join(","))
+}
+
+/// Image values in `[0, 1]` whose `x * 255` is at least 0.1 away from a rounding midpoint,
+/// plus values outside `[0, 1]` that must be clamped.
+fn image_values(n: usize, salt: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let k = (i * 37 + salt * 11) % 263;
+            if k >= 256 {
+                // 256..262: out of range on both sides.
+                if k.is_multiple_of(2) { 1.5 } else { -0.25 }
+            } else {
+                // Level k with a +0.2 offset: rounds to k (or 255 when k = 255).
+                ((k as f32) + 0.2) / 255.0
+            }
+        })
+        .collect()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .ok_or("usage: compat_writer <empty log dir>")?,
+    );
+    std::fs::create_dir_all(&dir)?;
+    let mut summary = SummaryRecord::new(&dir)?;
+    let mut manifest = Manifest::default();
+
+    // Scalars: exact f32 values, values that f32 rounds, and NaN/±Inf/subnormal/huge.
+    let mut scalar_tags = Vec::new();
+    let exact: Vec<(i64, f64)> = (0..12).map(|s| (s, s as f64 * 0.375 - 2.0)).collect();
+    let rounded: Vec<(i64, f64)> = (0..12).map(|s| (s * 10, 0.1 * (s as f64) + 1e-9)).collect();
+    let special: Vec<(i64, f64)> = vec![
+        (1, f64::NAN),
+        (2, f64::INFINITY),
+        (3, f64::NEG_INFINITY),
+        (4, 1e-40),
+        (5, 3.0e38),
+        (6, -0.0),
+    ];
+    for (tag, points) in [
+        ("scalars/exact", &exact),
+        ("scalars/rounded", &rounded),
+        ("scalars/special", &special),
+    ] {
+        for &(step, value) in points {
+            summary.add_scalar(tag, value, step)?;
+        }
+        let steps = points.iter().map(|p| p.0.to_string()).collect::<Vec<_>>();
+        scalar_tags.push(format!(
+            "{{\"tag\":{},\"steps\":[{}],\"values\":{}}}",
+            json_str(tag),
+            steps.join(","),
+            json_nums(points.iter().map(|p| p.1))
+        ));
+    }
+
+    // Histograms: a spread of values at three steps, a skewed small set, and a constant.
+    let mut hists = Vec::new();
+    for step in [0i64, 5, 10] {
+        let values: Vec<f32> = (0..1000)
+            .map(|i| {
+                let x = ((i * 7919 + step as usize * 104_729) % 1000) as f32 / 100.0 - 3.0;
+                x * (1.0 + step as f32 / 10.0)
+            })
+            .collect();
+        hists.push(("hist/spread", step, values));
+    }
+    hists.push((
+        "hist/small",
+        3,
+        vec![1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 4.0, 4.0, -1.5],
+    ));
+    hists.push(("hist/constant", 7, vec![2.5; 17]));
+    let mut hist_json = Vec::new();
+    for (tag, step, values) in hists {
+        hist_json.push(format!(
+            "{{\"tag\":{},\"step\":{},\"values\":{}}}",
+            json_str(tag),
+            step,
+            json_nums(values.iter().map(|&v| v as f64))
+        ));
+        summary.add_histogram(tag, values, step)?;
+    }
+
+    // Images: one RGB CHW image, one gray CHW image, and a batch of 10 RGB NCHW images (tiled
+    // into 8 columns and 2 rows on a black canvas).
+    let mut image_json = Vec::new();
+    type ImageInput = (
+        &'static str,
+        i64,
+        ImageLayout,
+        &'static str,
+        Vec<usize>,
+        usize,
+    );
+    let images: Vec<ImageInput> = vec![
+        ("image/rgb", 2, ImageLayout::Chw, "CHW", vec![3, 6, 9], 1),
+        ("image/gray", 4, ImageLayout::Chw, "CHW", vec![1, 5, 4], 2),
+        (
+            "image/batch",
+            6,
+            ImageLayout::Nchw,
+            "NCHW",
+            vec![10, 3, 4, 5],
+            3,
+        ),
+    ];
+    for (tag, step, layout, layout_name, shape, salt) in images {
+        let n: usize = shape.iter().product();
+        let values = image_values(n, salt);
+        let tensor = TensorValue::from_slice(&values, shape.clone());
+        if layout == ImageLayout::Nchw {
+            summary.add_images(tag, tensor, layout, step)?;
+        } else {
+            summary.add_image(tag, tensor, layout, step)?;
+        }
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        image_json.push(format!(
+            "{{\"tag\":{},\"step\":{},\"layout\":{},\"shape\":[{}],\"values\":{}}}",
+            json_str(tag),
+            step,
+            json_str(layout_name),
+            dims.join(","),
+            json_nums(values.iter().map(|&v| v as f64))
+        ));
+    }
+
+    // Text: markdown with non-ASCII characters, at two steps.
+    let texts = [
+        ("notes", 0i64, "**ember** compat run: *every* value kind"),
+        (
+            "notes",
+            9,
+            "line one\n\n| a | b |\n|---|---|\n| 1 | é ∑ 🚀 |",
+        ),
+    ];
+    let mut text_json = Vec::new();
+    for (tag, step, text) in texts {
+        summary.add_text(tag, text, step)?;
+        text_json.push(format!(
+            "{{\"tag\":{},\"step\":{},\"text\":{}}}",
+            json_str(tag),
+            step,
+            json_str(text)
+        ));
+    }
+
+    // Tensors: an f32 tensor of rank 3 and an i64 vector.
+    let weights: Vec<f32> = (0..24).map(|i| (i as f32 - 11.5) / 8.0).collect();
+    summary.add_tensor(
+        "tensor/weights",
+        TensorValue::from_slice(&weights, vec![2, 3, 4]),
+        1,
+    )?;
+    let counts: Vec<i64> = vec![-3, 0, 7, 1 << 40, i64::MIN];
+    summary.add_tensor(
+        "tensor/counts",
+        TensorValue::from_slice(&counts, vec![5]),
+        8,
+    )?;
+    manifest.add(
+        "tensors",
+        json_list(vec![
+            format!(
+                "{{\"tag\":\"tensor/weights\",\"step\":1,\"dtype\":\"float32\",\"shape\":[2,3,4],\"values\":{}}}",
+                json_nums(weights.iter().map(|&v| v as f64))
+            ),
+            format!(
+                "{{\"tag\":\"tensor/counts\",\"step\":8,\"dtype\":\"int64\",\"shape\":[5],\"values\":[{}]}}",
+                counts.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+            ),
+        ]),
+    );
+
+    // Hyper-parameters with metrics and an end status.
+    let mut hparams = HParams::new()
+        .with("lr", 0.125)
+        .with("optimizer", "adam")
+        .with("batch_size", 32i64)
+        .with("use_bn", true);
+    hparams.status = Some(SessionStatus::Success);
+    let metrics = [("final/loss", 0.5), ("final/accuracy", 0.875)];
+    summary.add_hparams(hparams, &metrics, 11)?;
+    manifest.add(
+        "hparams",
+        format!(
+            "{{\"step\":11,\"status\":\"success\",\"hparams\":[[\"lr\",0.125],[\"optimizer\",\"adam\"],[\"batch_size\",32],[\"use_bn\",true]],\"metrics\":[{}]}}",
+            metrics
+                .iter()
+                .map(|(t, v)| format!("[{},{}]", json_str(t), json_num(*v)))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    );
+
+    // A graph: a small MLP.
+    let nodes = vec![
+        GraphNode::new("input", "Placeholder"),
+        GraphNode::new("model/linear1", "Linear").input("input"),
+        GraphNode::new("model/relu", "Relu").input("model/linear1"),
+        GraphNode::new("model/linear2", "Linear").input("model/relu"),
+        GraphNode::new("loss", "CrossEntropy")
+            .input("model/linear2")
+            .input("input"),
+    ];
+    let node_json: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "{{\"name\":{},\"op\":{},\"inputs\":{}}}",
+                json_str(&n.name),
+                json_str(&n.op),
+                json_strs(&n.inputs)
+            )
+        })
+        .collect();
+    summary.add_graph(
+        Graph {
+            name: "mlp".into(),
+            nodes,
+        },
+        0,
+    )?;
+    manifest.add(
+        "graph",
+        format!("{{\"step\":0,\"nodes\":{}}}", json_list(node_json)),
+    );
+
+    summary.close()?;
+
+    manifest.add("scalars", json_list(scalar_tags));
+    manifest.add("histograms", json_list(hist_json));
+    manifest.add("images", json_list(image_json));
+    manifest.add("texts", json_list(text_json));
+    std::fs::write(dir.join("manifest.json"), manifest.render())?;
+    eprintln!("compat_writer: wrote {}", dir.display());
+    Ok(())
+}
