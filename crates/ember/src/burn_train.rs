@@ -102,9 +102,12 @@ use crate::{SummaryError, SummaryRecord};
 /// **Execution strategies.** The logger sits behind burn's event store, so it works the same
 /// with every execution strategy: `ExecutionStrategy::single`, `ExecutionStrategy::multi`
 /// (either `MultiDeviceOptim`), custom strategies such as [`PoolStrategy`], and
-/// `ExecutionStrategy::ddp`, whose worker events are merged into one stream before they reach
-/// loggers. DDP itself needs a CubeCL or remote device: on Flex (`Device::flex()`) burn panics
-/// with "distributed operations are not supported", so it is not exercised by ember's tests.
+/// `ExecutionStrategy::ddp`, whose workers' events are merged by one event processor into the
+/// same stream (start of split, one update per batch, end of split, epoch summary) before they
+/// reach loggers. The single, multi and pool strategies are covered by ember's tests; DDP is
+/// not: it needs a CubeCL or remote device, and on Flex (`Device::flex()`) burn panics with
+/// "Distributed operations are not supported for device Flex(Cpu)". Its support rests on
+/// burn 0.23's DDP event processor (`strategies/ddp/processor.rs`), read, not run.
 ///
 /// **Errors.** The logger never panics: a failure of the record (a closed record, a write
 /// error, a poisoned lock) is logged with `log::error!` and counted; see
@@ -396,6 +399,10 @@ struct PoolFailure(String);
 /// are not autodiff devices are made so, as burn does for its own strategies; burn's gradient
 /// checkpointing flag does not reach custom strategies, so pass
 /// `device.autodiff().gradient_checkpointing()` to use it.
+///
+/// Not supported: burn's sharded optimizer (`MultiDeviceOptim::OptimSharded`): the optimizer
+/// always steps on the main device; and burn's `Interrupter` cannot cancel a step already
+/// running on the workers: it is checked between steps (a hung step needs the step timeout).
 ///
 /// [`with_step_timeout`]: PoolStrategy::with_step_timeout
 #[derive(Debug)]
