@@ -26,6 +26,63 @@
 //! ember's pool, recording losses, learning rate, throughput, per-device step times, weight and
 //! gradient histograms, hyper-parameters and the model graph as it goes.
 //!
+//! ```
+//! # use std::sync::Arc;
+//! # use burn::data::dataloader::{DataLoader, DataLoaderBuilder, batcher::Batcher};
+//! # use burn::data::dataset::InMemDataset;
+//! # use burn::module::Module;
+//! # use burn::nn::{Linear, LinearConfig, loss::{MseLoss, Reduction}};
+//! # use burn::tensor::{Device, Tensor, TensorData};
+//! # use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
+//! # #[derive(Module, Debug)]
+//! # struct Line { linear: Linear }
+//! # #[derive(Debug, Clone)]
+//! # struct Xy { x: Tensor<2>, y: Tensor<2> }
+//! # impl Line {
+//! #     fn out(&self, b: Xy) -> RegressionOutput {
+//! #         let o = self.linear.forward(b.x);
+//! #         RegressionOutput::new(MseLoss::new().forward(o.clone(), b.y.clone(), Reduction::Mean), o, b.y)
+//! #     }
+//! # }
+//! # impl TrainStep for Line {
+//! #     type Input = Xy; type Output = RegressionOutput;
+//! #     fn step(&self, b: Xy) -> TrainOutput<RegressionOutput> { let o = self.out(b); TrainOutput::new(self, o.loss.backward(), o) }
+//! # }
+//! # impl InferenceStep for Line {
+//! #     type Input = Xy; type Output = RegressionOutput;
+//! #     fn step(&self, b: Xy) -> RegressionOutput { self.out(b) }
+//! # }
+//! # #[derive(Clone)] struct Rows;
+//! # impl Batcher<f32, Xy> for Rows {
+//! #     fn batch(&self, xs: Vec<f32>, d: &Device) -> Xy {
+//! #         let n = xs.len(); let ys: Vec<f32> = xs.iter().map(|x| 2.0 * x + 1.0).collect();
+//! #         Xy { x: Tensor::from_data(TensorData::new(xs, [n, 1]), d), y: Tensor::from_data(TensorData::new(ys, [n, 1]), d) }
+//! #     }
+//! # }
+//! # let device = Device::flex().autodiff();
+//! # let loader: Arc<dyn DataLoader<Xy>> = DataLoaderBuilder::new(Rows).batch_size(8)
+//! #     .set_device(device.clone()).build(InMemDataset::new((0..64).map(|i| i as f32 / 64.0).collect()));
+//! # let model = Line { linear: LinearConfig::new(1, 1).init(&device) };
+//! use ember::{SummaryRecord, Trainer, TrainerConfig};
+//! use burn::optim::SgdConfig;
+//!
+//! // `model` is any burn-train model (TrainStep + InferenceStep) whose output carries a loss;
+//! // `loader` a burn data loader. Two workers on the same flex device:
+//! let dir = tempfile::tempdir()?;
+//! let mut summary = SummaryRecord::new(dir.path())?;
+//! let trainer = Trainer::new(
+//!     vec![device.clone(), device.clone()],
+//!     SgdConfig::new().init(),
+//!     0.1, // the learning rate, or any burn LrScheduler
+//!     TrainerConfig { epochs: 3, ..TrainerConfig::default() },
+//! );
+//! let (model, report) = trainer.fit(model, loader, None, Some(&mut summary))?;
+//! summary.close()?;
+//! assert_eq!(report.epochs.len(), 3);
+//! assert!(report.epochs[2].train_loss < report.epochs[0].train_loss);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! **3. Plug into burn-train**: [`burn_train::SummaryLogger`] is a `MetricLogger` writing every
 //! metric through a `SummaryRecord`, and [`burn_train::PoolStrategy`] runs
 //! `SupervisedTraining` on ember's pool.
