@@ -153,10 +153,10 @@ fn a_trainer_run_writes_mindinsight_summaries_too() {
         let event = mindspore::Event::decode(record.data.as_slice()).unwrap();
         match event.what {
             Some(mindspore::event::What::Version(v)) => version = Some(v),
-            Some(mindspore::event::What::Summary(s)) => {
-                if s.value.iter().any(|v| v.tag == "train/loss") {
-                    loss_steps.push(event.step.unwrap_or_default());
-                }
+            Some(mindspore::event::What::Summary(s))
+                if s.value.iter().any(|v| v.tag == "train/loss") =>
+            {
+                loss_steps.push(event.step.unwrap_or_default());
             }
             _ => {}
         }

@@ -293,8 +293,9 @@ where
                 "gradient accumulation must be at least 1".into(),
             ));
         }
-        let mut options = PoolOptions::default();
-        options.step_timeout = self.config.step_timeout;
+        let options = PoolOptions {
+            step_timeout: self.config.step_timeout,
+        };
         let mut pool = DevicePool::<BurnStep<M>>::new(self.devices.clone(), options)?;
         let splits = split_dataloader(train, &self.devices);
 
