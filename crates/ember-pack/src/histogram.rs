@@ -6,6 +6,8 @@
 //! guess from the bucket width is corrected against the edges, so the result is exactly that
 //! definition even where the width arithmetic rounds the other way.
 
+use std::borrow::Cow;
+
 use half::f16;
 
 use crate::tensor::{DType, TensorValue};
@@ -30,39 +32,61 @@ pub(crate) struct Stats {
     pub(crate) sum_squares: f64,
 }
 
-/// Calls `f` with the elements of `t` as `f64`, in chunks, without allocating for `f32`/`f64`.
-fn with_values(t: &TensorValue, mut f: impl FnMut(&[f64])) {
-    const CHUNK: usize = 1024;
-    let mut buf = [0f64; CHUNK];
-    let size = t.dtype().size();
-    for bytes in t.bytes().chunks(CHUNK * size) {
-        let n = bytes.len() / size;
-        let out = &mut buf[..n];
+/// Elements per block of the statistics pass; its per-block reduction order is part of the
+/// result (the sums' rounding), so it stays fixed.
+const CHUNK: usize = 1024;
+
+/// The elements of a tensor as little-endian `f32` or `f64` words: `f32`/`f64` data borrowed as
+/// is, every other dtype converted (exactly, see [`crate::tensor::element_f64`]) to `f64` first.
+enum Elems<'a> {
+    F32(&'a [[u8; 4]]),
+    F64(Cow<'a, [[u8; 8]]>),
+}
+
+impl Elems<'_> {
+    fn of(t: &TensorValue) -> Elems<'_> {
+        let bytes = t.bytes();
         match t.dtype() {
-            DType::F32 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                    *o = f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-                }
-            }
-            DType::F64 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
-                    *o = f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-                }
-            }
+            DType::F32 => Elems::F32(bytes.as_chunks::<4>().0),
+            DType::F64 => Elems::F64(Cow::Borrowed(bytes.as_chunks::<8>().0)),
             dtype => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(size)) {
-                    *o = crate::tensor::element_f64(dtype, c);
-                }
+                let size = dtype.size();
+                Elems::F64(Cow::Owned(
+                    bytes
+                        .chunks_exact(size)
+                        .map(|c| crate::tensor::element_f64(dtype, c).to_le_bytes())
+                        .collect(),
+                ))
             }
         }
-        f(out);
     }
+}
+
+/// An `f32` element, widened exactly.
+#[inline(always)]
+fn f32_le(b: [u8; 4]) -> f64 {
+    f64::from(f32::from_le_bytes(b))
+}
+
+/// An `f64` element.
+#[inline(always)]
+fn f64_le(b: [u8; 8]) -> f64 {
+    f64::from_le_bytes(b)
 }
 
 /// Counts, extremes and sums of the elements of `t` (whose bytes match its shape).
 pub(crate) fn stats(t: &TensorValue) -> Stats {
+    match Elems::of(t) {
+        Elems::F32(e) => stats_of(e, f32_le),
+        Elems::F64(e) => stats_of(&e, f64_le),
+    }
+}
+
+/// [`stats`] over elements read by `conv`, in blocks of [`CHUNK`].
+#[inline(always)]
+fn stats_of<const N: usize>(elems: &[[u8; N]], conv: impl Fn([u8; N]) -> f64 + Copy) -> Stats {
     let mut s = Stats {
-        total: 0,
+        total: elems.len() as u64,
         finite: 0,
         nan: 0,
         pos_inf: 0,
@@ -73,18 +97,17 @@ pub(crate) fn stats(t: &TensorValue) -> Stats {
         sum_squares: 0.0,
     };
     let mut nonfinite = 0u64;
-    with_values(t, |xs| {
-        s.total += xs.len() as u64;
+    for block in elems.chunks(CHUNK) {
         // Four accumulators break the add dependency chain.
         let mut sum = [0f64; 4];
         let mut sq = [0f64; 4];
         let mut min = [f64::INFINITY; 4];
         let mut max = [f64::NEG_INFINITY; 4];
         let mut bad = 0u64;
-        let mut quads = xs.chunks_exact(4);
-        for q in &mut quads {
+        let (quads, rest) = block.as_chunks::<4>();
+        for q in quads {
             for j in 0..4 {
-                let x = q[j];
+                let x = conv(q[j]);
                 if x.is_finite() {
                     sum[j] += x;
                     sq[j] += x * x;
@@ -95,7 +118,8 @@ pub(crate) fn stats(t: &TensorValue) -> Stats {
                 }
             }
         }
-        for &x in quads.remainder() {
+        for &e in rest {
+            let x = conv(e);
             if x.is_finite() {
                 sum[0] += x;
                 sq[0] += x * x;
@@ -110,7 +134,8 @@ pub(crate) fn stats(t: &TensorValue) -> Stats {
         s.min = s.min.min(min[0].min(min[1]).min(min[2].min(min[3])));
         s.max = s.max.max(max[0].max(max[1]).max(max[2].max(max[3])));
         if bad > 0 {
-            for &x in xs {
+            for &e in block {
+                let x = conv(e);
                 if x.is_nan() {
                     s.nan += 1;
                 } else if x == f64::INFINITY {
@@ -121,14 +146,28 @@ pub(crate) fn stats(t: &TensorValue) -> Stats {
             }
         }
         nonfinite += bad;
-    });
+    }
     s.finite = s.total - nonfinite;
     s
 }
 
 /// Counts the finite elements of `t` into the buckets bounded by `edges` (non-decreasing,
 /// `edges.len() - 1` buckets, at least one), using `guess` for a first bucket index.
-fn count(t: &TensorValue, edges: &[f64], guess: impl Fn(f64) -> f64) -> Vec<u64> {
+fn count(t: &TensorValue, edges: &[f64], guess: impl Fn(f64) -> f64 + Copy) -> Vec<u64> {
+    match Elems::of(t) {
+        Elems::F32(e) => count_of(e, f32_le, edges, guess),
+        Elems::F64(e) => count_of(&e, f64_le, edges, guess),
+    }
+}
+
+/// [`count`] over elements read by `conv`.
+#[inline(always)]
+fn count_of<const N: usize>(
+    elems: &[[u8; N]],
+    conv: impl Fn([u8; N]) -> f64 + Copy,
+    edges: &[f64],
+    guess: impl Fn(f64) -> f64 + Copy,
+) -> Vec<u64> {
     let k = edges.len() - 1;
     // Four count arrays, so repeated hits on one bucket do not serialize on one counter.
     let mut counts = vec![0u64; 4 * k];
@@ -148,14 +187,36 @@ fn count(t: &TensorValue, edges: &[f64], guess: impl Fn(f64) -> f64) -> Vec<u64>
             }
         })
         .collect();
-    with_values(t, |xs| {
-        for (j, &x) in xs.iter().enumerate() {
+    let (left, right) = (&left[..k], &right[..k]);
+    let (c0, rest) = counts.split_at_mut(k);
+    let (c1, rest) = rest.split_at_mut(k);
+    let (c2, c3) = rest.split_at_mut(k);
+    let guess_index = move |x: f64| (guess(x) as i64).clamp(0, last as i64) as usize;
+    // The guess is monotone in `x`, so if at both ends of every non-empty bucket it is off by at
+    // most one, it is everywhere, and the one-step fix alone is exact.
+    let one_step = (0..k).all(|i| {
+        let (a, b) = (edges[i], edges[i + 1]);
+        if a == b {
+            return true;
+        }
+        let upper = if i == last { b } else { b.next_down() };
+        guess_index(a) + 1 >= i && guess_index(upper) <= i + 1
+    });
+    if one_step {
+        count_into(elems, conv, [&mut *c0, &mut *c1, &mut *c2, &mut *c3], |x| {
             // Also false for NaN; ±Inf fall outside the finite edges.
             if !(x >= lo && x <= hi) {
-                continue;
+                return None;
             }
-            // `as` saturates: NaN becomes 0.
-            let g = (guess(x) as i64).clamp(0, last as i64) as usize;
+            let g = guess_index(x);
+            Some(g + usize::from(x >= right[g]) - usize::from(x < left[g]))
+        });
+    } else {
+        count_into(elems, conv, [&mut *c0, &mut *c1, &mut *c2, &mut *c3], |x| {
+            if !(x >= lo && x <= hi) {
+                return None;
+            }
+            let g = guess_index(x);
             // One branch-free step fixes a guess that is off by one ...
             let mut i = g + usize::from(x >= right[g]) - usize::from(x < left[g]);
             // ... and the rare worse guess (badly conditioned edges) is walked.
@@ -167,12 +228,41 @@ fn count(t: &TensorValue, edges: &[f64], guess: impl Fn(f64) -> f64) -> Vec<u64>
                     i += 1;
                 }
             }
-            counts[(j & 3) * k + i] += 1;
+            Some(i)
+        });
+    }
+    (0..k).map(|i| c0[i] + c1[i] + c2[i] + c3[i]).collect()
+}
+
+/// Adds one to `counts[j % 4][bucket(x)]` for the `j`-th element `x` (read by `conv`) that has
+/// a bucket.
+#[inline(always)]
+fn count_into<const N: usize>(
+    elems: &[[u8; N]],
+    conv: impl Fn([u8; N]) -> f64 + Copy,
+    [c0, c1, c2, c3]: [&mut [u64]; 4],
+    bucket: impl Fn(f64) -> Option<usize>,
+) {
+    let (quads, rest) = elems.as_chunks::<4>();
+    for q in quads {
+        if let Some(i) = bucket(conv(q[0])) {
+            c0[i] += 1;
         }
-    });
-    (0..k)
-        .map(|i| counts[i] + counts[k + i] + counts[2 * k + i] + counts[3 * k + i])
-        .collect()
+        if let Some(i) = bucket(conv(q[1])) {
+            c1[i] += 1;
+        }
+        if let Some(i) = bucket(conv(q[2])) {
+            c2[i] += 1;
+        }
+        if let Some(i) = bucket(conv(q[3])) {
+            c3[i] += 1;
+        }
+    }
+    for &e in rest {
+        if let Some(i) = bucket(conv(e)) {
+            c0[i] += 1;
+        }
+    }
 }
 
 /// TensorBoard's equal-width rule: `k` buckets over `[min, max]` of the finite values.
@@ -239,14 +329,16 @@ pub(crate) fn exponential(t: &TensorValue, s: &Stats) -> (Vec<f64>, Vec<f64>) {
     }
     let limits = tensorflow_limits();
     let mut counts = vec![0u64; limits.len()];
-    with_values(t, |xs| {
-        for &x in xs {
-            if x.is_finite() {
-                let b = limits.partition_point(|&l| l <= x).min(limits.len() - 1);
-                counts[b] += 1;
-            }
+    let mut add = |x: f64| {
+        if x.is_finite() {
+            let b = limits.partition_point(|&l| l <= x).min(limits.len() - 1);
+            counts[b] += 1;
         }
-    });
+    };
+    match Elems::of(t) {
+        Elems::F32(e) => e.iter().for_each(|&b| add(f32_le(b))),
+        Elems::F64(e) => e.iter().for_each(|&b| add(f64_le(b))),
+    }
     let (mut out_limits, mut out_counts) = (Vec::new(), Vec::new());
     let mut i = 0;
     while i < counts.len() {

@@ -221,36 +221,25 @@ pub(crate) fn mindinsight(image: &Image) -> Result<Encoded, PackErrorKind> {
     let (cols, rows, height, width) = view.grid()?;
     // The scaling is per element, so the input's own elements are scaled once and then placed;
     // the canvas's zero padding takes part in min/max when the grid has empty cells.
-    let values = view.data.to_f64_vec();
-    let (mut min, mut max) = if rows * cols > view.n {
-        (0.0f64, 0.0f64)
-    } else {
-        (f64::INFINITY, f64::NEG_INFINITY)
+    let padded = rows * cols > view.n;
+    let bytes = view.data.bytes();
+    let (src, zero) = match view.data.dtype() {
+        // `f32` widens to `f64` exactly, so the fast path computes the same bytes.
+        DType::F32 => {
+            let elems = bytes.as_chunks::<4>().0;
+            mi_scale(elems, padded, |b| f64::from(f32::from_le_bytes(b)))
+        }
+        _ => {
+            let values: Vec<[u8; 8]> = view
+                .data
+                .to_f64_vec()
+                .into_iter()
+                .map(f64::to_le_bytes)
+                .collect();
+            mi_scale(&values, padded, f64::from_le_bytes)
+        }
     };
-    let mut nan = false;
-    for &v in &values {
-        nan |= v.is_nan();
-        min = min.min(v);
-        max = max.max(v);
-    }
-    if nan {
-        // numpy's min/max propagate NaN, and so does the arithmetic below.
-        (min, max) = (f64::NAN, f64::NAN);
-    }
-    let unit = 0.0 <= min && max <= 1.0;
-    let scale = |x: f64| -> u8 {
-        let y = if unit {
-            x * 255.0
-        } else if max != min {
-            (x - min) * 255.0 / (max - min + 1.0)
-        } else {
-            x - min
-        };
-        // `astype(np.float32).astype(np.uint8)`: `as` truncates (and maps NaN to 0).
-        (y as f32) as u8
-    };
-    let src: Vec<u8> = values.iter().map(|&x| scale(x)).collect();
-    let mut pixels = vec![scale(0.0); height as usize * width as usize * 3];
+    let mut pixels = vec![zero; height as usize * width as usize * 3];
     view.tile(&src, cols, width as usize, 3, &mut pixels);
     let png = png(width, height, 3, &pixels)?;
     Ok(Encoded {
@@ -259,4 +248,70 @@ pub(crate) fn mindinsight(image: &Image) -> Result<Encoded, PackErrorKind> {
         colorspace: 3,
         png,
     })
+}
+
+/// MindInsight's scaling of every element (read by `conv`) to a byte, with `padded` when zero
+/// canvas padding takes part in min/max. Returns the scaled elements and the padding's byte.
+#[inline(always)]
+fn mi_scale<const N: usize>(
+    elems: &[[u8; N]],
+    padded: bool,
+    conv: impl Fn([u8; N]) -> f64 + Copy,
+) -> (Vec<u8>, u8) {
+    // Four lanes break the min/max dependency chains. Lane order can only change the sign of a
+    // zero extreme, which no result below depends on (it only ever meets `+ 1`, `- x` or `as`).
+    let start = if padded {
+        (0.0f64, 0.0f64)
+    } else {
+        (f64::INFINITY, f64::NEG_INFINITY)
+    };
+    let mut min = [start.0; 4];
+    let mut max = [start.1; 4];
+    let mut nan = false;
+    let (quads, rest) = elems.as_chunks::<4>();
+    for q in quads {
+        for j in 0..4 {
+            let v = conv(q[j]);
+            nan |= v.is_nan();
+            min[j] = min[j].min(v);
+            max[j] = max[j].max(v);
+        }
+    }
+    for &e in rest {
+        let v = conv(e);
+        nan |= v.is_nan();
+        min[0] = min[0].min(v);
+        max[0] = max[0].max(v);
+    }
+    let (mut min, mut max) = (
+        min[0].min(min[1]).min(min[2].min(min[3])),
+        max[0].max(max[1]).max(max[2].max(max[3])),
+    );
+    if nan {
+        // numpy's min/max propagate NaN, and so does the arithmetic below.
+        (min, max) = (f64::NAN, f64::NAN);
+    }
+    if 0.0 <= min && max <= 1.0 {
+        map_with(elems, conv, |x| x * 255.0)
+    } else if max != min {
+        let range = max - min + 1.0;
+        map_with(elems, conv, move |x| (x - min) * 255.0 / range)
+    } else {
+        map_with(elems, conv, move |x| x - min)
+    }
+}
+
+/// Every element (read by `conv`) and the padding's zero through `f`, to bytes as
+/// `astype(np.float32).astype(np.uint8)` does: `as` truncates (and maps NaN to 0).
+#[inline(always)]
+fn map_with<const N: usize>(
+    elems: &[[u8; N]],
+    conv: impl Fn([u8; N]) -> f64,
+    f: impl Fn(f64) -> f64,
+) -> (Vec<u8>, u8) {
+    let to_u8 = |y: f64| (y as f32) as u8;
+    (
+        elems.iter().map(|&e| to_u8(f(conv(e)))).collect(),
+        to_u8(f(0.0)),
+    )
 }
