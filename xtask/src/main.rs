@@ -2,12 +2,16 @@
 //! (<https://github.com/matklad/cargo-xtask>): `cargo xtask <task>` from anywhere in the workspace.
 //!
 //! Tasks:
+//! - `bench [--peers] [--skip-criterion] [--rounds R]`: criterion benchmarks and the
+//!   `ember bench write` workloads (with `--peers`, tensorboardX's too), reported in
+//!   `target/bench/report.{md,json}`.
 //! - `ci`: runs what `.ci/run` runs, cheapest checks first.
 //! - `compat`: checks with TensorBoard's own loaders (pinned, in a venv under `target/`) that
 //!   every value kind ember writes reads back as written, truncated files included.
 //! - `codegen [--check]`: regenerates ember-pack's protobuf code (`--check` only verifies it).
 //! - `layers`: checks that each crate depends only on the layer directly below it.
 
+mod bench;
 mod ci;
 mod codegen;
 mod compat;
@@ -19,13 +23,14 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
     match args.first().map(String::as_str) {
+        Some("bench") => bench::run(&root, &args[1..]),
         Some("ci") => ci::run(&root),
         Some("compat") => compat::run(&root),
         Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
         Some("layers") => layers::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci       run what CI runs\n  compat   check that TensorBoard reads back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  layers   check the crate layering against docs/architecture.md"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard reads back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  layers   check the crate layering against docs/architecture.md"
             );
             Ok(())
         }
