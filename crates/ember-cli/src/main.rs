@@ -1,0 +1,144 @@
+//! `ember`: train a digit classifier on several workers while recording TensorBoard or
+//! MindInsight summaries, inspect event files, and benchmark writing them.
+//!
+//! Every failure ends as one `error: ...` line on stderr and a non-zero exit code; bad flags are
+//! clap's (exit 2).
+
+mod bench;
+mod digits;
+mod inspect;
+mod train;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Observable multi-device training with Burn: summaries TensorBoard and MindInsight open.
+#[derive(Debug, Parser)]
+#[command(name = "ember", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train a digit classifier (8x8 handwritten digits) on several workers, recording summaries.
+    Train(train::TrainArgs),
+    /// List the runs, files and tags under a directory (or of one file), checking every record.
+    ///
+    /// Exit code: 0 when every record is whole and valid, or when the only problem is a
+    /// truncated tail (a file still being written, or cut by a crash: a warning); 1 when a
+    /// record is corrupt or a file cannot be read.
+    Inspect(inspect::InspectArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Write one workload end to end through SummaryRecord and print one JSON line.
+    Write(bench::WriteArgs),
+}
+
+/// The event file format to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum FormatArg {
+    /// TensorBoard's `*.tfevents.*` files.
+    Tensorboard,
+    /// MindInsight's `*.out.events.summary.*` files.
+    Mindinsight,
+}
+
+impl FormatArg {
+    pub(crate) fn format(self) -> ember::pack::Format {
+        match self {
+            FormatArg::Tensorboard => ember::pack::Format::TensorBoard,
+            FormatArg::Mindinsight => ember::pack::Format::MindInsight,
+        }
+    }
+}
+
+/// A path as the user gave it, for messages.
+pub(crate) fn shown(path: &std::path::Path) -> String {
+    path.display().to_string()
+}
+
+/// Writes `text` and a newline to stdout. A closed stdout (`ember inspect | head`) is not an
+/// error worth reporting, so write failures are ignored.
+pub(crate) fn out(text: impl std::fmt::Display) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(args) => train::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Bench(BenchCommand::Write(args)) => bench::write(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            // One line: the context chain joined, no backtrace.
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The default log directory: `runs/<UTC date-time>`.
+pub(crate) fn default_logdir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    PathBuf::from("runs").join(utc_stamp(secs))
+}
+
+/// `YYYY-MM-DDTHH-MM-SSZ` for seconds since the Unix epoch (UTC; `-` rather than `:` so the
+/// name is valid on every file system).
+pub(crate) fn utc_stamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rest = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_calendar_dates() {
+        assert_eq!(utc_stamp(0), "1970-01-01T00-00-00Z");
+        // 2000-02-29 12:34:56 UTC, a leap day.
+        assert_eq!(utc_stamp(951_827_696), "2000-02-29T12-34-56Z");
+        // 2026-01-01 00:00:00 UTC.
+        assert_eq!(utc_stamp(1_767_225_600), "2026-01-01T00-00-00Z");
+    }
+
+    #[test]
+    fn the_command_line_parses() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,339 @@
+//! `ember train`: a digit classifier trained data-parallel on several workers with ember's
+//! Trainer, recording its summaries, with a progress bar.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::module::Module;
+use burn::optim::AdamConfig;
+use burn::tensor::{Device, Tensor, TensorData};
+use clap::Args;
+use ember::pack::{Format, HParams, ImageLayout, TensorValue};
+use ember::{EpochReport, SummaryError, SummaryRecord, Trainer, TrainerConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::FormatArg;
+use crate::digits::{self, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
+
+/// The seed of the train/test split and of the training shuffle.
+const SPLIT_SEED: u64 = 1998;
+/// The seed of the weight initialisation.
+const INIT_SEED: u64 = 42;
+/// The share of the data held out for testing.
+const TEST_FRACTION: f64 = 0.2;
+/// Test digits shown with their predictions each epoch.
+const SAMPLES: usize = 16;
+
+#[derive(Debug, Args)]
+pub(crate) struct TrainArgs {
+    /// Worker threads, one per device (the first is the main device).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    devices: u16,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
+    epochs: u16,
+    /// Where to write the summaries [default: runs/<UTC date-time>].
+    #[arg(long)]
+    logdir: Option<PathBuf>,
+    /// Event file format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Tensorboard)]
+    format: FormatArg,
+    /// Use only the first N examples of the shuffled data set (for quick runs and tests).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(10..))]
+    subset: Option<u64>,
+    /// Examples per batch on each worker.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    batch_size: u16,
+    /// Hidden units of the MLP.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    hidden: u16,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    lr: f64,
+}
+
+/// The training devices: `n` workers on the backend the build enables (cuda, wgpu, else flex).
+fn devices(n: usize) -> anyhow::Result<Vec<Device>> {
+    #[cfg(feature = "cuda")]
+    {
+        let gpus = Device::enumerate(burn::tensor::DeviceType::Cuda).into_vec();
+        ensure!(
+            !gpus.is_empty(),
+            "built with cuda, but no CUDA device was found"
+        );
+        // Workers beyond the number of GPUs share them, round robin.
+        return Ok((0..n)
+            .map(|i| gpus[i % gpus.len()].clone().autodiff())
+            .collect());
+    }
+    #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+    {
+        let device = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        return Ok(vec![device.autodiff(); n]);
+    }
+    #[allow(unreachable_code)]
+    Ok(vec![Device::flex().autodiff(); n])
+}
+
+fn backend_name() -> &'static str {
+    if cfg!(feature = "cuda") {
+        "cuda"
+    } else if cfg!(feature = "wgpu") {
+        "wgpu"
+    } else {
+        "flex (CPU)"
+    }
+}
+
+fn loader(
+    digits: Vec<Digit>,
+    batch_size: usize,
+    shuffle: Option<u64>,
+    device: &Device,
+) -> Arc<dyn DataLoader<DigitBatch>> {
+    let builder = DataLoaderBuilder::new(DigitBatcher)
+        .batch_size(batch_size)
+        .set_device(device.clone());
+    let builder = match shuffle {
+        Some(seed) => builder.shuffle(seed),
+        None => builder,
+    };
+    builder.build(InMemDataset::new(digits))
+}
+
+/// Pool steps in one epoch: the loader is split into one contiguous slice per worker (the last
+/// takes the remainder), and each step runs one batch on every worker that has one left.
+fn steps_per_epoch(train: usize, workers: usize, batch: usize) -> usize {
+    let largest = train - train / workers * (workers - 1);
+    largest.div_ceil(batch)
+}
+
+pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let workers = usize::from(args.devices);
+    let batch_size = usize::from(args.batch_size);
+    let hidden = usize::from(args.hidden);
+    let epochs = usize::from(args.epochs);
+    ensure!(
+        args.lr.is_finite() && args.lr > 0.0,
+        "--lr must be a positive number, got {}",
+        args.lr
+    );
+
+    let subset = args.subset.map(|n| n as usize);
+    let (train, test) = digits::split(digits::load()?, SPLIT_SEED, subset, TEST_FRACTION);
+    ensure!(
+        train.len() >= workers,
+        "{} training examples cannot feed {workers} workers; use a larger --subset or fewer --devices",
+        train.len()
+    );
+    let samples: Vec<Digit> = test.iter().take(SAMPLES).cloned().collect();
+    let (train_len, test_len) = (train.len(), test.len());
+
+    let devices = devices(workers)?;
+    let main = devices[0].clone();
+    main.seed(INIT_SEED);
+
+    let logdir = args.logdir.clone().unwrap_or_else(crate::default_logdir);
+    let format = args.format.format();
+    let mut summary = SummaryRecord::builder(&logdir)
+        .format(format)
+        .build()
+        .with_context(|| format!("cannot create log dir {}", crate::shown(&logdir)))?;
+
+    let total_steps = epochs * steps_per_epoch(train_len, workers, batch_size);
+    let bar = ProgressBar::new(total_steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] step {pos}/{len} {msg} ({elapsed})")
+            .map_err(|e| anyhow::anyhow!("progress bar template: {e}"))?
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    eprintln!(
+        "training a {PIXELS}-{hidden}-10 MLP on {train_len} digits ({test_len} held out for \
+         testing), {workers} worker(s) on {}, {epochs} epoch(s)",
+        backend_name()
+    );
+
+    let step_bar = bar.clone();
+    let epoch_bar = bar.clone();
+    let sample_device = main.clone();
+    let trainer = Trainer::new(
+        devices,
+        AdamConfig::new().init(),
+        args.lr,
+        TrainerConfig {
+            epochs,
+            histogram_every: Some(50),
+            ..TrainerConfig::default()
+        },
+    )
+    .hparams(
+        HParams::new()
+            .with("hidden", hidden as f64)
+            .with("batch_size", batch_size as f64)
+            .with("learning_rate", args.lr)
+            .with("optimizer", "adam")
+            .with("train_examples", train_len as f64)
+            .with("test_examples", test_len as f64),
+    )
+    .on_step(move |step| {
+        step_bar.set_prefix(format!("epoch {}/{epochs}", step.epoch));
+        step_bar.set_message(format!(
+            "loss {:.4} {:.0} ex/s",
+            step.loss, step.examples_per_second
+        ));
+        step_bar.set_position(step.step as u64);
+    })
+    .on_epoch(move |model: &DigitMlp, report, step, summary| {
+        let line = epoch_line(report, epochs);
+        if epoch_bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            epoch_bar.println(line);
+        }
+        match summary {
+            Some(summary) => record_samples(model, &samples, &sample_device, format, summary, step),
+            None => Ok(()),
+        }
+    });
+
+    let model = DigitMlp::new(hidden, &main);
+    let train_loader = loader(train, batch_size, Some(SPLIT_SEED), &main);
+    let test_loader = loader(test, batch_size, None, &main);
+    let result = trainer.fit(model, train_loader, Some(test_loader), Some(&mut summary));
+    bar.finish_and_clear();
+    let (_model, report) = result.context("training failed")?;
+    summary
+        .close()
+        .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
+
+    let last = report.last().context("training ran no epoch")?;
+    let accuracy = last
+        .valid_accuracy
+        .context("no test accuracy: the test set is empty; use a larger --subset")?;
+    let seconds = started.elapsed().as_secs_f64();
+    crate::out(format!(
+        "test accuracy: {:.2}% ({test_len} held-out digits) after {epochs} epoch(s), \
+         {} steps, {seconds:.1} s",
+        accuracy * 100.0,
+        report.steps
+    ));
+    crate::out(format!("logs: {}", crate::shown(&logdir)));
+    crate::out(match format {
+        // MindInsight lists every directory of summaries under its base directory as a run.
+        Format::MindInsight => format!(
+            "view: mindinsight start --summary-base-dir {}",
+            crate::shown(match logdir.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => std::path::Path::new("."),
+            })
+        ),
+        _ => format!("view: tensorboard --logdir {}", crate::shown(&logdir)),
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn epoch_line(report: &EpochReport, epochs: usize) -> String {
+    let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
+    format!(
+        "epoch {}/{epochs}: train loss {:.4}, train accuracy {}, test loss {}, test accuracy {}",
+        report.epoch,
+        report.train_loss,
+        percent(report.train_accuracy),
+        report
+            .valid_loss
+            .map_or("-".to_string(), |v| format!("{v:.4}")),
+        percent(report.valid_accuracy),
+    )
+}
+
+/// Records the sample test digits as one 16x1x8x8 image grid (`samples/digits`) and their
+/// predicted labels: a markdown table for TensorBoard (`samples/predictions`); MindInsight has
+/// no text, so there the predictions go in as a tensor of 16 labels under the same tag, next to
+/// the true labels (`samples/labels`).
+fn record_samples(
+    model: &DigitMlp,
+    samples: &[Digit],
+    device: &Device,
+    format: Format,
+    summary: &mut SummaryRecord,
+    step: i64,
+) -> Result<(), SummaryError> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let inner = model.valid();
+    let pixels: Vec<f32> = samples.iter().flat_map(|d| d.pixels).collect();
+    let input = Tensor::<2>::from_data(
+        TensorData::new(pixels.clone(), [samples.len(), PIXELS]),
+        device,
+    );
+    let predicted = inner.predict(input);
+    let images = TensorValue::from_slice(&pixels, [samples.len(), 1, 8, 8]);
+    summary.add_images("samples/digits", images, ImageLayout::Nchw, step)?;
+    match format {
+        Format::MindInsight => {
+            let labels: Vec<i64> = samples.iter().map(|d| i64::from(d.label)).collect();
+            summary.add_tensor("samples/predictions", predicted, step)?;
+            summary.add_tensor("samples/labels", labels, step)?;
+        }
+        _ => summary.add_text(
+            "samples/predictions",
+            &predictions_table(samples, &predicted),
+            step,
+        )?,
+    }
+    Ok(())
+}
+
+/// A markdown table of the samples in grid order (row-major, 4 a row in the image grid).
+fn predictions_table(samples: &[Digit], predicted: &[i64]) -> String {
+    let mut table = String::from("| sample | label | predicted | |\n|---:|---:|---:|:---:|\n");
+    for (i, (digit, guess)) in samples.iter().zip(predicted).enumerate() {
+        let mark = if i64::from(digit.label) == *guess {
+            "✓"
+        } else {
+            "✗"
+        };
+        table.push_str(&format!("| {i} | {} | {guess} | {mark} |\n", digit.label));
+    }
+    let right = samples
+        .iter()
+        .zip(predicted)
+        .filter(|(d, g)| i64::from(d.label) == **g)
+        .count();
+    table.push_str(&format!("\n{right} of {} right.\n", samples.len()));
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_per_epoch_follows_the_split() {
+        // 1438 examples on 2 workers: 719 each, batches of 32: 23 steps.
+        assert_eq!(steps_per_epoch(1438, 2, 32), 23);
+        // 10 on 3 workers: 3, 3 and 4; batches of 2: the last needs 2 steps.
+        assert_eq!(steps_per_epoch(10, 3, 2), 2);
+        assert_eq!(steps_per_epoch(240, 1, 32), 8);
+    }
+
+    #[test]
+    fn the_predictions_table_marks_each_sample() {
+        let digit = |label| Digit {
+            pixels: [0.0; PIXELS],
+            label,
+        };
+        let table = predictions_table(&[digit(3), digit(7)], &[3, 1]);
+        assert!(table.contains("| 0 | 3 | 3 | ✓ |"), "{table}");
+        assert!(table.contains("| 1 | 7 | 1 | ✗ |"), "{table}");
+        assert!(table.contains("1 of 2 right."), "{table}");
+    }
+}
