@@ -1,0 +1,480 @@
+//! The `ember` binary end to end: train writes logs both formats' readers decode, inspect finds
+//! truncated tails and corruption at their byte offsets with the documented exit codes, bench
+//! write prints one valid JSON line per workload, and failures are one line without a panic.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ember::SummaryRecord;
+use ember::pack::Format;
+use ember::pack::proto::{mindspore, tensorboard};
+use ember::read::Scan;
+use prost::Message;
+
+fn ember(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args)
+        .output()
+        .expect("the ember binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Files of `dir` whose name contains `pattern`, sorted.
+fn files(dir: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.to_string_lossy().contains(pattern))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Asserts a failure is one `error:` line on stderr, with no panic or backtrace.
+fn assert_one_error_line(output: &Output) {
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn train_on_a_subset_writes_tensorboard_logs_that_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let logdir = dir.path().join("run");
+    let output = ember(&[
+        "train",
+        "--subset",
+        "300",
+        "--epochs",
+        "1",
+        "--logdir",
+        path_str(&logdir),
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    assert!(stdout.contains("test accuracy: "), "{stdout}");
+    assert!(stdout.contains("(60 held-out digits)"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("tensorboard --logdir {}", logdir.display())),
+        "{stdout}"
+    );
+
+    let event_files = files(&logdir, "tfevents");
+    assert_eq!(event_files.len(), 1);
+    let scan = Scan::file(&event_files[0]).unwrap();
+    assert!(scan.problems.is_empty(), "{:?}", scan.problems);
+    let mut steps: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut texts = Vec::new();
+    let mut image_size = None;
+    let mut graph = false;
+    for record in &scan.records {
+        let event = tensorboard::Event::decode(record.data.as_slice()).unwrap();
+        match event.what {
+            Some(tensorboard::event::What::GraphDef(_)) => graph = true,
+            Some(tensorboard::event::What::Summary(summary)) => {
+                for value in summary.value {
+                    steps.entry(value.tag.clone()).or_default().push(event.step);
+                    use tensorboard::summary::value::Value as V;
+                    match value.value {
+                        Some(V::Image(image)) if value.tag == "samples/digits" => {
+                            image_size = Some((image.height, image.width, image.colorspace));
+                        }
+                        Some(V::Tensor(t)) if value.tag == "samples/predictions" => {
+                            texts.push(text(&t.string_val[0]));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // 240 training digits on 2 workers of 120, batches of 32: 4 steps.
+    assert_eq!(steps["train/loss"], [1, 2, 3, 4]);
+    assert_eq!(steps["valid/accuracy"], [4]);
+    assert_eq!(steps["samples/digits"], [4]);
+    assert_eq!(steps["samples/predictions"], [4]);
+    assert!(steps.contains_key("train/accuracy"));
+    assert!(steps.contains_key("train/learning_rate"));
+    assert!(steps.contains_key("_hparams_/experiment"));
+    assert!(graph, "no graph event");
+    // 16 grayscale 8x8 digits tiled into one image, larger than a single digit.
+    let (height, width, colorspace) = image_size.expect("a sample grid image");
+    assert_eq!(colorspace, 1);
+    assert!(height >= 16 && width >= 16, "{height}x{width}");
+    // The table lists the 16 samples with their labels and predictions.
+    assert_eq!(texts.len(), 1);
+    let table = &texts[0];
+    assert!(
+        table.starts_with("| sample | label | predicted |"),
+        "{table}"
+    );
+    assert_eq!(table.matches('✓').count() + table.matches('✗').count(), 16);
+    assert!(table.contains("of 16 right."), "{table}");
+
+    // inspect reads the same logs cleanly.
+    let output = ember(&["inspect", path_str(&logdir)]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("samples/predictions"), "{stdout}");
+    assert!(stdout.contains("0 error(s), 0 warning(s)"), "{stdout}");
+}
+
+#[test]
+fn train_writes_mindinsight_logs_that_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let logdir = dir.path().join("ms");
+    let output = ember(&[
+        "train",
+        "--subset",
+        "300",
+        "--epochs",
+        "1",
+        "--devices",
+        "1",
+        "--format",
+        "mindinsight",
+        "--logdir",
+        path_str(&logdir),
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    assert!(
+        stdout.contains(&format!(
+            "mindinsight start --summary-base-dir {}",
+            dir.path().display()
+        )),
+        "{stdout}"
+    );
+    let summary_files = files(&logdir, ".out.events.summary.");
+    let summary_file = summary_files
+        .iter()
+        .find(|p| p.to_string_lossy().ends_with("_MS"))
+        .expect("a MindInsight summary file");
+    let scan = Scan::file(summary_file).unwrap();
+    assert!(scan.problems.is_empty(), "{:?}", scan.problems);
+    let mut version = None;
+    let mut steps: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut predictions = None;
+    for record in &scan.records {
+        let event = mindspore::Event::decode(record.data.as_slice()).unwrap();
+        match event.what {
+            Some(mindspore::event::What::Version(v)) => version = Some(v),
+            Some(mindspore::event::What::Summary(summary)) => {
+                for value in summary.value {
+                    steps
+                        .entry(value.tag.clone())
+                        .or_default()
+                        .push(event.step.unwrap_or(-1));
+                    if let Some(mindspore::summary::value::Value::Tensor(t)) = value.value
+                        && value.tag == "samples/predictions"
+                    {
+                        predictions = Some(t.dims);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(version.as_deref(), Some("MindSpore.Event:1"));
+    // 240 training digits on 1 worker, batches of 32: 8 steps.
+    assert_eq!(steps["train/loss"], (1..=8).collect::<Vec<i64>>());
+    assert_eq!(steps["samples/digits"], [8]);
+    assert_eq!(steps["samples/labels"], [8]);
+    assert_eq!(predictions, Some(vec![16]));
+
+    let output = ember(&["inspect", path_str(&logdir), "--json"]);
+    assert!(output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["ok"], true);
+    let formats: Vec<&str> = report["runs"][0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["format"].as_str().unwrap())
+        .collect();
+    assert!(formats.iter().all(|f| *f == "mindinsight"), "{formats:?}");
+}
+
+/// A TensorBoard file of `loss` at steps 0..20 (values 20, 19, ..., 1), and its record offsets.
+fn scalar_log(dir: &Path, format: Format) -> (PathBuf, Vec<u64>) {
+    let logdir = dir.join("good");
+    let mut summary = SummaryRecord::builder(&logdir)
+        .format(format)
+        .build()
+        .unwrap();
+    for step in 0..20 {
+        summary
+            .add_scalar("loss", 20.0 - step as f64, step)
+            .unwrap();
+    }
+    summary.close().unwrap();
+    let pattern = match format {
+        Format::MindInsight => "_MS",
+        _ => "tfevents",
+    };
+    let file = files(&logdir, pattern).remove(0);
+    let offsets = Scan::file(&file)
+        .unwrap()
+        .records
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    (file, offsets)
+}
+
+/// A writable copy of `file` in `dir/<name>/`, changed by `change`.
+fn damaged_copy(file: &Path, dir: &Path, name: &str, change: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
+    let mut bytes = std::fs::read(file).unwrap();
+    change(&mut bytes);
+    let run = dir.join(name);
+    std::fs::create_dir_all(&run).unwrap();
+    let copy = run.join(file.file_name().unwrap());
+    std::fs::write(&copy, bytes).unwrap();
+    copy
+}
+
+#[test]
+fn inspect_lists_a_good_file_with_its_scalar_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, offsets) = scalar_log(dir.path(), Format::TensorBoard);
+    // The file version, then 20 scalars.
+    assert_eq!(offsets.len(), 21);
+    let output = ember(&["inspect", path_str(&file)]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("21 records, ok"), "{stdout}");
+    assert!(stdout.contains("scalar: 1 tag(s), 20 value(s)"), "{stdout}");
+    let loss = stdout.lines().find(|l| l.contains("loss")).unwrap();
+    assert!(
+        loss.contains("20 x  steps 0..19  first 20 last 1 min 1 max 20"),
+        "{loss}"
+    );
+}
+
+#[test]
+fn inspect_warns_of_a_truncated_tail_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, offsets) = scalar_log(dir.path(), Format::TensorBoard);
+    let last = *offsets.last().unwrap();
+    // Cut the last record in the middle of its data.
+    let cut = damaged_copy(&file, dir.path(), "cut", |b| b.truncate(last as usize + 14));
+    let output = ember(&["inspect", path_str(&cut)]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains(&format!("warning: truncated record at byte {last}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("20 records, truncated tail"), "{stdout}");
+    assert!(stdout.contains("0 error(s), 1 warning(s)"), "{stdout}");
+    assert!(text(&output.stderr).starts_with("warning: 1 truncated tail"));
+
+    let output = ember(&["inspect", path_str(&cut), "--json"]);
+    assert_eq!(output.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let problem = &report["runs"][0]["files"][0]["problems"][0];
+    assert_eq!(problem["kind"], "truncated_tail");
+    assert_eq!(problem["severity"], "warning");
+    assert_eq!(problem["offset"], last);
+    assert_eq!(report["ok"], true);
+}
+
+#[test]
+fn inspect_reports_corruption_at_its_offset_keeps_going_and_exits_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, offsets) = scalar_log(dir.path(), Format::TensorBoard);
+    // Flip a data byte of record 5 and a length byte of record 12.
+    let (data_hit, header_hit) = (offsets[5], offsets[12]);
+    let corrupt = damaged_copy(&file, dir.path(), "corrupt", |b| {
+        b[data_hit as usize + 14] ^= 0x40;
+        b[header_hit as usize] ^= 0x01;
+    });
+    let output = ember(&["inspect", path_str(corrupt.parent().unwrap())]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("error: corrupt record data at byte {data_hit}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "error: corrupt record header at byte {header_hit}"
+        )),
+        "{stdout}"
+    );
+    // The scan went on past both: 21 records less the two damaged ones.
+    assert!(stdout.contains("19 records, DAMAGED"), "{stdout}");
+    assert!(stdout.contains("2 error(s)"), "{stdout}");
+    assert!(text(&output.stderr).starts_with("error: 2 damaged"));
+
+    let output = ember(&["inspect", path_str(&corrupt), "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let problems = report["runs"][0]["files"][0]["problems"]
+        .as_array()
+        .unwrap();
+    let found: Vec<(String, u64)> = problems
+        .iter()
+        .map(|p| {
+            (
+                p["kind"].as_str().unwrap().to_string(),
+                p["offset"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("bad_data_crc".to_string(), data_hit),
+            ("bad_length_crc".to_string(), header_hit)
+        ]
+    );
+}
+
+#[test]
+fn inspect_checks_mindinsight_files_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, offsets) = scalar_log(dir.path(), Format::MindInsight);
+    let hit = offsets[3];
+    let corrupt = damaged_copy(&file, dir.path(), "corrupt", |b| {
+        b[hit as usize + 13] ^= 0xff
+    });
+    let output = ember(&["inspect", path_str(&corrupt)]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("[mindinsight summary]"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("corrupt record data at byte {hit}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("scalar: 1 tag(s), 19 value(s)"), "{stdout}");
+}
+
+#[test]
+fn inspect_failures_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let output = ember(&["inspect", path_str(&missing)]);
+    assert_one_error_line(&output);
+    assert!(text(&output.stderr).contains("cannot read"));
+
+    let output = ember(&["inspect", path_str(dir.path())]);
+    assert_one_error_line(&output);
+    assert!(text(&output.stderr).contains("no event files"));
+
+    let stray = dir.path().join("notes.txt");
+    std::fs::write(&stray, "hello").unwrap();
+    let output = ember(&["inspect", path_str(&stray)]);
+    assert_one_error_line(&output);
+}
+
+#[test]
+fn bench_write_prints_one_json_line_for_every_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    for (workload, format) in [
+        ("scalars", "tensorboard"),
+        ("scalars10", "mindinsight"),
+        ("hist", "tensorboard"),
+        ("image", "mindinsight"),
+        ("tensor", "tensorboard"),
+    ] {
+        let out = dir.path().join(workload);
+        let output = ember(&[
+            "bench",
+            "write",
+            "--workload",
+            workload,
+            "--n",
+            "5",
+            "--out",
+            path_str(&out),
+            "--format",
+            format,
+        ]);
+        let stdout = text(&output.stdout);
+        assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+        assert_eq!(stdout.lines().count(), 1, "{stdout}");
+        let line: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(line["peer"], "ember");
+        assert_eq!(line["workload"], workload);
+        assert_eq!(line["n"], 5);
+        let seconds = line["seconds"].as_f64().unwrap();
+        let per_second = line["per_second"].as_f64().unwrap();
+        assert!(seconds > 0.0);
+        assert!((per_second * seconds - 5.0).abs() < 1e-6);
+        let on_disk: u64 = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert_eq!(line["bytes"].as_u64().unwrap(), on_disk);
+        assert!(on_disk > 0);
+        // Every step's record is in the file, whole.
+        let events = files(&out, "events").remove(0);
+        let scan = Scan::file(&events).unwrap();
+        assert!(scan.problems.is_empty());
+        assert_eq!(
+            scan.records.len(),
+            6,
+            "{workload}: the version record and 5 steps"
+        );
+    }
+}
+
+#[test]
+fn bench_write_refuses_a_non_empty_out_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("old"), "x").unwrap();
+    let output = ember(&[
+        "bench",
+        "write",
+        "--workload",
+        "scalars",
+        "--n",
+        "1",
+        "--out",
+        path_str(dir.path()),
+    ]);
+    assert_one_error_line(&output);
+    assert!(text(&output.stderr).contains("not empty"));
+}
+
+#[test]
+fn bad_flags_and_uncreatable_log_dirs_fail_cleanly() {
+    let output = ember(&["train", "--devices", "zero"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!text(&output.stderr).contains("panicked"));
+
+    let output = ember(&[
+        "bench",
+        "write",
+        "--workload",
+        "audio",
+        "--n",
+        "1",
+        "--out",
+        "x",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+
+    // A log dir under a regular file cannot be created.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let logdir = file.join("run");
+    let output = ember(&["train", "--subset", "100", "--logdir", path_str(&logdir)]);
+    assert_one_error_line(&output);
+    assert!(text(&output.stderr).contains("cannot create log dir"));
+}
