@@ -1,0 +1,60 @@
+//! Logging overhead: the same Trainer run with summaries on and off, side by side.
+//! Scalars every step and weight/gradient histograms every 50 optimizer steps.
+
+use std::time::Duration;
+
+use burn::optim::SgdConfig;
+use burn::tensor::Device;
+use criterion::{Criterion, criterion_group, criterion_main};
+use ember::{SummaryRecord, Trainer, TrainerConfig};
+use ember_tests::{Mlp, regression_loader};
+
+/// 200 steps of 2 devices x 16 rows.
+const ROWS: usize = 6400;
+const BATCH: usize = 16;
+const HIDDEN: usize = 64;
+
+fn run(summaries: bool) {
+    let device = Device::flex().autodiff();
+    let train = regression_loader(11, ROWS, BATCH, &device);
+    let trainer = Trainer::<Mlp>::new(
+        vec![device.clone(), device.clone()],
+        SgdConfig::new().init(),
+        0.01,
+        TrainerConfig {
+            epochs: 1,
+            histogram_every: Some(50),
+            ..TrainerConfig::default()
+        },
+    );
+    let model = Mlp::new(HIDDEN, &device);
+    if summaries {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut summary = SummaryRecord::new(dir.path()).expect("summary record");
+        trainer
+            .fit(model, train, None, Some(&mut summary))
+            .expect("training runs");
+        summary.close().expect("summaries close");
+    } else {
+        trainer
+            .fit(model, train, None, None)
+            .expect("training runs");
+    }
+}
+
+fn logging_overhead(c: &mut Criterion) {
+    let mut group = c.benchmark_group("trainer_200_steps_2_workers");
+    group.sample_size(10);
+    group.bench_function("summaries_off", |b| b.iter(|| run(false)));
+    group.bench_function("summaries_on", |b| b.iter(|| run(true)));
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(15));
+    targets = logging_overhead
+}
+criterion_main!(benches);
