@@ -1,17 +1,21 @@
 //! Pool benchmarks: the per-step overhead with a trivial step on 1, 2 and 4 devices, and
 //! burn-train's `MultiDevicesTrainStep` against `DevicePool` on the same Burn model, batches and
-//! devices (2 flex workers), side by side in one run.
+//! devices (2 flex workers), side by side in one run, each a whole train step (gradients
+//! summed on the main device, then an SGD step).
 
 use std::time::{Duration, Instant};
 
 use burn::data::dataloader::DataLoaderIterator;
+use burn::data::dataloader::Progress;
+use burn::data::dataset::DatasetError;
+use burn::optim::{GradientsAccumulator, SgdConfig};
 use burn::tensor::Device;
 use burn::train::train::MultiDevicesTrainStep;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use ember_pool::step::burn::BurnStep;
+use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
 use ember_pool::step::{IterSource, SourceError, Step, StepModel};
 use ember_pool::{DevicePool, PoolOptions};
-use ember_tests::{BatchList, Mlp, XyBatch};
+use ember_tests::{Mlp, XyBatch};
 
 /// A step that does nothing, so only the pool's own cost is measured.
 #[derive(Clone)]
@@ -50,50 +54,131 @@ fn per_step_overhead(c: &mut Criterion) {
 const DEVICES: usize = 2;
 const ROWS: usize = 32;
 const HIDDEN: usize = 64;
+const LEARNING_RATE: f64 = 0.01;
 
-fn loaders(batch: &XyBatch, steps: u64) -> Vec<Box<dyn DataLoaderIterator<XyBatch>>> {
-    (0..DEVICES)
-        .map(|_| {
-            let batches = (0..steps).map(|_| batch.clone()).collect();
-            Box::new(BatchList::new(batches)) as Box<dyn DataLoaderIterator<XyBatch>>
+/// Hands out `remaining` fresh synthetic batches, made on demand (the same cost on both sides).
+/// Fresh batches and an updated model per step are what a real loop sees: replaying one batch
+/// through a never-updated model, or holding thousands of prepared batches, made Burn slow down
+/// over the process's life and skewed whichever side ran later.
+struct Fresh {
+    device: Device,
+    next_seed: u64,
+    remaining: u64,
+    processed: usize,
+}
+
+impl Iterator for Fresh {
+    type Item = Result<XyBatch, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        self.next_seed += DEVICES as u64;
+        self.processed += ROWS;
+        Some(Ok(XyBatch::synthetic(self.next_seed, ROWS, &self.device)))
+    }
+}
+
+impl DataLoaderIterator<XyBatch> for Fresh {
+    fn progress(&self) -> Progress {
+        Progress::new(self.processed, None, None)
+    }
+}
+
+fn loaders(device: &Device, steps: u64) -> Vec<Box<dyn DataLoaderIterator<XyBatch>>> {
+    (0..DEVICES as u64)
+        .map(|d| {
+            Box::new(Fresh {
+                device: device.clone(),
+                next_seed: d,
+                remaining: steps,
+                processed: 0,
+            }) as Box<dyn DataLoaderIterator<XyBatch>>
         })
         .collect()
 }
 
+/// The two sides of the comparison: one whole data-parallel train step each (the step on
+/// every worker, gradients summed on the main device, as burn-train's `OptimMainDevice` does
+/// and `Reduction::Sum` matches, then an SGD step).
+struct Sides {
+    device: Device,
+    burn_train: MultiDevicesTrainStep<Mlp>,
+    pool: DevicePool<BurnStep<Mlp>>,
+    initial: Mlp,
+}
+
+impl Sides {
+    fn new() -> Self {
+        let device = Device::flex().autodiff();
+        let devices = vec![device.clone(); DEVICES];
+        Self {
+            burn_train: MultiDevicesTrainStep::<Mlp>::new(&devices),
+            pool: DevicePool::new(devices, PoolOptions::default()).expect("workers start"),
+            initial: Mlp::new(HIDDEN, &device),
+            device,
+        }
+    }
+
+    fn burn_train(&self, steps: u64) -> Duration {
+        let mut loaders = loaders(&self.device, steps);
+        let mut model = self.initial.clone();
+        let mut optim = SgdConfig::new().init();
+        let started = Instant::now();
+        for _ in 0..steps {
+            let (outputs, _) = self
+                .burn_train
+                .step(&mut loaders, &model)
+                .expect("step runs");
+            let mut sum = GradientsAccumulator::<Mlp>::new();
+            for output in outputs {
+                sum.accumulate(&model, output.output.grads.to_device(&self.device, &model));
+            }
+            model = optim.step(LEARNING_RATE, model, sum.grads());
+        }
+        started.elapsed()
+    }
+
+    fn ember(&mut self, steps: u64) -> Duration {
+        let mut sources = loaders(&self.device, steps);
+        let mut model = self.initial.clone();
+        let mut optim = SgdConfig::new().init();
+        let started = Instant::now();
+        for _ in 0..steps {
+            let step_model = BurnStep(model);
+            let outputs = match self.pool.step(&mut sources, &step_model) {
+                Ok(Step::Ran(outputs)) => outputs.outputs,
+                _ => unreachable!("every step has a batch per device"),
+            };
+            model = step_model.0;
+            let grads = reduce_gradients(
+                outputs.into_iter().map(|o| o.output.grads),
+                &self.device,
+                &model,
+                Reduction::Sum,
+            );
+            model = optim.step(LEARNING_RATE, model, grads);
+        }
+        started.elapsed()
+    }
+}
+
+/// burn-train's `MultiDevicesTrainStep` against `DevicePool`.
+///
+/// Burn slows down over a long-running process (about 2x after tens of thousands of steps here,
+/// whichever side ran them), so the side measured second in one process loses. Measure each side
+/// in a fresh process, alternating, and compare:
+/// `cargo bench -p ember-pool --bench pool -- burn_train_` and `... -- ember_DevicePool`.
 fn burn_train_against_ember(c: &mut Criterion) {
-    let device = Device::flex().autodiff();
-    let model = Mlp::new(HIDDEN, &device);
-    let batch = XyBatch::synthetic(7, ROWS, &device);
-    let devices = vec![device.clone(); DEVICES];
-
-    let burn_train = MultiDevicesTrainStep::<Mlp>::new(&devices);
-    let mut pool = DevicePool::<BurnStep<Mlp>>::new(devices.clone(), PoolOptions::default())
-        .expect("workers start");
-
+    let mut sides = Sides::new();
     let mut group = c.benchmark_group("train_step_2_flex_workers");
     group.bench_function("burn_train_MultiDevicesTrainStep", |b| {
-        b.iter_custom(|steps| {
-            let mut loaders = loaders(&batch, steps);
-            let started = Instant::now();
-            for _ in 0..steps {
-                let (outputs, _) = burn_train.step(&mut loaders, &model).expect("step runs");
-                assert_eq!(outputs.len(), DEVICES);
-            }
-            started.elapsed()
-        })
+        b.iter_custom(|steps| sides.burn_train(steps))
     });
     group.bench_function("ember_DevicePool", |b| {
-        b.iter_custom(|steps| {
-            let mut sources = loaders(&batch, steps);
-            let started = Instant::now();
-            for _ in 0..steps {
-                match pool.step(&mut sources, &BurnStep(model.clone())) {
-                    Ok(Step::Ran(outputs)) => assert_eq!(outputs.outputs.len(), DEVICES),
-                    _ => unreachable!("every step has a batch per device"),
-                }
-            }
-            started.elapsed()
-        })
+        b.iter_custom(|steps| sides.ember(steps))
     });
     group.finish();
 }
