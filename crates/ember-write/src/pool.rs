@@ -175,13 +175,18 @@ impl WriterPool {
     /// Queues `record` for writing.
     ///
     /// Under the raise policy an error the pool met since the last call is
-    /// returned first, and then this record is not queued. A full queue
-    /// blocks, drops the record (counted) or fails, as the full-queue policy
-    /// says.
+    /// returned, after this record is queued: an earlier failure never costs a
+    /// record that was handed over. A full queue blocks, drops the record
+    /// (counted) or fails, as the full-queue policy says.
     pub fn write(&self, record: Record) -> Result<(), WriteError> {
-        if let Some(error) = self.shared.take_raised() {
-            return Err(error);
+        let queued = self.queue(record);
+        match self.shared.take_raised() {
+            Some(error) => Err(error),
+            None => queued,
         }
+    }
+
+    fn queue(&self, record: Record) -> Result<(), WriteError> {
         let tx = self.tx.as_ref().ok_or(WriteError::Closed)?;
         let sent = match self.full_queue {
             FullQueuePolicy::Block => tx.send(Msg::Record(record)).map_err(|_| WriteError::Closed),
