@@ -256,3 +256,43 @@ fn a_worker_failure_mid_training_names_the_device_and_leaves_complete_files() {
     assert_eq!(tags["train/loss"], [1, 2]);
     assert!(tags.contains_key("_hparams_/experiment"));
 }
+
+#[test]
+fn records_held_back_for_a_burst_reach_the_files_on_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::builder(dir.path())
+        .coalesce(1000, std::time::Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    for step in 0..10 {
+        summary.add_scalar("loss", step as f64, step).unwrap();
+    }
+    // Nothing was handed to the writer thread yet, so no file exists.
+    assert!(files(dir.path()).is_empty());
+    summary.flush().unwrap();
+    assert_eq!(tag_steps(dir.path())["loss"], (0..10).collect::<Vec<i64>>());
+    summary.close().unwrap();
+}
+
+#[test]
+fn a_full_burst_is_handed_over_without_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::builder(dir.path())
+        .coalesce(4, std::time::Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    for step in 0..4 {
+        summary.add_scalar("loss", step as f64, step).unwrap();
+    }
+    // The writer thread has the burst; wait for it to reach the file without asking for a flush.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while files(dir.path()).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !files(dir.path()).is_empty(),
+        "the burst never reached the writer"
+    );
+    summary.close().unwrap();
+    assert_eq!(tag_steps(dir.path())["loss"], [0, 1, 2, 3]);
+}

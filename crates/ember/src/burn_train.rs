@@ -261,7 +261,7 @@ impl SummaryLogger {
 
     fn flush_record(&self) {
         let result = match self.lock() {
-            Some(record) => record.flush(),
+            Some(mut record) => record.flush(),
             None => return,
         };
         if let Err(error) = result {

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ember_write::pack::{Format, Graph, HParams, Image, ImageLayout, Record, Tag, Value};
 use ember_write::{
@@ -129,7 +129,13 @@ pub struct SummaryRecordBuilder {
     rank: Option<(u32, u32)>,
     rank_layout: RankLayout,
     rank_zero_only: bool,
+    coalesce: (usize, Duration),
 }
+
+/// Records a `SummaryRecord` holds back before handing them to the writer pool together.
+const COALESCE_RECORDS: usize = 64;
+/// The longest a record is held back.
+const COALESCE_DELAY: Duration = Duration::from_millis(20);
 
 impl SummaryRecordBuilder {
     fn new(log_dir: PathBuf) -> Self {
@@ -147,7 +153,18 @@ impl SummaryRecordBuilder {
             rank: None,
             rank_layout: RankLayout::FileName,
             rank_zero_only: false,
+            coalesce: (COALESCE_RECORDS, COALESCE_DELAY),
         }
+    }
+
+    /// Hands records to the writer thread in bursts of up to `records`, holding none back longer
+    /// than `max_delay` (64 records or 20 ms by default). Waking the writer thread once per burst
+    /// instead of once per record keeps it from preempting a busy training loop; `flush`,
+    /// `close` and drop send what is held. A process killed outright loses what is held:
+    /// `coalesce(1, Duration::ZERO)` hands over every record at once.
+    pub fn coalesce(mut self, records: usize, max_delay: Duration) -> Self {
+        self.coalesce = (records.max(1), max_delay);
+        self
     }
 
     /// TensorBoard (the default) or MindInsight.
@@ -286,6 +303,9 @@ impl SummaryRecordBuilder {
             closed: false,
             rank,
             world_size,
+            outbox: Vec::new(),
+            outbox_since: None,
+            coalesce: self.coalesce,
         })
     }
 }
@@ -326,6 +346,9 @@ pub struct SummaryRecord {
     closed: bool,
     rank: u32,
     world_size: u32,
+    outbox: Vec<Record>,
+    outbox_since: Option<Instant>,
+    coalesce: (usize, Duration),
 }
 
 impl SummaryRecord {
@@ -423,10 +446,7 @@ impl SummaryRecord {
     }
 
     fn write(&mut self, step: i64, values: Vec<(String, Value)>) -> Result<(), SummaryError> {
-        let Some(pool) = &self.pool else {
-            return Ok(());
-        };
-        if values.is_empty() {
+        if self.pool.is_none() || values.is_empty() {
             return Ok(());
         }
         let mut record = Record::new(step, wall_time());
@@ -439,7 +459,42 @@ impl SummaryRecord {
             }
             record.add(tag, value);
         }
-        pool.write(record).map_err(SummaryError::from)
+        self.submit(record)
+    }
+
+    /// Holds `record` back for the next burst, and sends the burst when it is full or due.
+    fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
+        if self.pool.is_none() {
+            return Ok(());
+        }
+        let since = *self.outbox_since.get_or_insert_with(Instant::now);
+        self.outbox.push(record);
+        let (records, max_delay) = self.coalesce;
+        if self.outbox.len() >= records || since.elapsed() >= max_delay {
+            self.send_outbox()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Hands every held record to the writer pool, in order; returns the first error met after
+    /// every record was handed over.
+    fn send_outbox(&mut self) -> Result<(), SummaryError> {
+        self.outbox_since = None;
+        let Some(pool) = &self.pool else {
+            self.outbox.clear();
+            return Ok(());
+        };
+        let mut first_error = None;
+        for record in self.outbox.drain(..) {
+            if let Err(error) = pool.write(record) {
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
     }
 
     fn write_now(&mut self, step: i64, tag: &str, value: Value) -> Result<(), SummaryError> {
@@ -452,10 +507,7 @@ impl SummaryRecord {
     /// copies, no taps, no filter. The cheapest way in for a hot loop.
     pub fn write_record(&mut self, record: Record) -> Result<(), SummaryError> {
         self.ensure_open()?;
-        match &self.pool {
-            Some(pool) => pool.write(record).map_err(SummaryError::from),
-            None => Ok(()),
-        }
+        self.submit(record)
     }
 
     /// Records one scalar at `step`.
@@ -568,8 +620,9 @@ impl SummaryRecord {
 
     /// Returns once every record queued before it has reached the operating system (and the
     /// disk with [`Durability::Sync`]).
-    pub fn flush(&self) -> Result<(), SummaryError> {
+    pub fn flush(&mut self) -> Result<(), SummaryError> {
         self.ensure_open()?;
+        self.send_outbox()?;
         match &self.pool {
             Some(pool) => pool.flush().map_err(SummaryError::from),
             None => Ok(()),
@@ -588,10 +641,12 @@ impl SummaryRecord {
         self.ensure_open()?;
         self.closed = true;
         self.pending.clear();
-        match self.pool.take() {
+        let sent = self.send_outbox();
+        let closed = match self.pool.take() {
             Some(pool) => pool.close().map_err(SummaryError::Close),
             None => Ok(()),
-        }
+        };
+        sent.and(closed)
     }
 }
 
