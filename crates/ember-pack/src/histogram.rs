@@ -103,18 +103,33 @@ fn stats_of<const N: usize>(elems: &[[u8; N]], conv: impl Fn([u8; N]) -> f64 + C
         let mut sq = [0f64; 4];
         let mut min = [f64::INFINITY; 4];
         let mut max = [f64::NEG_INFINITY; 4];
-        let mut bad = 0u64;
+        // Non-finite elements are rare: count them first (a loop without branches), and let
+        // blocks without any take a loop that needs no test per element.
+        let bad = block
+            .iter()
+            .map(|&e| u64::from(!conv(e).is_finite()))
+            .sum::<u64>();
         let (quads, rest) = block.as_chunks::<4>();
-        for q in quads {
-            for j in 0..4 {
-                let x = conv(q[j]);
-                if x.is_finite() {
+        if bad == 0 {
+            for q in quads {
+                for j in 0..4 {
+                    let x = conv(q[j]);
                     sum[j] += x;
                     sq[j] += x * x;
                     min[j] = min[j].min(x);
                     max[j] = max[j].max(x);
-                } else {
-                    bad += 1;
+                }
+            }
+        } else {
+            for q in quads {
+                for j in 0..4 {
+                    let x = conv(q[j]);
+                    if x.is_finite() {
+                        sum[j] += x;
+                        sq[j] += x * x;
+                        min[j] = min[j].min(x);
+                        max[j] = max[j].max(x);
+                    }
                 }
             }
         }
@@ -125,8 +140,6 @@ fn stats_of<const N: usize>(elems: &[[u8; N]], conv: impl Fn([u8; N]) -> f64 + C
                 sq[0] += x * x;
                 min[0] = min[0].min(x);
                 max[0] = max[0].max(x);
-            } else {
-                bad += 1;
             }
         }
         s.sum += (sum[0] + sum[1]) + (sum[2] + sum[3]);
@@ -152,116 +165,123 @@ fn stats_of<const N: usize>(elems: &[[u8; N]], conv: impl Fn([u8; N]) -> f64 + C
 }
 
 /// Counts the finite elements of `t` into the buckets bounded by `edges` (non-decreasing,
-/// `edges.len() - 1` buckets, at least one), using `guess` for a first bucket index.
-fn count(t: &TensorValue, edges: &[f64], guess: impl Fn(f64) -> f64 + Copy) -> Vec<u64> {
+/// `edges.len() - 1` buckets, at least one), using `guess` for a first bucket index. `nan` is
+/// the number of NaN elements of `t` (see [`Stats::nan`]).
+fn count(t: &TensorValue, edges: &[f64], nan: u64, guess: impl Fn(f64) -> f64 + Copy) -> Vec<u64> {
     match Elems::of(t) {
-        Elems::F32(e) => count_of(e, f32_le, edges, guess),
-        Elems::F64(e) => count_of(&e, f64_le, edges, guess),
+        Elems::F32(e) => count_of(e, f32_le, edges, nan, guess),
+        Elems::F64(e) => count_of(&e, f64_le, edges, nan, guess),
     }
 }
 
+/// Elements counted into `u32` counters before they are added to the `u64` totals.
+const COUNT_RUN: usize = 1 << 30;
+
 /// [`count`] over elements read by `conv`.
+///
+/// Every element, NaN and ±Inf included, is put in a slot without a branch: slot 0 holds what
+/// is below the first edge, slot `i + 1` bucket `i`, slot `k + 1` what is above the last edge.
+/// A NaN guesses bucket 0 and compares false with both its bounds, so all NaNs land in slot 1
+/// and are taken off it at the end.
 #[inline(always)]
 fn count_of<const N: usize>(
     elems: &[[u8; N]],
     conv: impl Fn([u8; N]) -> f64 + Copy,
     edges: &[f64],
+    nan: u64,
     guess: impl Fn(f64) -> f64 + Copy,
 ) -> Vec<u64> {
     let k = edges.len() - 1;
-    // Four count arrays, so repeated hits on one bucket do not serialize on one counter.
-    let mut counts = vec![0u64; 4 * k];
     let last = k - 1;
+    let slots = k + 2;
     let (lo, hi) = (edges[0], edges[k]);
-    // Bucket i holds left[i] <= x < right[i]; the open ends make the first and last buckets
-    // catch everything in range, so the checks below need no bounds conditions.
-    let left: Vec<f64> = (0..k)
-        .map(|i| if i == 0 { f64::NEG_INFINITY } else { edges[i] })
-        .collect();
-    let right: Vec<f64> = (0..k)
-        .map(|i| {
-            if i == last {
-                f64::INFINITY
-            } else {
-                edges[i + 1]
-            }
-        })
-        .collect();
-    let (left, right) = (&left[..k], &right[..k]);
-    let (c0, rest) = counts.split_at_mut(k);
-    let (c1, rest) = rest.split_at_mut(k);
-    let (c2, c3) = rest.split_at_mut(k);
-    let guess_index = move |x: f64| (guess(x) as i64).clamp(0, last as i64) as usize;
-    // The guess is monotone in `x`, so if at both ends of every non-empty bucket it is off by at
-    // most one, it is everywhere, and the one-step fix alone is exact.
-    let one_step = (0..k).all(|i| {
-        let (a, b) = (edges[i], edges[i + 1]);
-        if a == b {
-            return true;
-        }
-        let upper = if i == last { b } else { b.next_down() };
-        guess_index(a) + 1 >= i && guess_index(upper) <= i + 1
-    });
-    if one_step {
-        count_into(elems, conv, [&mut *c0, &mut *c1, &mut *c2, &mut *c3], |x| {
-            // Also false for NaN; ±Inf fall outside the finite edges.
-            if !(x >= lo && x <= hi) {
-                return None;
-            }
-            let g = guess_index(x);
-            Some(g + usize::from(x >= right[g]) - usize::from(x < left[g]))
-        });
-    } else {
-        count_into(elems, conv, [&mut *c0, &mut *c1, &mut *c2, &mut *c3], |x| {
-            if !(x >= lo && x <= hi) {
-                return None;
-            }
-            let g = guess_index(x);
-            // One branch-free step fixes a guess that is off by one ...
-            let mut i = g + usize::from(x >= right[g]) - usize::from(x < left[g]);
-            // ... and the rare worse guess (badly conditioned edges) is walked.
-            if !(left[i] <= x && x < right[i]) {
-                while x < left[i] {
-                    i -= 1;
-                }
-                while x >= right[i] {
-                    i += 1;
-                }
-            }
-            Some(i)
-        });
+    // Slot s holds left <= x < right; the last bucket is closed, so its right bound is the
+    // next value above `hi` (x >= next_up(hi) is x > hi).
+    let above = hi.next_up();
+    let mut bounds: Vec<[f64; 2]> = Vec::with_capacity(slots);
+    bounds.push([f64::NEG_INFINITY, lo]);
+    for i in 0..k {
+        let right = if i == last { above } else { edges[i + 1] };
+        bounds.push([edges[i], right]);
     }
-    (0..k).map(|i| c0[i] + c1[i] + c2[i] + c3[i]).collect()
+    bounds.push([above, f64::INFINITY]);
+    let bounds = &bounds[..slots];
+    let guess_slot = move |x: f64| (guess(x) as i64).clamp(0, last as i64) as usize + 1;
+    // The guess is monotone in `x`, so if at both ends of every non-empty bucket it is off by at
+    // most one, it is everywhere, and the one-step fix alone is exact; values outside the edges
+    // need the first (last) bucket guessed for them.
+    let one_step = guess_slot(lo.next_down()) == 1
+        && guess_slot(above) == k
+        && (0..k).all(|i| {
+            let (a, b) = (edges[i], edges[i + 1]);
+            if a == b {
+                return true;
+            }
+            let upper = if i == last { b } else { b.next_down() };
+            // Bucket i is slot i + 1.
+            guess_slot(a) >= i && guess_slot(upper) <= i + 2
+        });
+    // Four interleaved counter lanes, so repeated hits on one slot do not serialize on one
+    // counter.
+    let mut totals = vec![0u64; slots];
+    let mut lanes = vec![0u32; 4 * slots];
+    for run in elems.chunks(COUNT_RUN) {
+        if one_step {
+            count_into(run, conv, &mut lanes, |x| {
+                let g = guess_slot(x);
+                let [l, r] = bounds[g];
+                g + usize::from(x >= r) - usize::from(x < l)
+            });
+        } else {
+            count_into(run, conv, &mut lanes, |x| {
+                let g = guess_slot(x);
+                // One branch-free step fixes a guess that is off by one ...
+                let [l, r] = bounds[g];
+                let mut i = g + usize::from(x >= r) - usize::from(x < l);
+                // ... and the rare worse guess (badly conditioned edges) is walked.
+                let [l, r] = bounds[i];
+                if !(l <= x && x < r) {
+                    while i > 0 && x < bounds[i][0] {
+                        i -= 1;
+                    }
+                    while i < slots - 1 && x >= bounds[i][1] {
+                        i += 1;
+                    }
+                }
+                i
+            });
+        }
+        for (t, l) in totals.iter_mut().zip(lanes.chunks_exact_mut(4)) {
+            *t += l.iter().map(|&c| u64::from(c)).sum::<u64>();
+            l.fill(0);
+        }
+    }
+    totals[1] -= nan;
+    totals[1..=k].to_vec()
 }
 
-/// Adds one to `counts[j % 4][bucket(x)]` for the `j`-th element `x` (read by `conv`) that has
-/// a bucket.
+/// Adds one to `lanes[4 * slot(x) + j % 4]` for the `j`-th element `x` (read by `conv`).
 #[inline(always)]
 fn count_into<const N: usize>(
     elems: &[[u8; N]],
     conv: impl Fn([u8; N]) -> f64 + Copy,
-    [c0, c1, c2, c3]: [&mut [u64]; 4],
-    bucket: impl Fn(f64) -> Option<usize>,
+    lanes: &mut [u32],
+    slot: impl Fn(f64) -> usize,
 ) {
     let (quads, rest) = elems.as_chunks::<4>();
     for q in quads {
-        if let Some(i) = bucket(conv(q[0])) {
-            c0[i] += 1;
-        }
-        if let Some(i) = bucket(conv(q[1])) {
-            c1[i] += 1;
-        }
-        if let Some(i) = bucket(conv(q[2])) {
-            c2[i] += 1;
-        }
-        if let Some(i) = bucket(conv(q[3])) {
-            c3[i] += 1;
+        let s = [
+            slot(conv(q[0])),
+            slot(conv(q[1])),
+            slot(conv(q[2])),
+            slot(conv(q[3])),
+        ];
+        for j in 0..4 {
+            lanes[4 * s[j] + j] += 1;
         }
     }
     for &e in rest {
-        if let Some(i) = bucket(conv(e)) {
-            c0[i] += 1;
-        }
+        lanes[4 * slot(conv(e))] += 1;
     }
 }
 
@@ -280,7 +300,7 @@ pub(crate) fn equal_width(t: &TensorValue, s: &Stats, k: usize) -> (Vec<f64>, Ve
     let edges = equal_width_edges(s.min, s.max, k);
     let scale = k as f64 / (s.max - s.min);
     let min = s.min;
-    let counts = count(t, &edges, |x| (x - min) * scale);
+    let counts = count(t, &edges, s.nan, |x| (x - min) * scale);
     (
         edges[1..].to_vec(),
         counts.into_iter().map(|c| c as f64).collect(),
@@ -410,7 +430,7 @@ pub(crate) fn mindspore(t: &TensorValue, s: &Stats) -> Vec<MsBucket> {
     let edges = mindspore_edges(dtype, first, last, bins);
     let scale = bins as f64 / (edges[bins] - edges[0]);
     let e0 = edges[0];
-    let counts = count(t, &edges, |x| (x - e0) * scale);
+    let counts = count(t, &edges, s.nan, |x| (x - e0) * scale);
     (0..bins)
         .map(|i| {
             (
