@@ -3,7 +3,8 @@
 //! file, from which `xtask/compat/check_tensorboard.py` computes what TensorBoard must read back
 //! without using ember's packer.
 //!
-//! `cargo run -p ember --example compat_writer -- <empty log dir>`
+//! `cargo run -p ember --example compat_writer [-- <empty log dir>]` (default: a new directory
+//! under `runs/`)
 //!
 //! Values are chosen so the expectations are unambiguous: scalars exactly representable in `f32`
 //! next to ones that are not (and NaN, ±Inf, a subnormal), image values away from the
@@ -102,11 +103,14 @@ fn image_values(n: usize, salt: usize) -> Vec<f32> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .ok_or("usage: compat_writer <empty log dir>")?,
-    );
+    // Without an argument, a fresh directory under runs/, so a bare `cargo run` works too.
+    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        format!("runs/compat-writer-{secs}-{}", std::process::id())
+    }));
     std::fs::create_dir_all(&dir)?;
     let mut summary = SummaryRecord::new(&dir)?;
     let mut manifest = Manifest::default();
