@@ -82,35 +82,27 @@ fn stale_files(out: &Path, files: &BTreeMap<String, String>) -> anyhow::Result<V
 
 /// Every `.rs` file under `dir`, as a `/`-separated path relative to it.
 fn existing_files(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let mut found = Vec::new();
     if !dir.exists() {
-        return Ok(found);
+        return Ok(Vec::new());
     }
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(current) = pending.pop() {
-        for entry in
-            fs::read_dir(&current).with_context(|| format!("reading {}", current.display()))?
-        {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let relative = path
-                    .strip_prefix(dir)?
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join("/");
-                found.push(relative);
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
+    Ok(files_with_extension(dir, "rs")?
+        .iter()
+        .map(|path| {
+            path.components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect())
 }
 
 /// Every `.proto` file under `dir`, relative to it, sorted.
 fn proto_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    files_with_extension(dir, "proto")
+}
+
+/// Every file under `dir` (recursively) whose extension is `extension`, relative to `dir`, sorted.
+fn files_with_extension(dir: &Path, extension: &str) -> anyhow::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(current) = pending.pop() {
@@ -120,7 +112,7 @@ fn proto_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
             let path = entry?.path();
             if path.is_dir() {
                 pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "proto") {
+            } else if path.extension().is_some_and(|e| e == extension) {
                 found.push(path.strip_prefix(dir)?.to_path_buf());
             }
         }
