@@ -238,6 +238,12 @@ impl WriterPool {
         }
     }
 
+    /// Takes the errors kept for the caller so far, oldest first: under the log policy every
+    /// error, under the raise policy those not yet returned.
+    pub fn take_errors(&self) -> Vec<WriteError> {
+        self.shared.take_all()
+    }
+
     /// A snapshot of the counters. Per-writer figures are as of the last
     /// batch the pool thread finished.
     pub fn stats(&self) -> PoolStats {

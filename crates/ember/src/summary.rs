@@ -145,7 +145,7 @@ impl SummaryRecordBuilder {
             prefix: None,
             suffix: None,
             max_file_size: None,
-            error_policy: ErrorPolicy::Raise,
+            error_policy: ErrorPolicy::Log,
             export_tensors: false,
             queue: None,
             flush_interval: None,
@@ -193,8 +193,11 @@ impl SummaryRecordBuilder {
         self
     }
 
-    /// Whether write errors come back from the next call ([`ErrorPolicy::Raise`], the default,
-    /// MindSpore's `raise_exception=True`) or are logged and counted ([`ErrorPolicy::Log`]).
+    /// Whether write errors are logged, counted and kept for [`take_errors`](SummaryRecord::take_errors)
+    /// ([`ErrorPolicy::Log`], the default, as MindSpore's `raise_exception=False` and
+    /// tensorboardX, which never raise) or come back from the next call ([`ErrorPolicy::Raise`]).
+    /// The [`Trainer`](crate::Trainer) and the burn-train logger stop training on a summary error
+    /// only under `Raise`.
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
         self.error_policy = policy;
         self
@@ -301,6 +304,7 @@ impl SummaryRecordBuilder {
             mode: Mode::Train,
             export_tensors: self.export_tensors,
             closed: false,
+            error_policy: self.error_policy,
             rank,
             world_size,
             outbox: Vec::new(),
@@ -344,6 +348,7 @@ pub struct SummaryRecord {
     mode: Mode,
     export_tensors: bool,
     closed: bool,
+    error_policy: ErrorPolicy,
     rank: u32,
     world_size: u32,
     outbox: Vec<Record>,
@@ -375,6 +380,21 @@ impl SummaryRecord {
     /// Whether this record writes files (false on ranks other than 0 with `rank_zero_only`).
     pub fn is_active(&self) -> bool {
         self.pool.is_some()
+    }
+
+    /// How write errors reach the caller.
+    pub fn error_policy(&self) -> ErrorPolicy {
+        self.error_policy
+    }
+
+    /// Takes the write errors kept so far (under [`ErrorPolicy::Log`], every error; under
+    /// [`ErrorPolicy::Raise`], those not yet returned), oldest first, at most
+    /// [`MAX_KEPT_ERRORS`](ember_write::MAX_KEPT_ERRORS) of them.
+    pub fn take_errors(&self) -> Vec<WriteError> {
+        self.pool
+            .as_ref()
+            .map(WriterPool::take_errors)
+            .unwrap_or_default()
     }
 
     /// A handle for model code to record values from inside a step.
