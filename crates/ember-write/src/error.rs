@@ -38,6 +38,14 @@ pub enum FileError {
         /// The guard's factor.
         factor: u64,
     },
+    /// A directory ember creates inside the log directory exists already as
+    /// something else: a file, or a symbolic link, which is never followed, so
+    /// that nothing is written outside the log directory.
+    #[error("refusing to use {}: it exists and is not a directory (symbolic links are not followed)", path.display())]
+    NotADirectory {
+        /// The path found.
+        path: PathBuf,
+    },
     /// A record larger than framing allows (2 GiB).
     #[error("a record of {len} bytes is larger than the 2 GiB a framed record may hold")]
     RecordTooLarge {
@@ -69,6 +77,15 @@ pub enum WriteError {
         #[source]
         source: PackError,
     },
+    /// Packing a record panicked: a bug in ember, caught so that the writer
+    /// and the other records go on. The record was rejected whole.
+    #[error("packing the record of step {step} panicked: {message}")]
+    PackPanicked {
+        /// The record's step.
+        step: i64,
+        /// The panic's message.
+        message: String,
+    },
     /// One exported tensor was not written (its file exists, or its name is
     /// too long); the export writer goes on.
     #[error("exported tensor not written to {}: {source}", path.display())]
@@ -78,8 +95,8 @@ pub enum WriteError {
         /// Why.
         source: io::Error,
     },
-    /// The queue was full and the full-queue policy is `Error`; the record
-    /// was not queued.
+    /// The queue was full (in records, or in bytes) and the full-queue policy
+    /// is `Error`; the record was not queued and is counted as dropped.
     #[error("the writer queue is full")]
     QueueFull,
     /// The pool's thread is gone (closed, or it panicked).
@@ -102,6 +119,31 @@ pub enum WriteError {
     /// The pool's thread could not be started.
     #[error("cannot start the writer thread: {0}")]
     Spawn(io::Error),
+}
+
+impl WriteError {
+    /// True when this error means the record just handed to `write` was not
+    /// queued ([`WriteError::QueueFull`], [`WriteError::Closed`]); any other
+    /// error from `write` is an earlier failure, and the record was queued.
+    pub fn refused_record(&self) -> bool {
+        matches!(self, WriteError::QueueFull | WriteError::Closed)
+    }
+
+    /// A short name of the error's kind, for logging each kind once.
+    pub(crate) fn kind_key(&self) -> (&'static str, Option<FileKind>) {
+        match self {
+            WriteError::WriterFailed { kind, .. } => ("writer failed", Some(*kind)),
+            WriteError::Rejected { .. } => ("rejected", None),
+            WriteError::PackPanicked { .. } => ("pack panicked", None),
+            WriteError::ExportRefused { .. } => ("export refused", None),
+            WriteError::QueueFull => ("queue full", None),
+            WriteError::Closed => ("closed", None),
+            WriteError::ThreadPanicked => ("thread panicked", None),
+            WriteError::InvalidOptions(_) => ("invalid options", None),
+            WriteError::LogDir { .. } => ("log dir", None),
+            WriteError::Spawn(_) => ("spawn", None),
+        }
+    }
 }
 
 /// The errors that `close` collected, in the order they happened.

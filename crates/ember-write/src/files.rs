@@ -1,27 +1,34 @@
-//! The file writers: one per file kind, each owning its current file.
+//! The event file writer: one per event file kind (summary, lineage,
+//! explain), owning its current file.
 //!
-//! [`EventFileWriter`] writes framed records (summary, lineage or explain) to
-//! a file it creates on its first record, with create-new semantics and mode
-//! 0600, the format's file header first. It keeps the size budget (framing
-//! included) with the stop or rotate policy and the free-disk guard.
-//! [`ExportWriter`] writes each exported tensor to its own `.npy` file.
-//! Both live on the pool thread only.
+//! [`EventFileWriter`] writes framed events to a file it creates on its first
+//! event, with create-new semantics and mode 0600, the format's file header
+//! first. It keeps the size budget (framing included) with the stop or rotate
+//! policy and checks the free-disk guard before each event.
+//!
+//! It buffers events itself rather than through a `BufWriter`, remembering
+//! which record of the batch each buffered event belongs to, so that it knows
+//! exactly which events reached the file when a `write(2)` fails part way
+//! (a full disk): those count as written, the rest as failed, and the file is
+//! cut back to its last whole event. The pool thread hands every buffer to the
+//! operating system at the end of each batch. It lives on the pool thread only.
 
-use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ember_pack::{FileKind, Tag};
+use ember_pack::FileKind;
 
 use crate::error::FileError;
 use crate::framing::{self, MAX_RECORD_LEN};
-use crate::free_space::FreeSpaceSource;
+use crate::ledger::{Ctx, Fate};
 use crate::naming::{self, Naming};
 use crate::options::{Durability, SizePolicy};
 use crate::stats::WriterStats;
 
+/// Buffered bytes past which a writer hands its buffer to the operating
+/// system before the batch ends.
 const BUF_CAPACITY: usize = 256 * 1024;
 
 /// How many names a writer tries when a file of the same name already exists.
@@ -51,13 +58,12 @@ pub(crate) struct FileSettings {
     pub(crate) start_secs: u64,
     pub(crate) max_file_size: Option<u64>,
     pub(crate) size_policy: SizePolicy,
-    pub(crate) disk_guard_factor: u64,
-    pub(crate) free_space: FreeSpaceSource,
     pub(crate) durability: Durability,
     pub(crate) read_only_on_close: bool,
 }
 
-/// Creates `path` new (never truncating or appending), mode 0600.
+/// Creates `path` new (never truncating or appending, never following a
+/// symbolic link: `O_CREAT | O_EXCL` fails on one), mode 0600.
 fn create_new(path: &Path) -> io::Result<File> {
     let mut opts = OpenOptions::new();
     opts.write(true).create_new(true);
@@ -69,23 +75,24 @@ fn create_new(path: &Path) -> io::Result<File> {
     opts.open(path)
 }
 
-/// Makes a finished file read-only (0400), as MindSpore does.
-fn seal(path: &Path) -> io::Result<()> {
+/// Makes a finished file read-only (0400), as MindSpore does; through the
+/// open file, so no path is resolved again.
+pub(crate) fn seal(file: &File) -> io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o400))
+        file.set_permissions(std::fs::Permissions::from_mode(0o400))
     }
     #[cfg(not(unix))]
     {
-        let mut perm = fs::metadata(path)?.permissions();
+        let mut perm = file.metadata()?.permissions();
         perm.set_readonly(true);
-        fs::set_permissions(path, perm)
+        file.set_permissions(perm)
     }
 }
 
 /// Fsyncs a directory so that the entries created in it survive a crash.
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(unix)]
     {
         File::open(dir)?.sync_all()
@@ -97,7 +104,10 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> FileError + 'a {
+pub(crate) fn io_err<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> FileError + 'a {
     move |source| FileError::Io {
         op,
         path: path.to_path_buf(),
@@ -105,113 +115,43 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Fil
     }
 }
 
-/// The free-disk guard: free space must be at least `factor` × record size.
-///
-/// The free figure is queried once per batch ([`DiskGuard::refresh`]) and then
-/// decreased by what the writer writes, so the check costs no system call per
-/// record; a figure that looks too small is queried again before refusing.
-#[derive(Debug)]
-pub(crate) struct DiskGuard {
-    factor: u64,
-    source: FreeSpaceSource,
-    estimate: Option<u64>,
-    fresh: bool,
-}
-
-impl DiskGuard {
-    pub(crate) fn new(factor: u64, source: FreeSpaceSource) -> Self {
-        Self {
-            factor,
-            source,
-            estimate: None,
-            fresh: false,
-        }
-    }
-
-    /// Forgets the cached free figure; the next check queries it.
-    pub(crate) fn refresh(&mut self) {
-        self.estimate = None;
-        self.fresh = false;
-    }
-
-    fn query(&mut self, dir: &Path) {
-        self.estimate = match self.source.0.free_bytes(dir) {
-            Ok(free) => Some(free),
-            Err(e) => {
-                log::debug!(
-                    "free space of {} unknown ({e}); disk guard skipped",
-                    dir.display()
-                );
-                None
-            }
-        };
-        self.fresh = true;
-    }
-
-    /// Refuses a record of `size` bytes for `path` when free space is short.
-    pub(crate) fn check(&mut self, dir: &Path, path: &Path, size: u64) -> Result<(), FileError> {
-        if self.factor == 0 {
-            return Ok(());
-        }
-        let needed = size.saturating_mul(self.factor);
-        if self.estimate.is_none() && !self.fresh {
-            self.query(dir);
-        }
-        let Some(mut free) = self.estimate else {
-            return Ok(());
-        };
-        if free < needed && !self.fresh {
-            self.query(dir);
-            free = self.estimate.unwrap_or(u64::MAX);
-        }
-        if free < needed {
-            return Err(FileError::DiskSpace {
-                path: path.to_path_buf(),
-                free,
-                record: size,
-                factor: self.factor,
-            });
-        }
-        Ok(())
-    }
-
-    /// Accounts for `size` bytes just written.
-    pub(crate) fn spent(&mut self, size: u64) {
-        if let Some(free) = self.estimate.as_mut() {
-            *free = free.saturating_sub(size);
-        }
-    }
-}
-
-/// What [`EventFileWriter::prepare`] decided for a record.
+/// What [`EventFileWriter::prepare`] decided for an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Prepared {
-    /// The record fits the current (or next) file.
+    /// The event fits the current (or next) file.
     Ready {
-        /// The previous file was closed to make room: tag metadata starts over.
+        /// The previous file was closed to make room.
         rotated: bool,
     },
-    /// The record is dropped: the file stopped, or the record can never fit.
+    /// The event is dropped: the file stopped, or the event can never fit.
     Drop,
 }
 
 #[derive(Debug)]
 struct OpenFile {
     path: PathBuf,
-    out: BufWriter<File>,
-    /// Bytes in the file so far, framing and header included.
+    file: File,
+    /// Bytes in the file so far, buffered ones included.
     size: u64,
-    records: u64,
-    /// Bytes were written since the last fsync (the header included).
+    /// Bytes handed to the operating system.
+    on_disk: u64,
+    /// Events in the file so far, buffered ones included.
+    events: u64,
+    /// Bytes reached the file since the last fsync.
     unsynced: bool,
+    buf: Vec<u8>,
+    /// The framed header's length while it is in `buf`, else 0.
+    header_in_buf: usize,
+    /// For each buffered event: its record's index in the batch and the
+    /// buffer offset where it ends.
+    buffered: Vec<(usize, usize)>,
 }
 
-/// Writes framed records of one [`FileKind`] to its current file.
+/// Writes framed events of one [`FileKind`] to its current file.
 #[derive(Debug)]
 pub(crate) struct EventFileWriter {
     kind: FileKind,
     settings: FileSettings,
-    guard: DiskGuard,
     file: Option<OpenFile>,
     last_secs: Option<u64>,
     stopped: bool,
@@ -220,8 +160,6 @@ pub(crate) struct EventFileWriter {
     /// Header bytes (unframed) of a new file; empty for none.
     header: HeaderFn,
     header_framed_len: u64,
-    /// Tags whose metadata the current file already holds.
-    pub(crate) seen_tags: HashSet<Tag>,
     pub(crate) stats: WriterStats,
 }
 
@@ -246,10 +184,8 @@ impl EventFileWriter {
         } else {
             framing::framed_len(sample.len())
         };
-        let guard = DiskGuard::new(settings.disk_guard_factor, settings.free_space.clone());
         Self {
             kind,
-            guard,
             settings,
             file: None,
             last_secs: None,
@@ -258,19 +194,14 @@ impl EventFileWriter {
             warned_oversize: false,
             header,
             header_framed_len,
-            seen_tags: HashSet::new(),
             stats: WriterStats::new(kind),
         }
     }
 
-    /// Starts a batch: the disk guard's free figure is queried again.
-    pub(crate) fn begin_batch(&mut self) {
-        self.guard.refresh();
-    }
-
-    /// Decides where a record of `framed` bytes (all its items, framing
-    /// included) goes, rotating or stopping the file as the size policy says.
-    pub(crate) fn prepare(&mut self, framed: u64) -> Result<Prepared, FileError> {
+    /// Decides where an event of `framed` bytes goes (all the events of one
+    /// record, framing included), rotating or stopping the file as the size
+    /// policy says.
+    pub(crate) fn prepare(&mut self, framed: u64, ctx: &mut Ctx) -> Result<Prepared, FileError> {
         if self.stopped {
             return Ok(Prepared::Drop);
         }
@@ -278,8 +209,8 @@ impl EventFileWriter {
             return Ok(Prepared::Ready { rotated: false });
         };
         let fresh_need = self.header_framed_len.saturating_add(framed);
-        let (used, has_records) = match &self.file {
-            Some(f) => (f.size, f.records > 0),
+        let (used, has_events) = match &self.file {
+            Some(f) => (f.size, f.events > 0),
             None => (0, false),
         };
         let need = if self.file.is_some() {
@@ -320,9 +251,8 @@ impl EventFileWriter {
                     }
                     return Ok(Prepared::Drop);
                 }
-                if has_records {
-                    self.close_file()?;
-                    self.seen_tags.clear();
+                if has_events {
+                    self.close_file(ctx)?;
                     Ok(Prepared::Ready { rotated: true })
                 } else {
                     Ok(Prepared::Ready { rotated: false })
@@ -340,9 +270,8 @@ impl EventFileWriter {
         }
     }
 
-    fn open_file(&mut self) -> Result<&mut OpenFile, FileError> {
+    fn open_file(&mut self, ctx: &mut Ctx) -> Result<&mut OpenFile, FileError> {
         let header = (self.header.0)(unix_time());
-        let header = (!header.is_empty()).then(|| framing::frame(&header));
         let mut secs = self.next_secs();
         let mut tries = 0;
         let (path, file) = loop {
@@ -366,24 +295,27 @@ impl EventFileWriter {
         self.stats.path = Some(path.clone());
         let mut open = OpenFile {
             path,
-            out: BufWriter::with_capacity(BUF_CAPACITY, file),
+            file,
             size: 0,
-            records: 0,
+            on_disk: 0,
+            events: 0,
             unsynced: true,
+            buf: Vec::with_capacity(BUF_CAPACITY),
+            header_in_buf: 0,
+            buffered: Vec::new(),
         };
-        if let Some(framed) = header {
-            open.out
-                .write_all(&framed)
-                .map_err(io_err("write", &open.path))?;
-            open.size += framed.len() as u64;
-            self.stats.bytes_written += framed.len() as u64;
-            self.guard.spent(framed.len() as u64);
+        if !header.is_empty() {
+            framing::frame_into(&mut open.buf, &header);
+            open.header_in_buf = open.buf.len();
+            open.size = open.buf.len() as u64;
+            ctx.guard.buffered(open.size);
         }
         Ok(self.file.insert(open))
     }
 
-    /// Appends one record's data, framed; call after [`Self::prepare`].
-    pub(crate) fn append(&mut self, data: &[u8]) -> Result<(), FileError> {
+    /// Buffers one event of record `idx` of the batch, framed. It reaches the
+    /// file when the buffer is full or the batch ends.
+    fn append(&mut self, idx: usize, data: &[u8], ctx: &mut Ctx) -> Result<(), FileError> {
         if data.len() as u64 > MAX_RECORD_LEN {
             return Err(FileError::RecordTooLarge {
                 len: data.len() as u64,
@@ -391,176 +323,189 @@ impl EventFileWriter {
         }
         let framed_len = framing::framed_len(data.len());
         if self.file.is_none() {
-            // The guard sees the header and the first record before the file
+            // The guard sees the header and the first event before the file
             // exists, so a refusal leaves no file behind.
             let dir = &self.settings.log_dir;
-            self.guard
+            ctx.guard
                 .check(dir, dir, self.header_framed_len + framed_len)?;
-            self.open_file()?;
+            self.open_file(ctx)?;
         }
         let Some(file) = self.file.as_mut() else {
             return Ok(());
         };
-        self.guard
+        ctx.guard
             .check(&self.settings.log_dir, &file.path, framed_len)?;
-        let out = &mut file.out;
-        let path = &file.path;
-        out.write_all(&framing::header(data.len()))
-            .and_then(|()| out.write_all(data))
-            .and_then(|()| out.write_all(&framing::masked_crc32c(data).to_le_bytes()))
-            .map_err(io_err("write", path))?;
+        framing::frame_into(&mut file.buf, data);
+        file.buffered.push((idx, file.buf.len()));
         file.size += framed_len;
-        file.records += 1;
-        file.unsynced = true;
-        self.guard.spent(framed_len);
-        self.stats.bytes_written += framed_len;
+        file.events += 1;
+        ctx.guard.buffered(framed_len);
         Ok(())
     }
 
-    /// Counts one record written (all its items appended).
-    pub(crate) fn record_written(&mut self) {
-        self.stats.records_written += 1;
+    /// Appends every event of record `idx` (call after [`Self::prepare`]),
+    /// then hands the buffer to the operating system if it is full. On an
+    /// error the events not buffered are counted as failed, and those that
+    /// were buffered are settled by [`Self::write_out`].
+    pub(crate) fn append_all(
+        &mut self,
+        idx: usize,
+        events: &[Vec<u8>],
+        ctx: &mut Ctx,
+    ) -> Result<(), FileError> {
+        for (i, data) in events.iter().enumerate() {
+            if let Err(e) = self.append(idx, data, ctx) {
+                self.lost(idx, events.len() - i, ctx);
+                return Err(e);
+            }
+        }
+        if self
+            .file
+            .as_ref()
+            .is_some_and(|f| f.buf.len() >= BUF_CAPACITY)
+        {
+            self.write_out(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the events of record `idx` as the size policy allows, counting
+    /// each as dropped or failed when it does not reach the buffer.
+    pub(crate) fn write_events(
+        &mut self,
+        idx: usize,
+        events: &[Vec<u8>],
+        ctx: &mut Ctx,
+    ) -> Result<(), FileError> {
+        let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+        match self.prepare(total, ctx) {
+            Ok(Prepared::Drop) => {
+                self.dropped(idx, events.len(), ctx);
+                Ok(())
+            }
+            Ok(Prepared::Ready { .. }) => self.append_all(idx, events, ctx),
+            Err(e) => {
+                self.lost(idx, events.len(), ctx);
+                Err(e)
+            }
+        }
+    }
+
+    /// Counts `events` events of record `idx` lost to a failure.
+    pub(crate) fn lost(&mut self, idx: usize, events: usize, ctx: &mut Ctx) {
+        self.stats.records_failed += events as u64;
+        ctx.ledger.mark(idx, Fate::Failed);
+    }
+
+    /// Hands the buffer to the operating system. When a write fails part way,
+    /// the events that reached the file whole count as written, the file is
+    /// cut back to the end of the last of them, and the rest are failed.
+    pub(crate) fn write_out(&mut self, ctx: &mut Ctx) -> Result<(), FileError> {
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        if file.buf.is_empty() {
+            return Ok(());
+        }
+        let mut written = 0;
+        let mut failure = None;
+        while written < file.buf.len() {
+            match file.file.write(&file.buf[written..]) {
+                Ok(0) => {
+                    failure = Some(io::Error::from(io::ErrorKind::WriteZero));
+                    break;
+                }
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        ctx.guard.drained(file.buf.len() as u64);
+        let whole = file
+            .buffered
+            .iter()
+            .take_while(|&&(_, end)| end <= written)
+            .count();
+        // Bytes of whole events (and of the header, which precedes them).
+        let kept = match failure {
+            None => written,
+            Some(_) => match file.buffered[..whole].last() {
+                Some(&(_, end)) => end,
+                None if written >= file.header_in_buf => file.header_in_buf,
+                None => 0,
+            },
+        };
+        file.header_in_buf = 0;
+        for &(idx, _) in &file.buffered[whole..] {
+            ctx.ledger.mark(idx, Fate::Failed);
+        }
+        self.stats.records_written += whole as u64;
+        self.stats.records_failed += (file.buffered.len() - whole) as u64;
+        self.stats.bytes_written += kept as u64;
+        file.buffered.clear();
+        file.buf.clear();
+        if kept > 0 {
+            file.unsynced = true;
+        }
+        let Some(error) = failure else {
+            file.on_disk += written as u64;
+            return Ok(());
+        };
+        if kept < written {
+            // Best effort: a torn event at the end would read as a truncated
+            // tail anyway, but a clean end is better.
+            let _ = file.file.set_len(file.on_disk + kept as u64);
+        }
+        file.on_disk += kept as u64;
+        file.size = file.on_disk;
+        Err(io_err("write", &file.path)(error))
     }
 
     /// Hands buffered bytes to the operating system, and with `sync`, to the disk.
-    pub(crate) fn flush(&mut self, sync: bool) -> Result<(), FileError> {
-        if let Some(file) = self.file.as_mut() {
-            file.out.flush().map_err(io_err("flush", &file.path))?;
-            if sync && file.unsynced {
-                file.out
-                    .get_ref()
-                    .sync_data()
-                    .map_err(io_err("fsync", &file.path))?;
-                sync_dir(&self.settings.log_dir)
-                    .map_err(io_err("fsync", &self.settings.log_dir))?;
-                file.unsynced = false;
-            }
+    pub(crate) fn flush(&mut self, sync: bool, ctx: &mut Ctx) -> Result<(), FileError> {
+        self.write_out(ctx)?;
+        if let Some(file) = self.file.as_mut()
+            && sync
+            && file.unsynced
+        {
+            file.file.sync_data().map_err(io_err("fsync", &file.path))?;
+            sync_dir(&self.settings.log_dir).map_err(io_err("fsync", &self.settings.log_dir))?;
+            ctx.fsyncs += 2;
+            file.unsynced = false;
         }
         Ok(())
     }
 
-    /// Flushes, fsyncs and closes the current file (sealing it read-only
-    /// when configured); the next record opens a new one.
-    pub(crate) fn close_file(&mut self) -> Result<(), FileError> {
+    /// Whether bytes reached the file since its last fsync.
+    pub(crate) fn unsynced(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.unsynced)
+    }
+
+    /// Writes out, fsyncs and closes the current file (sealing it read-only
+    /// when configured); the next event opens a new one.
+    pub(crate) fn close_file(&mut self, ctx: &mut Ctx) -> Result<(), FileError> {
+        let written = self.write_out(ctx);
         let Some(file) = self.file.take() else {
-            return Ok(());
+            return written;
         };
-        let OpenFile { path, out, .. } = file;
-        let inner = out.into_inner().map_err(|e| FileError::Io {
-            op: "flush",
-            path: path.clone(),
-            source: e.into_error(),
-        })?;
-        inner.sync_all().map_err(io_err("fsync", &path))?;
-        drop(inner);
+        written?;
+        file.file.sync_all().map_err(io_err("fsync", &file.path))?;
+        ctx.fsyncs += 1;
+        if self.settings.read_only_on_close {
+            seal(&file.file).map_err(io_err("make read-only", &file.path))?;
+        }
+        drop(file.file);
         sync_dir(&self.settings.log_dir).map_err(io_err("fsync", &self.settings.log_dir))?;
-        if self.settings.read_only_on_close {
-            seal(&path).map_err(io_err("make read-only", &path))?;
-        }
+        ctx.fsyncs += 1;
         Ok(())
     }
 
-    /// The durability the pool's flushes ask for.
-    pub(crate) fn sync_on_flush(&self) -> bool {
-        self.settings.durability == Durability::Sync
-    }
-}
-
-/// Writes exported tensors, one `.npy` file each, under `export_<secs>/tensor`.
-#[derive(Debug)]
-pub(crate) struct ExportWriter {
-    settings: FileSettings,
-    guard: DiskGuard,
-    dir: Option<PathBuf>,
-    pub(crate) stats: WriterStats,
-}
-
-/// Why one exported tensor was not written although the writer is sound.
-#[derive(Debug)]
-pub(crate) enum ExportOutcome {
-    Written,
-    /// The file exists already, or its name is too long: the caller's tags
-    /// and steps are at fault, not the disk. Other tensors go on.
-    Refused(PathBuf, io::Error),
-}
-
-impl ExportWriter {
-    pub(crate) fn new(settings: FileSettings) -> Self {
-        let guard = DiskGuard::new(settings.disk_guard_factor, settings.free_space.clone());
-        Self {
-            settings,
-            guard,
-            dir: None,
-            stats: WriterStats::new(FileKind::Export),
-        }
-    }
-
-    pub(crate) fn begin_batch(&mut self) {
-        self.guard.refresh();
-    }
-
-    fn dir(&mut self) -> Result<PathBuf, FileError> {
-        if let Some(dir) = &self.dir {
-            return Ok(dir.clone());
-        }
-        let dir = self
-            .settings
-            .log_dir
-            .join(naming::export_dir(self.settings.start_secs));
-        crate::options::create_dir_private(&dir).map_err(io_err("create directory", &dir))?;
-        self.stats.path = Some(dir.clone());
-        self.dir = Some(dir.clone());
-        Ok(dir)
-    }
-
-    /// Writes one exported tensor's bytes as `<tag>_<step>.npy`.
-    pub(crate) fn write(
-        &mut self,
-        tag: &str,
-        step: i64,
-        bytes: &[u8],
-    ) -> Result<ExportOutcome, FileError> {
-        let dir = self.dir()?;
-        let name = naming::export_file_name(tag, step);
-        let path = dir.join(&name);
-        if name.len() > naming::MAX_FILE_NAME_LEN {
-            return Ok(ExportOutcome::Refused(
-                path,
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("file name of {} bytes is too long", name.len()),
-                ),
-            ));
-        }
-        self.guard
-            .check(&self.settings.log_dir, &path, bytes.len() as u64)?;
-        let mut file = match create_new(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Ok(ExportOutcome::Refused(path, e));
-            }
-            Err(e) => return Err(io_err("create", &path)(e)),
-        };
-        file.write_all(bytes).map_err(io_err("write", &path))?;
-        if self.settings.durability == Durability::Sync {
-            file.sync_all().map_err(io_err("fsync", &path))?;
-        }
-        drop(file);
-        if self.settings.read_only_on_close {
-            seal(&path).map_err(io_err("make read-only", &path))?;
-        }
-        self.guard.spent(bytes.len() as u64);
-        self.stats.files_created += 1;
-        self.stats.records_written += 1;
-        self.stats.bytes_written += bytes.len() as u64;
-        Ok(ExportOutcome::Written)
-    }
-
-    /// Fsyncs the export directory so its entries survive a crash.
-    pub(crate) fn sync(&mut self) -> Result<(), FileError> {
-        if let Some(dir) = &self.dir {
-            sync_dir(dir).map_err(io_err("fsync", dir))?;
-        }
-        Ok(())
+    /// Counts `events` events of record `idx` dropped by the size policy.
+    pub(crate) fn dropped(&mut self, idx: usize, events: usize, ctx: &mut Ctx) {
+        self.stats.records_dropped += events as u64;
+        ctx.ledger.mark(idx, Fate::Dropped);
     }
 }

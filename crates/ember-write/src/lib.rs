@@ -53,14 +53,19 @@
 #![deny(missing_docs)]
 
 mod error;
+mod export;
 mod files;
 pub mod framing;
 mod free_space;
+mod guard;
+mod ledger;
 pub mod naming;
 mod options;
 mod pool;
 pub mod reader;
 mod stats;
+mod summary_file;
+mod worker;
 pub mod workload;
 
 /// The data model and packing this crate writes, re-exported so that layers above reach it here.
@@ -69,7 +74,8 @@ pub use ember_pack as pack;
 pub use error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors};
 pub use free_space::{FreeSpace, FreeSpaceSource, SystemFreeSpace};
 pub use options::{
-    Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions, WriterPoolBuilder,
+    DEFAULT_MAX_QUEUED_BYTES, Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions,
+    WriterPoolBuilder,
 };
 pub use pool::WriterPool;
 pub use reader::{RawRecord, ReadProblem, RecordReader, Scan};

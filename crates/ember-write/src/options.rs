@@ -40,18 +40,21 @@ pub enum FullQueuePolicy {
 pub enum ErrorPolicy {
     /// The caller's next `write` or `flush` returns the error; `close`
     /// returns any not yet returned.
-    #[default]
     Raise,
-    /// Errors are logged and counted; `write` and `flush` do not fail for
-    /// them, and `close` returns them all.
+    /// The default, as MindSpore's `raise_exception=False`: errors are
+    /// counted, kept for [`WriterPool::take_errors`] and logged (the first of
+    /// each kind as an error, later ones at debug level); `write` and `flush`
+    /// do not fail for them, and `close` returns those not yet taken.
+    #[default]
     Log,
 }
 
-/// What [`WriterPool::flush`] (and the timed flush) guarantees.
+/// What [`WriterPool::flush`] guarantees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
     /// Flushed records have reached the operating system (`write(2)`): they
-    /// survive the process being killed, not a power loss.
+    /// survive the process being killed, not a power loss. The timed flush
+    /// fsyncs them later.
     #[default]
     Os,
     /// Flushed records are also on the disk (`fsync`).
@@ -88,11 +91,27 @@ pub struct WriterOptions {
     pub error_policy: ErrorPolicy,
     /// Records the queue holds (default 1024).
     pub queue_capacity: usize,
+    /// Bytes the queued and in-flight records may hold together, by their
+    /// values' payload sizes (default [`DEFAULT_MAX_QUEUED_BYTES`]). A record
+    /// larger than this is accepted only when nothing else is queued, so it
+    /// cannot wait forever.
+    pub max_queued_bytes: usize,
     /// What `write` does when the queue is full.
     pub full_queue: FullQueuePolicy,
     /// Most records packed and written as one batch (default 1024).
     pub max_batch: usize,
-    /// Interval of the timed flush; `None` for none (default 10 s).
+    /// How long the pool thread waits, after the first record of a batch,
+    /// for more to come before it packs and writes them (default 20 ms). A
+    /// record reaches the operating system at most this long (plus packing
+    /// and writing time) after `write` returns; waiting lets one wake-up of
+    /// the pool thread serve many records instead of one.
+    pub max_delay: Duration,
+    /// Threads of the pool's own packing thread pool, used for batches with
+    /// large values (default: the available parallelism, at most 4). The
+    /// global rayon pool, which Burn's CPU backends use, is left alone.
+    pub pack_threads: usize,
+    /// Interval of the timed flush, which fsyncs what was written since the
+    /// last one; `None` for none (default 10 s).
     pub flush_interval: Option<Duration>,
     /// What a flush guarantees.
     pub durability: Durability,
@@ -115,10 +134,13 @@ impl WriterOptions {
             size_policy: SizePolicy::Stop,
             disk_guard_factor: 32,
             free_space: FreeSpaceSource::default(),
-            error_policy: ErrorPolicy::Raise,
+            error_policy: ErrorPolicy::Log,
             queue_capacity: 1024,
+            max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
             full_queue: FullQueuePolicy::Block,
             max_batch: 1024,
+            max_delay: Duration::from_millis(20),
+            pack_threads: default_pack_threads(),
             flush_interval: Some(Duration::from_secs(10)),
             durability: Durability::Os,
             read_only_on_close: true,
@@ -127,6 +149,11 @@ impl WriterOptions {
 
     /// Checks the options.
     pub fn validate(&self) -> Result<(), WriteError> {
+        if self.log_dir.as_os_str().is_empty() {
+            return Err(WriteError::InvalidOptions(
+                "the log directory must not be empty".into(),
+            ));
+        }
         naming::check_affix(&self.file_prefix, true).map_err(WriteError::InvalidOptions)?;
         if let Some(suffix) = &self.file_suffix {
             naming::check_affix(suffix, false).map_err(WriteError::InvalidOptions)?;
@@ -134,6 +161,16 @@ impl WriterOptions {
         if self.queue_capacity == 0 {
             return Err(WriteError::InvalidOptions(
                 "queue capacity must be at least 1".into(),
+            ));
+        }
+        if self.max_queued_bytes == 0 {
+            return Err(WriteError::InvalidOptions(
+                "max queued bytes must be at least 1".into(),
+            ));
+        }
+        if self.pack_threads == 0 {
+            return Err(WriteError::InvalidOptions(
+                "pack threads must be at least 1".into(),
             ));
         }
         if self.max_batch == 0 {
@@ -158,6 +195,15 @@ impl WriterOptions {
             ..Naming::new(self.pack.format)
         }
     }
+}
+
+/// The default byte bound of the queue: 32 MiB, enough for a thousand
+/// 100k-element `f32` histograms or tensors in flight, small beside a
+/// training process.
+pub const DEFAULT_MAX_QUEUED_BYTES: usize = 32 << 20;
+
+fn default_pack_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 /// Creates `dir` and missing parents, new ones with mode 0700.
@@ -260,6 +306,24 @@ impl WriterPoolBuilder {
         self
     }
 
+    /// The byte bound of queued and in-flight records.
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.options.max_queued_bytes = bytes;
+        self
+    }
+
+    /// How long the pool thread gathers a batch after its first record.
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.options.max_delay = delay;
+        self
+    }
+
+    /// Threads of the pool's own packing thread pool.
+    pub fn pack_threads(mut self, threads: usize) -> Self {
+        self.options.pack_threads = threads;
+        self
+    }
+
     /// The timed flush interval; `None` for none.
     pub fn flush_interval(mut self, interval: Option<Duration>) -> Self {
         self.options.flush_interval = interval;
@@ -281,6 +345,16 @@ impl WriterPoolBuilder {
     /// The options as set so far.
     pub fn options(&self) -> &WriterOptions {
         &self.options
+    }
+
+    /// The options as set so far, to change any of them in place.
+    pub fn options_mut(&mut self) -> &mut WriterOptions {
+        &mut self.options
+    }
+
+    /// A builder starting from `options`.
+    pub fn from_options(options: WriterOptions) -> Self {
+        Self { options }
     }
 
     /// Validates the options, creates the log directory and starts the pool.

@@ -1,73 +1,104 @@
-//! The asynchronous writer pool: a dedicated thread that owns the writers.
+//! The handle callers hold: [`WriterPool`], and the state it shares with the
+//! pool thread (counters, kept errors, the queue's byte budget).
 //!
-//! Callers send [`Record`]s over a bounded crossbeam channel. The thread
-//! blocks on that channel (with a timeout only for the timed flush), takes
-//! up to `max_batch` queued records at once, packs them in parallel on rayon
-//! (`par_iter().map().collect()` keeps their order), then writes the packed
-//! items serially in submission order. A flush request is a message in the
-//! same channel, so it is handled after every record sent before it.
+//! `write` sends a record over a bounded crossbeam channel after reserving
+//! its payload bytes; the pool thread (see `worker.rs`) releases them once the
+//! record's batch is written, so queue and in-flight batch together stay
+//! within `max_queued_bytes`. A flush is a message in the same channel, so it
+//! is handled after every record sent before it.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::{JoinHandle, Thread};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
-use ember_pack::{
-    FileKind, Histogram, MetadataFor, PackedItem, PackedRecord, Packer, Record, Tag, Value,
-};
-use rayon::prelude::*;
+use crossbeam_channel::{Sender, TrySendError};
+use ember_pack::{FileKind, Record};
 
-use crate::error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors};
-use crate::files::{self, EventFileWriter, ExportOutcome, ExportWriter, FileSettings, HeaderFn};
-use crate::framing;
+use crate::error::{MAX_KEPT_ERRORS, WriteError, WriteErrors};
+use crate::ledger::Fate;
 use crate::options::{
-    Durability, ErrorPolicy, FullQueuePolicy, WriterOptions, WriterPoolBuilder, create_dir_private,
+    ErrorPolicy, FullQueuePolicy, WriterOptions, WriterPoolBuilder, create_dir_private,
 };
 use crate::stats::{PoolStats, WriterStats};
+use crate::worker::{Msg, Worker, record_weight};
 
-/// A value at least this large is worth a rayon task of its own.
-const HEAVY_VALUE_BYTES: usize = 4096;
-
-/// Batches with fewer heavy values than this are packed on the pool thread.
-///
-/// Light records (scalars) are packed serially: the caller's thread keeps
-/// the other cores busy producing them, and on a small machine rayon's
-/// workers would only compete with it (measured: 1.4M vs 0.9M scalar
-/// records/s on 2 cores). Heavy records leave the caller waiting on a full
-/// queue, so their packing gets the cores.
-const PARALLEL_MIN_HEAVY: usize = 2;
-
-enum Msg {
-    Record(Record),
-    Flush(Sender<()>),
-}
+/// How long a caller blocked on the byte budget sleeps between looks, in
+/// case the pool thread's notification came just before it started waiting.
+const BUDGET_RECHECK: Duration = Duration::from_millis(10);
 
 /// State shared by the callers and the pool thread.
 #[derive(Debug)]
-struct Shared {
+pub(crate) struct Shared {
     policy: ErrorPolicy,
     /// Errors not yet returned to the caller, oldest first.
     pending: Mutex<VecDeque<WriteError>>,
     /// Length of `pending` as seen by the raise policy's fast path.
     raise_pending: AtomicUsize,
+    /// Kinds of error already logged at error level.
+    logged: Mutex<HashSet<(&'static str, Option<FileKind>)>>,
     submitted: AtomicU64,
+    written: AtomicU64,
     dropped_full: AtomicU64,
+    dropped: AtomicU64,
     rejected: AtomicU64,
+    failed: AtomicU64,
+    values_rejected: AtomicU64,
     errors: AtomicU64,
+    parallel_batches: AtomicU64,
+    fsyncs: AtomicU64,
     /// Errors logged but not kept, the pending queue being full.
     not_kept: AtomicU64,
     writers: Mutex<Vec<WriterStats>>,
+    /// Payload bytes of queued and in-flight records.
+    queued_bytes: AtomicUsize,
+    max_queued_bytes: usize,
+    budget_lock: Mutex<()>,
+    budget_freed: Condvar,
+    budget_waiters: AtomicUsize,
 }
 
 impl Shared {
-    fn report(&self, error: WriteError) {
+    fn new(options: &WriterOptions) -> Self {
+        Self {
+            policy: options.error_policy,
+            pending: Mutex::new(VecDeque::new()),
+            raise_pending: AtomicUsize::new(0),
+            logged: Mutex::new(HashSet::new()),
+            submitted: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            dropped_full: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            values_rejected: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            parallel_batches: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            not_kept: AtomicU64::new(0),
+            writers: Mutex::new(Vec::new()),
+            queued_bytes: AtomicUsize::new(0),
+            max_queued_bytes: options.max_queued_bytes,
+            budget_lock: Mutex::new(()),
+            budget_freed: Condvar::new(),
+            budget_waiters: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn report(&self, error: WriteError) {
         self.errors.fetch_add(1, Ordering::Relaxed);
+        let first_of_kind = self
+            .logged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(error.kind_key());
         match self.policy {
-            ErrorPolicy::Raise => log::debug!("ember-write: {error}"),
-            ErrorPolicy::Log => log::error!("ember-write: {error}"),
+            ErrorPolicy::Log if first_of_kind => log::error!(
+                "ember-write: {error} (later errors of this kind are logged at debug level)"
+            ),
+            _ => log::debug!("ember-write: {error}"),
         }
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         if pending.len() >= MAX_KEPT_ERRORS {
@@ -99,6 +130,83 @@ impl Shared {
         self.raise_pending.store(0, Ordering::Release);
         pending.drain(..).collect()
     }
+
+    pub(crate) fn value_rejected(&self) {
+        self.values_rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn parallel_batch(&self) {
+        self.parallel_batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts the fates of a written batch.
+    pub(crate) fn settle(&self, fates: &[Fate]) {
+        let mut counts = [0u64; 4];
+        for &fate in fates {
+            counts[fate as usize] += 1;
+        }
+        let [written, dropped, failed, rejected] = counts;
+        self.written.fetch_add(written, Ordering::SeqCst);
+        self.dropped.fetch_add(dropped, Ordering::SeqCst);
+        self.failed.fetch_add(failed, Ordering::SeqCst);
+        self.rejected.fetch_add(rejected, Ordering::SeqCst);
+    }
+
+    pub(crate) fn publish(&self, writers: Vec<WriterStats>, fsyncs: u64) {
+        *self.writers.lock().unwrap_or_else(PoisonError::into_inner) = writers;
+        self.fsyncs.store(fsyncs, Ordering::Relaxed);
+    }
+
+    /// Reserves `weight` bytes of the budget; false when they do not fit and
+    /// the caller must not wait. A record heavier than the whole budget fits
+    /// an empty queue.
+    fn reserve(&self, weight: usize, wait: bool, wake: &Thread) -> bool {
+        let mut current = self.queued_bytes.load(Ordering::Acquire);
+        loop {
+            if current == 0 || current.saturating_add(weight) <= self.max_queued_bytes {
+                match self.queued_bytes.compare_exchange_weak(
+                    current,
+                    current + weight,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return true,
+                    Err(now) => {
+                        current = now;
+                        continue;
+                    }
+                }
+            }
+            if !wait {
+                return false;
+            }
+            // Write what is queued now rather than after its delay.
+            wake.unpark();
+            self.budget_waiters.fetch_add(1, Ordering::SeqCst);
+            let guard = self
+                .budget_lock
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let _ = self
+                .budget_freed
+                .wait_timeout(guard, BUDGET_RECHECK)
+                .unwrap_or_else(PoisonError::into_inner);
+            self.budget_waiters.fetch_sub(1, Ordering::SeqCst);
+            current = self.queued_bytes.load(Ordering::Acquire);
+        }
+    }
+
+    /// Gives `weight` bytes back to the budget.
+    pub(crate) fn release(&self, weight: usize) {
+        self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
+        if self.budget_waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self
+                .budget_lock
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.budget_freed.notify_all();
+        }
+    }
 }
 
 /// Writes records to event files from a dedicated thread; see the crate docs.
@@ -110,18 +218,13 @@ impl Shared {
 pub struct WriterPool {
     tx: Option<Sender<Msg>>,
     thread: Option<JoinHandle<()>>,
+    /// The pool thread, to wake it before its gathering delay is over.
+    waker: Thread,
+    /// Queue length at which a caller wakes the pool thread.
+    wake_at: usize,
     shared: Arc<Shared>,
     full_queue: FullQueuePolicy,
     log_dir: PathBuf,
-}
-
-impl std::fmt::Debug for Msg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Msg::Record(r) => write!(f, "Record(step {})", r.step()),
-            Msg::Flush(_) => f.write_str("Flush"),
-        }
-    }
 }
 
 impl WriterPool {
@@ -139,28 +242,20 @@ impl WriterPool {
             source,
         })?;
         let (tx, rx) = crossbeam_channel::bounded(options.queue_capacity);
-        let shared = Arc::new(Shared {
-            policy: options.error_policy,
-            pending: Mutex::new(VecDeque::new()),
-            raise_pending: AtomicUsize::new(0),
-            submitted: AtomicU64::new(0),
-            dropped_full: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            not_kept: AtomicU64::new(0),
-            writers: Mutex::new(Vec::new()),
-        });
+        let shared = Arc::new(Shared::new(&options));
         let full_queue = options.full_queue;
         let log_dir = options.log_dir.clone();
+        let wake_at = options.max_batch.min(options.queue_capacity).max(1);
         let worker = Worker::new(options, rx, Arc::clone(&shared));
-        worker.publish_stats();
         let thread = std::thread::Builder::new()
             .name("ember-write".into())
             .spawn(move || worker.run())
             .map_err(WriteError::Spawn)?;
         Ok(Self {
             tx: Some(tx),
+            waker: thread.thread().clone(),
             thread: Some(thread),
+            wake_at,
             shared,
             full_queue,
             log_dir,
@@ -174,50 +269,82 @@ impl WriterPool {
 
     /// Queues `record` for writing.
     ///
-    /// Under the raise policy an error the pool met since the last call is
-    /// returned, after this record is queued: an earlier failure never costs a
-    /// record that was handed over. A full queue blocks, drops the record
-    /// (counted) or fails, as the full-queue policy says.
+    /// `Err` with [`WriteError::refused_record`] true ([`WriteError::QueueFull`]
+    /// under [`FullQueuePolicy::Error`], [`WriteError::Closed`]) means this
+    /// record was not queued. Under the raise policy any other error is one the
+    /// pool met earlier, returned after this record was queued: an earlier
+    /// failure never costs a record that was handed over. A full queue (in
+    /// records, or in bytes) blocks, drops the record (counted) or fails, as
+    /// the full-queue policy says.
     pub fn write(&self, record: Record) -> Result<(), WriteError> {
-        let queued = self.queue(record);
+        self.queue(record)?;
         match self.shared.take_raised() {
             Some(error) => Err(error),
-            None => queued,
+            None => Ok(()),
         }
     }
 
     fn queue(&self, record: Record) -> Result<(), WriteError> {
         let tx = self.tx.as_ref().ok_or(WriteError::Closed)?;
-        let sent = match self.full_queue {
-            FullQueuePolicy::Block => tx.send(Msg::Record(record)).map_err(|_| WriteError::Closed),
-            FullQueuePolicy::DropNewest | FullQueuePolicy::Error => {
-                match tx.try_send(Msg::Record(record)) {
-                    Ok(()) => Ok(()),
-                    Err(TrySendError::Full(_)) => {
-                        if self.full_queue == FullQueuePolicy::Error {
-                            return Err(WriteError::QueueFull);
-                        }
-                        self.shared.dropped_full.fetch_add(1, Ordering::Relaxed);
-                        return Ok(());
-                    }
-                    Err(TrySendError::Disconnected(_)) => Err(WriteError::Closed),
-                }
-            }
-        };
-        if sent.is_ok() {
-            self.shared.submitted.fetch_add(1, Ordering::Relaxed);
+        let weight = record_weight(&record);
+        let block = self.full_queue == FullQueuePolicy::Block;
+        // Counted before it can be settled, so no snapshot shows a fate
+        // without its submission.
+        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        if !self.shared.reserve(weight, block, &self.waker) {
+            return self.full();
         }
-        sent
+        let sent = if block {
+            tx.send(Msg::Record(record, weight))
+                .map_err(|_| TrySendError::Disconnected(()))
+        } else {
+            tx.try_send(Msg::Record(record, weight))
+                .map_err(|e| match e {
+                    TrySendError::Full(_) => TrySendError::Full(()),
+                    TrySendError::Disconnected(_) => TrySendError::Disconnected(()),
+                })
+        };
+        match sent {
+            Ok(()) => {
+                if tx.len() >= self.wake_at {
+                    self.waker.unpark();
+                }
+                Ok(())
+            }
+            Err(TrySendError::Full(())) => {
+                self.shared.release(weight);
+                self.full()
+            }
+            Err(TrySendError::Disconnected(())) => {
+                self.shared.release(weight);
+                self.shared.submitted.fetch_sub(1, Ordering::SeqCst);
+                Err(WriteError::Closed)
+            }
+        }
+    }
+
+    /// Counts a record the full queue did not take, and says so under the
+    /// error policy.
+    fn full(&self) -> Result<(), WriteError> {
+        self.shared.dropped_full.fetch_add(1, Ordering::SeqCst);
+        // The pool thread may be gathering: have it write now.
+        self.waker.unpark();
+        if self.full_queue == FullQueuePolicy::Error {
+            Err(WriteError::QueueFull)
+        } else {
+            Ok(())
+        }
     }
 
     /// Returns once every record sent before it has reached the operating
-    /// system (with [`Durability::Sync`], the disk). Under the raise policy it
-    /// then returns the oldest error not yet returned.
+    /// system (with [`Durability::Sync`](crate::Durability::Sync), the disk).
+    /// Under the raise policy it then returns the oldest error not yet returned.
     pub fn flush(&self) -> Result<(), WriteError> {
         let tx = self.tx.as_ref().ok_or(WriteError::Closed)?;
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
         tx.send(Msg::Flush(ack_tx))
             .map_err(|_| WriteError::Closed)?;
+        self.waker.unpark();
         ack_rx.recv().map_err(|_| WriteError::ThreadPanicked)?;
         match self.shared.take_raised() {
             Some(error) => Err(error),
@@ -226,16 +353,23 @@ impl WriterPool {
     }
 
     /// Writes every queued record, flushes, fsyncs and closes every file, and
-    /// returns every error not yet returned (under the log policy: all), up
-    /// to [`MAX_KEPT_ERRORS`] of them; the rest are counted.
-    pub fn close(mut self) -> Result<(), WriteErrors> {
+    /// returns every error not yet returned or taken, up to
+    /// [`MAX_KEPT_ERRORS`] of them; the rest are counted.
+    pub fn close(self) -> Result<(), WriteErrors> {
+        self.close_with_stats().0
+    }
+
+    /// [`close`](Self::close), also returning the final counters: every
+    /// record's fate is settled by then.
+    pub fn close_with_stats(mut self) -> (Result<(), WriteErrors>, PoolStats) {
         let errors = self.shutdown();
         let not_kept = self.shared.not_kept.swap(0, Ordering::Relaxed);
-        if errors.is_empty() && not_kept == 0 {
+        let result = if errors.is_empty() && not_kept == 0 {
             Ok(())
         } else {
             Err(WriteErrors { errors, not_kept })
-        }
+        };
+        (result, self.stats())
     }
 
     /// Takes the errors kept for the caller so far, oldest first: under the log policy every
@@ -247,14 +381,28 @@ impl WriterPool {
     /// A snapshot of the counters. Per-writer figures are as of the last
     /// batch the pool thread finished.
     pub fn stats(&self) -> PoolStats {
+        let s = &self.shared;
+        // Fates first: a record is submitted before it is settled, so the
+        // submissions read afterwards are never fewer than the fates.
+        let records_written = s.written.load(Ordering::SeqCst);
+        let records_dropped = s.dropped.load(Ordering::SeqCst);
+        let records_rejected = s.rejected.load(Ordering::SeqCst);
+        let records_failed = s.failed.load(Ordering::SeqCst);
+        let records_dropped_queue_full = s.dropped_full.load(Ordering::SeqCst);
         PoolStats {
-            records_submitted: self.shared.submitted.load(Ordering::Relaxed),
-            records_dropped_queue_full: self.shared.dropped_full.load(Ordering::Relaxed),
+            records_submitted: s.submitted.load(Ordering::SeqCst),
+            records_written,
+            records_dropped_queue_full,
+            records_dropped,
+            records_rejected,
+            records_failed,
+            values_rejected: s.values_rejected.load(Ordering::Relaxed),
             queue_depth: self.tx.as_ref().map_or(0, Sender::len),
-            values_rejected: self.shared.rejected.load(Ordering::Relaxed),
-            errors: self.shared.errors.load(Ordering::Relaxed),
-            writers: self
-                .shared
+            queued_bytes: s.queued_bytes.load(Ordering::Relaxed),
+            errors: s.errors.load(Ordering::Relaxed),
+            fsyncs: s.fsyncs.load(Ordering::Relaxed),
+            parallel_batches: s.parallel_batches.load(Ordering::Relaxed),
+            writers: s
                 .writers
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -265,6 +413,7 @@ impl WriterPool {
     fn shutdown(&mut self) -> Vec<WriteError> {
         // Disconnecting the channel tells the thread to drain and finish.
         drop(self.tx.take());
+        self.waker.unpark();
         let mut errors = Vec::new();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
@@ -284,474 +433,6 @@ impl Drop for WriterPool {
         }
         for error in self.shutdown() {
             log::error!("ember-write: error while closing on drop: {error}");
-        }
-    }
-}
-
-/// One writer slot per file kind.
-#[derive(Debug)]
-enum Slot {
-    Event(Box<EventFileWriter>),
-    Export(Box<ExportWriter>),
-    Failed(WriterStats),
-}
-
-impl Slot {
-    fn stats(&self) -> &WriterStats {
-        match self {
-            Slot::Event(w) => &w.stats,
-            Slot::Export(w) => &w.stats,
-            Slot::Failed(s) => s,
-        }
-    }
-
-    fn stats_mut(&mut self) -> &mut WriterStats {
-        match self {
-            Slot::Event(w) => &mut w.stats,
-            Slot::Export(w) => &mut w.stats,
-            Slot::Failed(s) => s,
-        }
-    }
-}
-
-const KINDS: [FileKind; 4] = [
-    FileKind::Summary,
-    FileKind::Lineage,
-    FileKind::Explain,
-    FileKind::Export,
-];
-
-fn slot_index(kind: FileKind) -> usize {
-    match kind {
-        FileKind::Summary => 0,
-        FileKind::Lineage => 1,
-        FileKind::Explain => 2,
-        FileKind::Export => 3,
-    }
-}
-
-/// Whether packing `value` takes long enough to be worth a rayon task.
-fn is_heavy(value: &Value) -> bool {
-    let bytes = match value {
-        Value::Tensor(t) | Value::Export(t) => t.bytes().len(),
-        Value::Histogram(Histogram::Raw(t)) => t.bytes().len(),
-        Value::Image(image) => image.data.bytes().len(),
-        _ => 0,
-    };
-    bytes >= HEAVY_VALUE_BYTES
-}
-
-fn metadata_for<'a>(tags: &'a Option<HashSet<Tag>>, empty: &'a HashSet<Tag>) -> MetadataFor<'a> {
-    MetadataFor::Only(tags.as_ref().unwrap_or(empty))
-}
-
-/// The record's tags the summary file has not seen; `None` for none.
-fn unseen_tags(seen: &HashSet<Tag>, record: &Record) -> Option<HashSet<Tag>> {
-    let mut out: Option<HashSet<Tag>> = None;
-    for (tag, _) in record.values() {
-        if !seen.contains(tag) {
-            out.get_or_insert_with(HashSet::new).insert(tag.clone());
-        }
-    }
-    out
-}
-
-/// The pool thread's state.
-#[derive(Debug)]
-struct Worker {
-    rx: Receiver<Msg>,
-    shared: Arc<Shared>,
-    packer: Arc<Packer>,
-    slots: Vec<Slot>,
-    max_batch: usize,
-    flush_interval: Option<std::time::Duration>,
-    sync_on_flush: bool,
-    empty: HashSet<Tag>,
-    /// True while the summary file's tag set is exactly what the batch's
-    /// metadata plan assumed: no rotation, no record dropped or rejected
-    /// since the plan. Then records are written as packed, unchecked.
-    plan_holds: bool,
-}
-
-impl Worker {
-    fn new(options: WriterOptions, rx: Receiver<Msg>, shared: Arc<Shared>) -> Self {
-        let packer = Arc::new(Packer::new(options.pack.clone()));
-        let settings = FileSettings {
-            log_dir: options.log_dir.clone(),
-            naming: options.naming(),
-            start_secs: files::unix_secs(),
-            max_file_size: options.max_file_size,
-            size_policy: options.size_policy,
-            disk_guard_factor: options.disk_guard_factor,
-            free_space: options.free_space.clone(),
-            durability: options.durability,
-            read_only_on_close: options.read_only_on_close,
-        };
-        let slots = KINDS
-            .iter()
-            .map(|&kind| match kind {
-                FileKind::Export => Slot::Export(Box::new(ExportWriter::new(settings.clone()))),
-                kind => {
-                    let p = Arc::clone(&packer);
-                    let header = HeaderFn(Box::new(move |t| p.file_header(kind, t)));
-                    Slot::Event(Box::new(EventFileWriter::new(
-                        kind,
-                        settings.clone(),
-                        header,
-                    )))
-                }
-            })
-            .collect();
-        Self {
-            rx,
-            shared,
-            packer,
-            slots,
-            max_batch: options.max_batch,
-            flush_interval: options.flush_interval,
-            sync_on_flush: options.durability == Durability::Sync,
-            empty: HashSet::new(),
-            plan_holds: true,
-        }
-    }
-
-    fn run(mut self) {
-        let mut next_flush = self.flush_interval.map(|i| Instant::now() + i);
-        let mut batch = Vec::with_capacity(self.max_batch);
-        loop {
-            let first = match next_flush {
-                Some(deadline) => match self
-                    .rx
-                    .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                {
-                    Ok(msg) => Some(msg),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => break,
-                },
-                None => match self.rx.recv() {
-                    Ok(msg) => Some(msg),
-                    Err(_) => break,
-                },
-            };
-            let mut ack = None;
-            match first {
-                Some(Msg::Record(r)) => batch.push(r),
-                Some(Msg::Flush(a)) => ack = Some(a),
-                None => {}
-            }
-            while ack.is_none() && !batch.is_empty() && batch.len() < self.max_batch {
-                match self.rx.try_recv() {
-                    Ok(Msg::Record(r)) => batch.push(r),
-                    Ok(Msg::Flush(a)) => ack = Some(a),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
-            }
-            if !batch.is_empty() {
-                self.write_batch(&mut batch);
-            }
-            let timed = next_flush.is_some_and(|d| Instant::now() >= d);
-            if ack.is_some() || timed {
-                self.flush_all(self.sync_on_flush);
-                if let Some(interval) = self.flush_interval {
-                    next_flush = Some(Instant::now() + interval);
-                }
-            }
-            self.publish_stats();
-            if let Some(ack) = ack {
-                // The caller may have given up waiting; nothing to do then.
-                let _ = ack.send(());
-            }
-        }
-        self.close_all();
-        self.publish_stats();
-    }
-
-    fn publish_stats(&self) {
-        let stats: Vec<WriterStats> = self.slots.iter().map(|s| s.stats().clone()).collect();
-        *self
-            .shared
-            .writers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = stats;
-    }
-
-    /// Closes and removes the writer of slot `idx`, keeping the error.
-    fn fail(&mut self, idx: usize, error: FileError) {
-        let slot = &mut self.slots[idx];
-        let mut stats = slot.stats().clone();
-        if let Slot::Event(w) = slot {
-            // Best effort: a writer that failed on I/O may fail again here.
-            let _ = w.close_file();
-        }
-        stats.failed = true;
-        let kind = stats.kind;
-        *slot = Slot::Failed(stats);
-        self.shared.report(WriteError::WriterFailed {
-            kind,
-            source: error,
-        });
-    }
-
-    fn write_batch(&mut self, batch: &mut Vec<Record>) {
-        for slot in &mut self.slots {
-            match slot {
-                Slot::Event(w) => w.begin_batch(),
-                Slot::Export(w) => w.begin_batch(),
-                Slot::Failed(_) => {}
-            }
-        }
-        // Which tags are new to the summary file, decided serially in
-        // submission order before packing in parallel.
-        let plan: Vec<Option<HashSet<Tag>>> = match &self.slots[0] {
-            Slot::Event(w) => {
-                let mut batch_new: HashSet<Tag> = HashSet::new();
-                batch
-                    .iter()
-                    .map(|r| {
-                        let mut new: Option<HashSet<Tag>> = None;
-                        for (tag, _) in r.values() {
-                            if !w.seen_tags.contains(tag) && batch_new.insert(tag.clone()) {
-                                new.get_or_insert_with(HashSet::new).insert(tag.clone());
-                            }
-                        }
-                        new
-                    })
-                    .collect()
-            }
-            _ => vec![None; batch.len()],
-        };
-        self.plan_holds = true;
-        let packer = &self.packer;
-        let empty = &self.empty;
-        let heavy = batch
-            .iter()
-            .flat_map(|r| r.values())
-            .filter(|(_, v)| is_heavy(v))
-            .take(PARALLEL_MIN_HEAVY)
-            .count();
-        let packed: Vec<PackedRecord> = if batch.len() > 1 && heavy >= PARALLEL_MIN_HEAVY {
-            batch
-                .par_iter()
-                .zip(plan.par_iter())
-                .map(|(r, tags)| packer.pack(r, metadata_for(tags, empty)))
-                .collect()
-        } else {
-            batch
-                .iter()
-                .zip(&plan)
-                .map(|(r, tags)| packer.pack(r, metadata_for(tags, empty)))
-                .collect()
-        };
-        for ((record, assumed), packed) in batch.iter().zip(&plan).zip(packed) {
-            self.write_record(record, assumed, packed);
-        }
-        batch.clear();
-    }
-
-    fn write_record(
-        &mut self,
-        record: &Record,
-        assumed: &Option<HashSet<Tag>>,
-        packed: PackedRecord,
-    ) {
-        let PackedRecord { items, rejected } = packed;
-        let mut rejected_tags: Vec<Tag> = Vec::new();
-        if !rejected.is_empty() {
-            // A rejected value's tag is still new to the file.
-            self.plan_holds = false;
-        }
-        for error in rejected {
-            self.shared.rejected.fetch_add(1, Ordering::Relaxed);
-            rejected_tags.push(error.tag.clone());
-            self.shared.report(WriteError::Rejected {
-                step: record.step(),
-                source: error,
-            });
-        }
-        let mut summary: Vec<Vec<u8>> = Vec::new();
-        for item in items {
-            let PackedItem {
-                kind,
-                bytes,
-                export,
-            } = item;
-            match kind {
-                FileKind::Summary => summary.push(bytes),
-                FileKind::Export => {
-                    let (tag, step) = match &export {
-                        Some(key) => (key.tag.as_str().to_owned(), key.step),
-                        None => (String::from("tensor"), record.step()),
-                    };
-                    self.write_export(&tag, step, &bytes);
-                }
-                kind => self.write_plain(kind, &[bytes]),
-            }
-        }
-        if !summary.is_empty() {
-            self.write_summary(record, assumed, summary, &rejected_tags);
-        } else if assumed.is_some() {
-            // Tags planned as new reached no summary event in this record.
-            self.plan_holds = false;
-        }
-    }
-
-    /// Writes the items of one record to the `kind` writer (no tag metadata).
-    fn write_plain(&mut self, kind: FileKind, items: &[Vec<u8>]) {
-        let idx = slot_index(kind);
-        let Slot::Event(w) = &mut self.slots[idx] else {
-            self.slots[idx].stats_mut().records_dropped += 1;
-            return;
-        };
-        let total = items.iter().map(|b| framing::framed_len(b.len())).sum();
-        let result = match w.prepare(total) {
-            Ok(files::Prepared::Drop) => {
-                w.stats.records_dropped += 1;
-                Ok(())
-            }
-            Ok(files::Prepared::Ready { .. }) => items
-                .iter()
-                .try_for_each(|b| w.append(b))
-                .map(|()| w.record_written()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = result {
-            self.fail(idx, e);
-        }
-    }
-
-    /// Writes one record's summary items, keeping TensorBoard's rule that
-    /// the first value of each tag in a file carries its metadata: the record
-    /// is packed again when the file's tag set differs from the plan (after a
-    /// rotation, or when an earlier record was dropped).
-    fn write_summary(
-        &mut self,
-        record: &Record,
-        assumed: &Option<HashSet<Tag>>,
-        mut items: Vec<Vec<u8>>,
-        rejected_tags: &[Tag],
-    ) {
-        let idx = slot_index(FileKind::Summary);
-        let Slot::Event(w) = &mut self.slots[idx] else {
-            self.slots[idx].stats_mut().records_dropped += 1;
-            return;
-        };
-        if self.plan_holds {
-            let total = items.iter().map(|b| framing::framed_len(b.len())).sum();
-            match w.prepare(total) {
-                Ok(files::Prepared::Ready { rotated: false }) => {
-                    if let Err(e) = items.iter().try_for_each(|b| w.append(b)) {
-                        self.fail(idx, e);
-                        return;
-                    }
-                    w.record_written();
-                    if let Some(new) = assumed {
-                        w.seen_tags.extend(new.iter().cloned());
-                    }
-                    return;
-                }
-                Ok(files::Prepared::Ready { rotated: true }) => {
-                    // The new file has seen no tag: take the checked path.
-                    self.plan_holds = false;
-                }
-                Ok(files::Prepared::Drop) => {
-                    self.plan_holds = false;
-                    w.stats.records_dropped += 1;
-                    return;
-                }
-                Err(e) => {
-                    self.fail(idx, e);
-                    return;
-                }
-            }
-        }
-        let mut repacked: Option<Option<HashSet<Tag>>> = None;
-        let mut ready = false;
-        for _ in 0..3 {
-            let needed = unseen_tags(&w.seen_tags, record);
-            let current = repacked.as_ref().unwrap_or(assumed);
-            if needed != *current {
-                let pr = self.packer.pack(record, metadata_for(&needed, &self.empty));
-                items = pr
-                    .items
-                    .into_iter()
-                    .filter(|i| i.kind == FileKind::Summary)
-                    .map(|i| i.bytes)
-                    .collect();
-                repacked = Some(needed);
-            }
-            let total = items.iter().map(|b| framing::framed_len(b.len())).sum();
-            match w.prepare(total) {
-                Err(e) => {
-                    self.fail(idx, e);
-                    return;
-                }
-                Ok(files::Prepared::Drop) => {
-                    w.stats.records_dropped += 1;
-                    return;
-                }
-                Ok(files::Prepared::Ready { rotated: false }) => {
-                    ready = true;
-                    break;
-                }
-                Ok(files::Prepared::Ready { rotated: true }) => {}
-            }
-        }
-        if !ready {
-            w.stats.records_dropped += 1;
-            return;
-        }
-        if let Err(e) = items.iter().try_for_each(|b| w.append(b)) {
-            self.fail(idx, e);
-            return;
-        }
-        w.record_written();
-        for (tag, _) in record.values() {
-            if !w.seen_tags.contains(tag) && !rejected_tags.contains(tag) {
-                w.seen_tags.insert(tag.clone());
-            }
-        }
-    }
-
-    fn write_export(&mut self, tag: &str, step: i64, bytes: &[u8]) {
-        let idx = slot_index(FileKind::Export);
-        let Slot::Export(w) = &mut self.slots[idx] else {
-            self.slots[idx].stats_mut().records_dropped += 1;
-            return;
-        };
-        match w.write(tag, step, bytes) {
-            Ok(ExportOutcome::Written) => {}
-            Ok(ExportOutcome::Refused(path, source)) => {
-                w.stats.records_dropped += 1;
-                self.shared
-                    .report(WriteError::ExportRefused { path, source });
-            }
-            Err(e) => self.fail(idx, e),
-        }
-    }
-
-    fn flush_all(&mut self, sync: bool) {
-        for idx in 0..self.slots.len() {
-            let result = match &mut self.slots[idx] {
-                Slot::Event(w) => w.flush(sync || w.sync_on_flush()),
-                Slot::Export(w) if sync => w.sync(),
-                _ => Ok(()),
-            };
-            if let Err(e) = result {
-                self.fail(idx, e);
-            }
-        }
-    }
-
-    fn close_all(&mut self) {
-        for idx in 0..self.slots.len() {
-            let result = match &mut self.slots[idx] {
-                Slot::Event(w) => w.close_file(),
-                Slot::Export(w) => w.sync(),
-                Slot::Failed(_) => Ok(()),
-            };
-            if let Err(e) = result {
-                self.fail(idx, e);
-            }
         }
     }
 }

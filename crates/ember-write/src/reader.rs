@@ -286,9 +286,19 @@ impl<R: Read> RecordReader<R> {
                     .unwrap_or_else(Err),
             );
         }
-        // len <= MAX_RECORD_LEN < usize::MAX / 2 on every supported target.
-        let data_len = usize::try_from(len).unwrap_or(usize::MAX - 64);
-        let total = HEADER_LEN + data_len + 4;
+        // The cap is the caller's, so any length may pass it: a record whose
+        // size does not fit in memory's address space cannot be in the input.
+        let Some((data_len, total)) = usize::try_from(len)
+            .ok()
+            .and_then(|n| Some((n, n.checked_add(HEADER_LEN + 4)?)))
+        else {
+            self.done = true;
+            return Some(Err(ReadProblem::Truncated {
+                offset,
+                available: self.available() as u64,
+                needed: len.saturating_add((HEADER_LEN + 4) as u64),
+            }));
+        };
         let avail = match self.fill(total) {
             Ok(a) => a,
             Err(source) => return Some(Err(self.io_problem(source))),
@@ -392,6 +402,27 @@ mod tests {
                 (33, b"hello world".to_vec())
             ]
         );
+    }
+
+    #[test]
+    fn a_huge_declared_length_under_an_unlimited_cap_is_a_truncated_tail() {
+        // A CRC-valid header declaring u64::MAX bytes: with the cap lifted,
+        // the size arithmetic overflowed and panicked.
+        for len in [u64::MAX, u64::MAX - 15, u64::MAX / 2] {
+            let mut input = frame(b"ok");
+            let len_bytes = len.to_le_bytes();
+            input.extend_from_slice(&len_bytes);
+            input.extend_from_slice(&masked_crc32c(&len_bytes).to_le_bytes());
+            input.extend_from_slice(b"some bytes");
+            let items: Vec<_> = RecordReader::from_slice(&input)
+                .with_max_record_len(u64::MAX)
+                .collect();
+            assert_eq!(items.len(), 2, "len {len}");
+            assert_eq!(items[0].as_ref().unwrap().data, b"ok");
+            let problem = items[1].as_ref().unwrap_err();
+            assert!(problem.is_truncated_tail(), "{problem}");
+            assert_eq!(problem.offset(), 18);
+        }
     }
 
     #[test]

@@ -227,6 +227,7 @@ fn disk_guard_fails_the_writer_through_the_seam() {
     let free = Arc::new(AtomicU64::new(u64::MAX));
     let seam = Arc::clone(&free);
     let pool = pool(dir.path())
+        .error_policy(ErrorPolicy::Raise)
         .free_space(move |_: &Path| Ok(seam.load(Ordering::SeqCst)))
         .build()
         .unwrap();
@@ -248,14 +249,24 @@ fn disk_guard_fails_the_writer_through_the_seam() {
         } => {}
         other => panic!("unexpected {other:?}"),
     }
-    // The writer is gone: later records are dropped and counted.
+    // The writer is gone: the refused record and later ones are counted as
+    // lost to it.
     pool.write(scalars(2, &["loss"], 1.0)).unwrap();
     pool.flush().unwrap();
     let stats = pool.stats();
     let w = stats.writer(FileKind::Summary).unwrap();
     assert!(w.failed);
     assert_eq!(w.records_written, 1);
-    assert_eq!(w.records_dropped, 1);
+    assert_eq!(w.records_failed, 2);
+    assert_eq!(w.records_dropped, 0);
+    assert_eq!(
+        (
+            stats.records_submitted,
+            stats.records_written,
+            stats.records_failed
+        ),
+        (3, 1, 2)
+    );
     assert_eq!(stats.errors, 1);
     pool.close().unwrap();
     let events = read_events(&tb_files(dir.path())[0]);
@@ -306,6 +317,7 @@ fn log_policy_logs_and_counts_and_close_returns_the_errors() {
 fn raise_policy_returns_the_error_on_the_next_write_then_close_has_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let pool = pool(dir.path())
+        .error_policy(ErrorPolicy::Raise)
         .free_space(|_: &Path| Ok(10))
         .build()
         .unwrap();
@@ -333,7 +345,10 @@ fn raise_policy_returns_the_error_on_the_next_write_then_close_has_the_rest() {
 #[test]
 fn rejected_values_are_errors_and_the_rest_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = pool(dir.path()).build().unwrap();
+    let pool = pool(dir.path())
+        .error_policy(ErrorPolicy::Raise)
+        .build()
+        .unwrap();
     let mut r = Record::new(3, 1.0);
     r.add(Tag::new("ok").unwrap(), 2.0);
     // 10 f32 need 40 bytes; 3 given.
@@ -392,7 +407,9 @@ fn full_queue_drop_newest_counts_drops() {
     assert!(stats.records_dropped_queue_full > 0);
     let written = stats.writer(FileKind::Summary).unwrap().records_written;
     assert_eq!(written + stats.records_dropped_queue_full, 20);
-    assert_eq!(stats.records_submitted, written);
+    assert_eq!(stats.records_written, written);
+    assert_eq!(stats.records_submitted, 20);
+    assert_eq!(stats.records_pending(), 0);
     pool.close().unwrap();
 }
 
@@ -556,7 +573,10 @@ fn files_with_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn a_duplicate_export_is_refused_without_killing_the_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = pool(dir.path()).build().unwrap();
+    let pool = pool(dir.path())
+        .error_policy(ErrorPolicy::Raise)
+        .build()
+        .unwrap();
     for step in [1, 1, 2] {
         let mut r = Record::new(step, 1.0);
         r.add(
@@ -682,7 +702,7 @@ fn sync_durability_flushes_to_disk() {
 fn an_io_error_fails_the_writer_with_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run");
-    let pool = pool(&log).build().unwrap();
+    let pool = pool(&log).error_policy(ErrorPolicy::Raise).build().unwrap();
     // The directory vanishes before the first record creates its file.
     std::fs::remove_dir(&log).unwrap();
     pool.write(scalars(0, &["loss"], 1.0)).unwrap();
@@ -729,6 +749,7 @@ fn two_mindinsight_pools_in_one_second_never_share_a_file() {
 fn a_refused_first_record_leaves_no_file() {
     let dir = tempfile::tempdir().unwrap();
     let pool = pool(dir.path())
+        .error_policy(ErrorPolicy::Raise)
         .free_space(|_: &Path| Ok(100))
         .build()
         .unwrap();

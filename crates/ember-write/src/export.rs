@@ -1,0 +1,225 @@
+//! The export writer: each exported tensor in its own `.npy` file under
+//! `export_<secs>/tensor` in the log directory.
+//!
+//! The directory's name is predictable, so another user of a shared machine
+//! could plant `export_<secs>` as a symbolic link before the run gets there.
+//! Nothing here follows one: the two directories are created and opened
+//! relative to their parent's open descriptor with `O_NOFOLLOW |
+//! O_DIRECTORY`, and each file is created relative to the `tensor`
+//! directory's descriptor with `O_CREAT | O_EXCL | O_NOFOLLOW`. A planted link
+//! or file fails the export writer with [`FileError::NotADirectory`]; nothing
+//! is written outside the log directory.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use ember_pack::FileKind;
+
+use crate::error::FileError;
+use crate::files::{FileSettings, io_err, seal};
+use crate::ledger::{Ctx, Fate};
+use crate::naming;
+use crate::options::Durability;
+use crate::stats::WriterStats;
+
+/// Writes exported tensors, one `.npy` file each.
+#[derive(Debug)]
+pub(crate) struct ExportWriter {
+    settings: FileSettings,
+    dir: Option<ExportDir>,
+    pub(crate) stats: WriterStats,
+}
+
+/// Why one exported tensor was not written although the writer is sound.
+#[derive(Debug)]
+pub(crate) enum ExportOutcome {
+    Written,
+    /// The file exists already, or its name is too long: the caller's tags
+    /// and steps are at fault, not the disk. Other tensors go on.
+    Refused(PathBuf, io::Error),
+}
+
+impl ExportWriter {
+    pub(crate) fn new(settings: FileSettings) -> Self {
+        Self {
+            settings,
+            dir: None,
+            stats: WriterStats::new(FileKind::Export),
+        }
+    }
+
+    fn dir(&mut self) -> Result<&ExportDir, FileError> {
+        if self.dir.is_none() {
+            let dir = ExportDir::create(&self.settings.log_dir, self.settings.start_secs)?;
+            self.stats.path = Some(dir.path.clone());
+            self.dir = Some(dir);
+        }
+        self.dir.as_ref().ok_or_else(|| FileError::NotADirectory {
+            path: self.settings.log_dir.clone(),
+        })
+    }
+
+    /// Writes one exported tensor of record `idx` as `<tag>_<step>.npy`.
+    /// An error fails the writer; the tensor is counted as failed.
+    pub(crate) fn write(
+        &mut self,
+        idx: usize,
+        tag: &str,
+        step: i64,
+        bytes: &[u8],
+        ctx: &mut Ctx,
+    ) -> Result<ExportOutcome, FileError> {
+        let result = self.try_write(idx, tag, step, bytes, ctx);
+        if result.is_err() {
+            ctx.ledger.mark(idx, Fate::Failed);
+            self.stats.records_failed += 1;
+        }
+        result
+    }
+
+    fn try_write(
+        &mut self,
+        idx: usize,
+        tag: &str,
+        step: i64,
+        bytes: &[u8],
+        ctx: &mut Ctx,
+    ) -> Result<ExportOutcome, FileError> {
+        let name = naming::export_file_name(tag, step);
+        let sync = self.settings.durability == Durability::Sync;
+        let read_only = self.settings.read_only_on_close;
+        let log_dir = self.settings.log_dir.clone();
+        let dir = self.dir()?;
+        let path = dir.path.join(&name);
+        if name.len() > naming::MAX_FILE_NAME_LEN {
+            self.refused(idx, ctx);
+            return Ok(ExportOutcome::Refused(
+                path,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("file name of {} bytes is too long", name.len()),
+                ),
+            ));
+        }
+        ctx.guard.check(&log_dir, &path, bytes.len() as u64)?;
+        let mut file = match dir.create_file(&name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                self.refused(idx, ctx);
+                return Ok(ExportOutcome::Refused(path, e));
+            }
+            Err(e) => return Err(io_err("create", &path)(e)),
+        };
+        self.stats.files_created += 1;
+        file.write_all(bytes).map_err(io_err("write", &path))?;
+        ctx.guard.written(bytes.len() as u64);
+        if sync {
+            ctx.fsyncs += 1;
+            file.sync_all().map_err(io_err("fsync", &path))?;
+        }
+        if read_only {
+            seal(&file).map_err(io_err("make read-only", &path))?;
+        }
+        self.stats.records_written += 1;
+        self.stats.bytes_written += bytes.len() as u64;
+        Ok(ExportOutcome::Written)
+    }
+
+    fn refused(&mut self, idx: usize, ctx: &mut Ctx) {
+        self.stats.records_dropped += 1;
+        ctx.ledger.mark(idx, Fate::Dropped);
+    }
+
+    /// Fsyncs the export directory so its entries survive a crash.
+    pub(crate) fn sync(&mut self, ctx: &mut Ctx) -> Result<(), FileError> {
+        if let Some(dir) = &self.dir {
+            dir.sync().map_err(io_err("fsync", &dir.path))?;
+            ctx.fsyncs += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The open `export_<secs>/tensor` directory.
+#[derive(Debug)]
+struct ExportDir {
+    path: PathBuf,
+    #[cfg(unix)]
+    fd: rustix::fd::OwnedFd,
+}
+
+impl ExportDir {
+    #[cfg(unix)]
+    fn create(log_dir: &Path, secs: u64) -> Result<Self, FileError> {
+        use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
+        let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let base = openat(CWD, log_dir, dir_flags, Mode::empty())
+            .map_err(|e| io_err("open directory", log_dir)(e.into()))?;
+        let relative = naming::export_dir(secs);
+        let mut fd = base;
+        let mut path = log_dir.to_path_buf();
+        for part in relative.iter() {
+            path.push(part);
+            match mkdirat(&fd, part, Mode::RWXU) {
+                Ok(()) => {}
+                Err(e) if e == rustix::io::Errno::EXIST => {}
+                Err(e) => return Err(io_err("create directory", &path)(e.into())),
+            }
+            fd = match openat(&fd, part, dir_flags | OFlags::NOFOLLOW, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(e) if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR => {
+                    return Err(FileError::NotADirectory { path });
+                }
+                Err(e) => return Err(io_err("open directory", &path)(e.into())),
+            };
+        }
+        Ok(Self { path, fd })
+    }
+
+    #[cfg(not(unix))]
+    fn create(log_dir: &Path, secs: u64) -> Result<Self, FileError> {
+        let mut path = log_dir.to_path_buf();
+        for part in naming::export_dir(secs).iter() {
+            path.push(part);
+            match std::fs::create_dir(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create directory", &path)(e)),
+            }
+            let meta = std::fs::symlink_metadata(&path).map_err(io_err("inspect", &path))?;
+            if !meta.is_dir() {
+                return Err(FileError::NotADirectory { path });
+            }
+        }
+        Ok(Self { path })
+    }
+
+    /// Creates `name` new in the directory, mode 0600.
+    #[cfg(unix)]
+    fn create_file(&self, name: &str) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags, openat};
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = openat(&self.fd, name, flags, Mode::RUSR | Mode::WUSR)?;
+        Ok(File::from(fd))
+    }
+
+    #[cfg(not(unix))]
+    fn create_file(&self, name: &str) -> io::Result<File> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(self.path.join(name))
+    }
+
+    #[cfg(unix)]
+    fn sync(&self) -> io::Result<()> {
+        rustix::fs::fsync(&self.fd).map_err(io::Error::from)
+    }
+
+    #[cfg(not(unix))]
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+}

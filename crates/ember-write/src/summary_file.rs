@@ -1,0 +1,235 @@
+//! The summary file: an [`EventFileWriter`] plus TensorBoard's rule that the
+//! first value of each tag in a file carries its plugin metadata, and only
+//! that one.
+//!
+//! Records are packed in parallel, before they are written, so which tags are
+//! new is decided beforehand: [`SummaryFile::plan`] walks the batch in
+//! submission order. While the file's tag set stays what the plan assumed,
+//! records are written as packed. A rotation (the new file has seen no tag),
+//! a dropped record or a rejected value breaks the plan; from then on each
+//! record's unseen tags are checked, and a record packed with the wrong
+//! metadata is packed again before it is written. MindInsight has no
+//! metadata, so for it none of this runs.
+
+use std::collections::HashSet;
+
+use ember_pack::{FileKind, MetadataFor, Packer, Record, Tag};
+
+use crate::error::FileError;
+use crate::files::{EventFileWriter, Prepared};
+use crate::framing;
+use crate::ledger::Ctx;
+
+/// How many times a record is packed again when rotations keep changing
+/// which of its tags are new.
+const REPACK_TRIES: usize = 3;
+
+/// The tags of one record that need metadata; `None` for none.
+pub(crate) type NewTags = Option<HashSet<Tag>>;
+
+/// A record of the batch being written, as the summary file needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Planned<'a> {
+    /// Its index in the batch.
+    pub(crate) idx: usize,
+    pub(crate) record: &'a Record,
+    /// The tags it was packed with metadata for.
+    pub(crate) assumed: &'a NewTags,
+    /// Its tags whose values were not packed.
+    pub(crate) rejected: &'a [Tag],
+}
+
+/// What can stop a record from reaching the summary file, besides the policy.
+#[derive(Debug)]
+pub(crate) enum SummaryFailure {
+    /// The writer failed.
+    File(FileError),
+    /// Packing the record again panicked.
+    Panicked(String),
+}
+
+/// The summary file writer; see the module docs.
+#[derive(Debug)]
+pub(crate) struct SummaryFile {
+    pub(crate) writer: EventFileWriter,
+    /// Whether the format has per-tag metadata (TensorBoard).
+    metadata: bool,
+    /// Tags whose metadata the current file holds.
+    seen: HashSet<Tag>,
+    /// The file's tag set is what the current plan assumed.
+    plan_holds: bool,
+    empty: HashSet<Tag>,
+}
+
+/// Packs `record` with metadata on `tags`, a panic turned into its message.
+pub(crate) fn pack_caught(
+    packer: &Packer,
+    record: &Record,
+    tags: &NewTags,
+    empty: &HashSet<Tag>,
+) -> Result<ember_pack::PackedRecord, String> {
+    let metadata = MetadataFor::Only(tags.as_ref().unwrap_or(empty));
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        packer.pack(record, metadata)
+    }))
+    .map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned())
+    })
+}
+
+impl SummaryFile {
+    pub(crate) fn new(writer: EventFileWriter, metadata: bool) -> Self {
+        Self {
+            writer,
+            metadata,
+            seen: HashSet::new(),
+            plan_holds: true,
+            empty: HashSet::new(),
+        }
+    }
+
+    /// For each record of `batch`, in order, the tags new to the file.
+    pub(crate) fn plan(&mut self, batch: &[Record]) -> Vec<NewTags> {
+        self.plan_holds = true;
+        if !self.metadata {
+            return vec![None; batch.len()];
+        }
+        let mut batch_new: HashSet<Tag> = HashSet::new();
+        batch
+            .iter()
+            .map(|r| {
+                let mut new: NewTags = None;
+                for (tag, _) in r.values() {
+                    if !self.seen.contains(tag) && batch_new.insert(tag.clone()) {
+                        new.get_or_insert_with(HashSet::new).insert(tag.clone());
+                    }
+                }
+                new
+            })
+            .collect()
+    }
+
+    /// A record planned in this batch did not become part of the file as
+    /// planned (rejected values, no summary event): check from now on.
+    pub(crate) fn break_plan(&mut self) {
+        self.plan_holds = false;
+    }
+
+    /// The record's tags the file has not seen; `None` for none.
+    fn unseen(&self, record: &Record) -> NewTags {
+        let mut out: NewTags = None;
+        for (tag, _) in record.values() {
+            if !self.seen.contains(tag) {
+                out.get_or_insert_with(HashSet::new).insert(tag.clone());
+            }
+        }
+        out
+    }
+
+    /// Writes the summary events of a record.
+    pub(crate) fn write(
+        &mut self,
+        planned: Planned<'_>,
+        events: Vec<Vec<u8>>,
+        packer: &Packer,
+        ctx: &mut Ctx,
+    ) -> Result<(), SummaryFailure> {
+        let idx = planned.idx;
+        if !self.metadata {
+            return self
+                .writer
+                .write_events(idx, &events, ctx)
+                .map_err(SummaryFailure::File);
+        }
+        if self.plan_holds {
+            let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+            match self.writer.prepare(total, ctx) {
+                Ok(Prepared::Ready { rotated: false }) => {
+                    self.writer
+                        .append_all(idx, &events, ctx)
+                        .map_err(SummaryFailure::File)?;
+                    if let Some(new) = planned.assumed {
+                        self.seen.extend(new.iter().cloned());
+                    }
+                    return Ok(());
+                }
+                Ok(Prepared::Ready { rotated: true }) => {
+                    self.seen.clear();
+                    self.plan_holds = false;
+                }
+                Ok(Prepared::Drop) => {
+                    self.plan_holds = false;
+                    self.writer.dropped(idx, events.len(), ctx);
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.writer.lost(idx, events.len(), ctx);
+                    return Err(SummaryFailure::File(e));
+                }
+            }
+        }
+        self.write_checked(planned, events, packer, ctx)
+    }
+
+    fn write_checked(
+        &mut self,
+        planned: Planned<'_>,
+        mut events: Vec<Vec<u8>>,
+        packer: &Packer,
+        ctx: &mut Ctx,
+    ) -> Result<(), SummaryFailure> {
+        let Planned {
+            idx,
+            record,
+            assumed,
+            rejected,
+        } = planned;
+        let mut packed_for = assumed.clone();
+        for _ in 0..REPACK_TRIES {
+            let needed = self.unseen(record);
+            if needed != packed_for {
+                let repacked = pack_caught(packer, record, &needed, &self.empty).map_err(|m| {
+                    self.writer.lost(idx, events.len(), ctx);
+                    SummaryFailure::Panicked(m)
+                })?;
+                events = repacked
+                    .items
+                    .into_iter()
+                    .filter(|i| i.kind == FileKind::Summary)
+                    .map(|i| i.bytes)
+                    .collect();
+                packed_for = needed;
+            }
+            let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+            match self.writer.prepare(total, ctx) {
+                Err(e) => {
+                    self.writer.lost(idx, events.len(), ctx);
+                    return Err(SummaryFailure::File(e));
+                }
+                Ok(Prepared::Drop) => {
+                    self.writer.dropped(idx, events.len(), ctx);
+                    return Ok(());
+                }
+                Ok(Prepared::Ready { rotated: true }) => self.seen.clear(),
+                Ok(Prepared::Ready { rotated: false }) => {
+                    self.writer
+                        .append_all(idx, &events, ctx)
+                        .map_err(SummaryFailure::File)?;
+                    for (tag, _) in record.values() {
+                        if !rejected.contains(tag) {
+                            self.seen.insert(tag.clone());
+                        }
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        // Rotated on every try: each file was too small for this record.
+        self.writer.dropped(idx, events.len(), ctx);
+        Ok(())
+    }
+}

@@ -1,0 +1,559 @@
+//! The pool thread: gathers records into batches, packs them, hands them to
+//! the file writers and settles each record's fate.
+//!
+//! The thread blocks on the queue until a record arrives (or the next timed
+//! fsync is due), then gathers more for at most `max_delay`, sleeping rather
+//! than waking for each record: a caller wakes it early when the queue holds
+//! a batch's worth, or for a flush or close. The batch is packed (on the
+//! pool's own rayon threads when it has large values; `collect` keeps the
+//! order), written in submission order, and every writer's buffer is handed
+//! to the operating system before the next batch starts. Only then is each
+//! record counted, by its worst part: written, dropped, rejected or failed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use ember_pack::{FileKind, Histogram, PackedItem, PackedRecord, Packer, Record, Tag, Value};
+use rayon::prelude::*;
+
+use crate::error::{FileError, WriteError};
+use crate::export::{ExportOutcome, ExportWriter};
+use crate::files::{self, EventFileWriter, FileSettings, HeaderFn};
+use crate::guard::DiskGuard;
+use crate::ledger::{Ctx, Fate, Ledger};
+use crate::options::{Durability, WriterOptions};
+use crate::pool::Shared;
+use crate::stats::WriterStats;
+use crate::summary_file::{NewTags, Planned, SummaryFailure, SummaryFile, pack_caught};
+
+/// A value at least this large is worth a packing task of its own.
+const HEAVY_VALUE_BYTES: usize = 4096;
+
+/// Batches with fewer heavy values than this are packed on the pool thread.
+///
+/// Light records (scalars) are packed serially: the caller's thread keeps
+/// the other cores busy producing them, and on a small machine packing
+/// threads would only compete with it (measured: 1.4M vs 0.9M scalar
+/// records/s on 2 cores). Heavy records leave the caller waiting on a full
+/// queue, so their packing gets the cores.
+const PARALLEL_MIN_HEAVY: usize = 2;
+
+/// What callers send to the pool thread.
+pub(crate) enum Msg {
+    /// A record and its weight in the byte budget.
+    Record(Record, usize),
+    /// Answer once every earlier record reached the operating system.
+    Flush(Sender<()>),
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Msg::Record(r, _) => write!(f, "Record(step {})", r.step()),
+            Msg::Flush(_) => f.write_str("Flush"),
+        }
+    }
+}
+
+/// The payload bytes `record` holds, for the queue's byte budget.
+pub(crate) fn record_weight(record: &Record) -> usize {
+    record
+        .values()
+        .iter()
+        .map(|(tag, value)| {
+            let payload = match value {
+                Value::Tensor(t) | Value::Export(t) => t.bytes().len(),
+                Value::Histogram(Histogram::Raw(t)) => t.bytes().len(),
+                Value::Image(image) => image.data.bytes().len(),
+                Value::Text(text) => text.len(),
+                _ => 256,
+            };
+            tag.as_str().len() + payload + 64
+        })
+        .sum::<usize>()
+        + 64
+}
+
+/// Whether packing `value` takes long enough to be worth a task of its own.
+fn is_heavy(value: &Value) -> bool {
+    let bytes = match value {
+        Value::Tensor(t) | Value::Export(t) => t.bytes().len(),
+        Value::Histogram(Histogram::Raw(t)) => t.bytes().len(),
+        Value::Image(image) => image.data.bytes().len(),
+        _ => 0,
+    };
+    bytes >= HEAVY_VALUE_BYTES
+}
+
+/// One writer slot per file kind.
+#[derive(Debug)]
+enum Slot {
+    Summary(Box<SummaryFile>),
+    Event(Box<EventFileWriter>),
+    Export(Box<ExportWriter>),
+    Failed(WriterStats),
+}
+
+impl Slot {
+    fn stats(&self) -> &WriterStats {
+        match self {
+            Slot::Summary(w) => &w.writer.stats,
+            Slot::Event(w) => &w.stats,
+            Slot::Export(w) => &w.stats,
+            Slot::Failed(s) => s,
+        }
+    }
+}
+
+const KINDS: [FileKind; 4] = [
+    FileKind::Summary,
+    FileKind::Lineage,
+    FileKind::Explain,
+    FileKind::Export,
+];
+
+fn slot_index(kind: FileKind) -> usize {
+    match kind {
+        FileKind::Summary => 0,
+        FileKind::Lineage => 1,
+        FileKind::Explain => 2,
+        FileKind::Export => 3,
+    }
+}
+
+/// The pool thread's state.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    rx: Receiver<Msg>,
+    shared: Arc<Shared>,
+    packer: Arc<Packer>,
+    slots: Vec<Slot>,
+    ctx: Ctx,
+    max_batch: usize,
+    max_delay: Duration,
+    pack_threads: usize,
+    /// Built on the first batch that needs it.
+    pack_pool: Option<rayon::ThreadPool>,
+    flush_interval: Option<Duration>,
+    sync_on_flush: bool,
+    /// When the timed fsync is due; set once bytes reach a file unsynced.
+    next_sync: Option<Instant>,
+    empty: std::collections::HashSet<Tag>,
+}
+
+impl Worker {
+    pub(crate) fn new(options: WriterOptions, rx: Receiver<Msg>, shared: Arc<Shared>) -> Self {
+        let packer = Arc::new(Packer::new(options.pack.clone()));
+        let settings = FileSettings {
+            log_dir: options.log_dir.clone(),
+            naming: options.naming(),
+            start_secs: files::unix_secs(),
+            max_file_size: options.max_file_size,
+            size_policy: options.size_policy,
+            durability: options.durability,
+            read_only_on_close: options.read_only_on_close,
+        };
+        let metadata = options.pack.format == ember_pack::Format::TensorBoard;
+        let slots = KINDS
+            .iter()
+            .map(|&kind| {
+                let p = Arc::clone(&packer);
+                let header = HeaderFn(Box::new(move |t| p.file_header(kind, t)));
+                match kind {
+                    FileKind::Export => Slot::Export(Box::new(ExportWriter::new(settings.clone()))),
+                    FileKind::Summary => Slot::Summary(Box::new(SummaryFile::new(
+                        EventFileWriter::new(kind, settings.clone(), header),
+                        metadata,
+                    ))),
+                    kind => Slot::Event(Box::new(EventFileWriter::new(
+                        kind,
+                        settings.clone(),
+                        header,
+                    ))),
+                }
+            })
+            .collect();
+        Self {
+            rx,
+            shared,
+            packer,
+            slots,
+            ctx: Ctx {
+                guard: DiskGuard::new(options.disk_guard_factor, options.free_space.clone()),
+                ledger: Ledger::default(),
+                fsyncs: 0,
+            },
+            max_batch: options.max_batch,
+            max_delay: options.max_delay,
+            pack_threads: options.pack_threads,
+            pack_pool: None,
+            flush_interval: options.flush_interval,
+            sync_on_flush: options.durability == Durability::Sync,
+            next_sync: None,
+            empty: std::collections::HashSet::new(),
+        }
+    }
+
+    pub(crate) fn run(mut self) {
+        let mut batch: Vec<Record> = Vec::with_capacity(self.max_batch.min(4096));
+        let mut weight = 0usize;
+        loop {
+            let first = match self.next_sync {
+                Some(due) => match self
+                    .rx
+                    .recv_timeout(due.saturating_duration_since(Instant::now()))
+                {
+                    Ok(msg) => Some(msg),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+                None => match self.rx.recv() {
+                    Ok(msg) => Some(msg),
+                    Err(_) => break,
+                },
+            };
+            let mut ack = None;
+            let mut closing = false;
+            match first {
+                Some(Msg::Record(r, w)) => {
+                    batch.push(r);
+                    weight += w;
+                    (ack, closing) = self.gather(&mut batch, &mut weight);
+                }
+                Some(Msg::Flush(a)) => ack = Some(a),
+                None => {}
+            }
+            if !batch.is_empty() {
+                self.write_batch(&batch);
+                batch.clear();
+                self.shared.release(std::mem::take(&mut weight));
+            }
+            let now = Instant::now();
+            if (ack.is_some() && self.sync_on_flush) || self.next_sync.is_some_and(|d| now >= d) {
+                self.sync_all();
+                self.next_sync = None;
+            }
+            if self.next_sync.is_none()
+                && let Some(interval) = self.flush_interval
+                && self.any_unsynced()
+            {
+                self.next_sync = Some(now + interval);
+            }
+            self.publish_stats();
+            if let Some(ack) = ack {
+                // The caller may have given up waiting; nothing to do then.
+                let _ = ack.send(());
+            }
+            if closing {
+                break;
+            }
+        }
+        self.close_all();
+        self.publish_stats();
+    }
+
+    /// Adds queued records to `batch` until it is full, `max_delay` has
+    /// passed since its first record, a flush arrives, or the pool closes.
+    fn gather(
+        &mut self,
+        batch: &mut Vec<Record>,
+        weight: &mut usize,
+    ) -> (Option<Sender<()>>, bool) {
+        let deadline = Instant::now() + self.max_delay;
+        loop {
+            while batch.len() < self.max_batch {
+                match self.rx.try_recv() {
+                    Ok(Msg::Record(r, w)) => {
+                        batch.push(r);
+                        *weight += w;
+                    }
+                    Ok(Msg::Flush(a)) => return (Some(a), false),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return (None, true),
+                }
+            }
+            let now = Instant::now();
+            if batch.len() >= self.max_batch || now >= deadline {
+                return (None, false);
+            }
+            // Callers unpark this thread when the queue fills up or they
+            // flush or close; a spurious wake-up only drains early.
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+
+    fn publish_stats(&self) {
+        let stats: Vec<WriterStats> = self.slots.iter().map(|s| s.stats().clone()).collect();
+        self.shared.publish(stats, self.ctx.fsyncs);
+    }
+
+    fn any_unsynced(&self) -> bool {
+        self.slots.iter().any(|s| match s {
+            Slot::Summary(w) => w.writer.unsynced(),
+            Slot::Event(w) => w.unsynced(),
+            _ => false,
+        })
+    }
+
+    /// Closes and removes the writer of slot `idx`, keeping the error. What it
+    /// had buffered is still handed to the operating system when possible.
+    fn fail(&mut self, idx: usize, error: FileError) {
+        let slot = &mut self.slots[idx];
+        match slot {
+            // Best effort: a writer that failed on I/O may fail again here,
+            // and then counts what it loses itself.
+            Slot::Summary(w) => {
+                let _ = w.writer.close_file(&mut self.ctx);
+            }
+            Slot::Event(w) => {
+                let _ = w.close_file(&mut self.ctx);
+            }
+            Slot::Export(_) | Slot::Failed(_) => {}
+        }
+        let mut stats = slot.stats().clone();
+        stats.failed = true;
+        let kind = stats.kind;
+        *slot = Slot::Failed(stats);
+        self.shared.report(WriteError::WriterFailed {
+            kind,
+            source: error,
+        });
+    }
+
+    /// Counts `events` events of record `idx` for a writer that failed before.
+    fn lost_to_failed(&mut self, slot: usize, idx: usize, events: usize) {
+        if let Slot::Failed(stats) = &mut self.slots[slot] {
+            stats.records_failed += events as u64;
+        }
+        self.ctx.ledger.mark(idx, Fate::Failed);
+    }
+
+    fn pack_batch(
+        &mut self,
+        batch: &[Record],
+        plan: &[NewTags],
+    ) -> Vec<Result<PackedRecord, String>> {
+        let packer = &*self.packer;
+        let empty = &self.empty;
+        let heavy = batch
+            .iter()
+            .flat_map(|r| r.values())
+            .filter(|(_, v)| is_heavy(v))
+            .take(PARALLEL_MIN_HEAVY)
+            .count();
+        if batch.len() > 1 && heavy >= PARALLEL_MIN_HEAVY && self.pack_threads > 1 {
+            if self.pack_pool.is_none() {
+                match rayon::ThreadPoolBuilder::new()
+                    .num_threads(self.pack_threads)
+                    .thread_name(|i| format!("ember-pack-{i}"))
+                    .build()
+                {
+                    Ok(pool) => self.pack_pool = Some(pool),
+                    Err(e) => {
+                        log::warn!("ember-write: no packing threads ({e}); packing serially");
+                        self.pack_threads = 1;
+                    }
+                }
+            }
+            if let Some(pool) = &self.pack_pool {
+                self.shared.parallel_batch();
+                return pool.install(|| {
+                    batch
+                        .par_iter()
+                        .zip(plan.par_iter())
+                        .map(|(r, tags)| pack_caught(packer, r, tags, empty))
+                        .collect()
+                });
+            }
+        }
+        batch
+            .iter()
+            .zip(plan)
+            .map(|(r, tags)| pack_caught(packer, r, tags, empty))
+            .collect()
+    }
+
+    fn write_batch(&mut self, batch: &[Record]) {
+        self.ctx.guard.refresh();
+        self.ctx.ledger.begin(batch.len());
+        let plan = match &mut self.slots[0] {
+            Slot::Summary(w) => w.plan(batch),
+            _ => vec![None; batch.len()],
+        };
+        let packed = self.pack_batch(batch, &plan);
+        for (idx, ((record, assumed), packed)) in batch.iter().zip(&plan).zip(packed).enumerate() {
+            self.write_record(idx, record, assumed, packed);
+        }
+        for idx in 0..self.slots.len() {
+            let result = match &mut self.slots[idx] {
+                Slot::Summary(w) => w.writer.write_out(&mut self.ctx),
+                Slot::Event(w) => w.write_out(&mut self.ctx),
+                _ => Ok(()),
+            };
+            if let Err(e) = result {
+                self.fail(idx, e);
+            }
+        }
+        self.shared.settle(self.ctx.ledger.fates());
+    }
+
+    fn break_plan(&mut self) {
+        if let Slot::Summary(w) = &mut self.slots[0] {
+            w.break_plan();
+        }
+    }
+
+    fn write_record(
+        &mut self,
+        idx: usize,
+        record: &Record,
+        assumed: &NewTags,
+        packed: Result<PackedRecord, String>,
+    ) {
+        let PackedRecord { items, rejected } = match packed {
+            Ok(packed) => packed,
+            Err(message) => {
+                self.break_plan();
+                self.ctx.ledger.mark(idx, Fate::Rejected);
+                self.shared.report(WriteError::PackPanicked {
+                    step: record.step(),
+                    message,
+                });
+                return;
+            }
+        };
+        let mut rejected_tags: Vec<Tag> = Vec::new();
+        if !rejected.is_empty() {
+            // A rejected value's tag is still new to the file.
+            self.break_plan();
+            for error in rejected {
+                self.shared.value_rejected();
+                rejected_tags.push(error.tag.clone());
+                self.shared.report(WriteError::Rejected {
+                    step: record.step(),
+                    source: error,
+                });
+            }
+            if items.is_empty() {
+                self.ctx.ledger.mark(idx, Fate::Rejected);
+                return;
+            }
+        }
+        let mut summary: Vec<Vec<u8>> = Vec::new();
+        for item in items {
+            let PackedItem {
+                kind,
+                bytes,
+                export,
+            } = item;
+            match kind {
+                FileKind::Summary => summary.push(bytes),
+                FileKind::Export => {
+                    let (tag, step) = match &export {
+                        Some(key) => (key.tag.as_str().to_owned(), key.step),
+                        None => (String::from("tensor"), record.step()),
+                    };
+                    self.write_export(idx, &tag, step, &bytes);
+                }
+                kind => self.write_plain(kind, idx, &[bytes]),
+            }
+        }
+        if !summary.is_empty() {
+            self.write_summary(idx, record, assumed, summary, &rejected_tags);
+        } else if assumed.is_some() {
+            // Tags planned as new reached no summary event in this record.
+            self.break_plan();
+        }
+    }
+
+    /// Writes the events of record `idx` to the `kind` writer (no tag metadata).
+    fn write_plain(&mut self, kind: FileKind, idx: usize, events: &[Vec<u8>]) {
+        let slot = slot_index(kind);
+        let result = match &mut self.slots[slot] {
+            Slot::Event(w) => w.write_events(idx, events, &mut self.ctx),
+            _ => {
+                self.lost_to_failed(slot, idx, events.len());
+                return;
+            }
+        };
+        if let Err(e) = result {
+            self.fail(slot, e);
+        }
+    }
+
+    fn write_summary(
+        &mut self,
+        idx: usize,
+        record: &Record,
+        assumed: &NewTags,
+        events: Vec<Vec<u8>>,
+        rejected_tags: &[Tag],
+    ) {
+        let slot = slot_index(FileKind::Summary);
+        let Slot::Summary(w) = &mut self.slots[slot] else {
+            self.lost_to_failed(slot, idx, events.len());
+            return;
+        };
+        let planned = Planned {
+            idx,
+            record,
+            assumed,
+            rejected: rejected_tags,
+        };
+        match w.write(planned, events, &self.packer, &mut self.ctx) {
+            Ok(()) => {}
+            Err(SummaryFailure::File(e)) => self.fail(slot, e),
+            Err(SummaryFailure::Panicked(message)) => {
+                self.shared.report(WriteError::PackPanicked {
+                    step: record.step(),
+                    message,
+                })
+            }
+        }
+    }
+
+    fn write_export(&mut self, idx: usize, tag: &str, step: i64, bytes: &[u8]) {
+        let slot = slot_index(FileKind::Export);
+        let Slot::Export(w) = &mut self.slots[slot] else {
+            self.lost_to_failed(slot, idx, 1);
+            return;
+        };
+        match w.write(idx, tag, step, bytes, &mut self.ctx) {
+            Ok(ExportOutcome::Written) => {}
+            Ok(ExportOutcome::Refused(path, source)) => self
+                .shared
+                .report(WriteError::ExportRefused { path, source }),
+            Err(e) => self.fail(slot, e),
+        }
+    }
+
+    /// Fsyncs every file written since its last fsync.
+    fn sync_all(&mut self) {
+        for idx in 0..self.slots.len() {
+            let result = match &mut self.slots[idx] {
+                Slot::Summary(w) => w.writer.flush(true, &mut self.ctx),
+                Slot::Event(w) => w.flush(true, &mut self.ctx),
+                Slot::Export(w) => w.sync(&mut self.ctx),
+                Slot::Failed(_) => Ok(()),
+            };
+            if let Err(e) = result {
+                self.fail(idx, e);
+            }
+        }
+    }
+
+    fn close_all(&mut self) {
+        for idx in 0..self.slots.len() {
+            let result = match &mut self.slots[idx] {
+                Slot::Summary(w) => w.writer.close_file(&mut self.ctx),
+                Slot::Event(w) => w.close_file(&mut self.ctx),
+                Slot::Export(w) => w.sync(&mut self.ctx),
+                Slot::Failed(_) => Ok(()),
+            };
+            if let Err(e) = result {
+                self.fail(idx, e);
+            }
+        }
+    }
+}
