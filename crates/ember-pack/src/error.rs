@@ -70,7 +70,7 @@ pub enum PackErrorKind {
         /// The channel count.
         channels: usize,
     },
-    /// An image with a zero dimension, or too large for PNG.
+    /// An image with a zero dimension, or too large to tile or to encode as PNG.
     #[error("image of size {width}x{height} (batch {batch}) cannot be encoded")]
     ImageSize {
         /// Batch size.
@@ -89,6 +89,10 @@ pub enum PackErrorKind {
         /// The rank.
         rank: usize,
     },
+    /// A size computed from the value (or, for histograms, from the packer's bucket count)
+    /// that overflows the integer holding it or exceeds a limit; the message names which.
+    #[error("size overflow: {0}")]
+    SizeOverflow(&'static str),
     /// An explain record with none of image path, inference, metadata labels or benchmark.
     #[error("explain record sets none of image_path, inference, metadata.label and benchmark")]
     EmptyExplain,

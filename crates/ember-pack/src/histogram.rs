@@ -10,7 +10,67 @@ use std::borrow::Cow;
 
 use half::f16;
 
-use crate::tensor::{DType, TensorValue};
+use crate::error::PackErrorKind;
+use crate::tensor::{DType, TensorValue, buffer_len};
+use crate::value::{Histogram, HistogramBuckets};
+
+/// Checks a histogram as both formats need it. Raw values: bytes matching the shape, at least
+/// one value, and room to widen them to `f64` (see [`Elems::of`]). Precomputed buckets: see
+/// [`check_buckets`].
+pub(crate) fn check(h: &Histogram) -> Result<(), PackErrorKind> {
+    match h {
+        Histogram::Raw(t) => {
+            t.check()?;
+            if t.bytes().is_empty() {
+                return Err(PackErrorKind::EmptyHistogram);
+            }
+            let borrowed = matches!(t.dtype(), DType::F32 | DType::F64);
+            if !borrowed && buffer_len(t.element_count(), 8).is_none() {
+                return Err(PackErrorKind::SizeOverflow(
+                    "histogram values widened to f64 exceed isize::MAX bytes",
+                ));
+            }
+            Ok(())
+        }
+        Histogram::Buckets(b) => check_buckets(b),
+    }
+}
+
+/// Checks precomputed buckets: some buckets or values, `num` finite and ≥ 0, buckets in order,
+/// not overlapping, with finite edges and counts finite and ≥ 0.
+fn check_buckets(b: &HistogramBuckets) -> Result<(), PackErrorKind> {
+    if b.buckets.is_empty() && b.num == 0.0 {
+        return Err(PackErrorKind::EmptyHistogram);
+    }
+    if !(b.num.is_finite() && b.num >= 0.0) {
+        return Err(PackErrorKind::InvalidBuckets(
+            "num must be finite and not negative",
+        ));
+    }
+    let mut previous_right = f64::NEG_INFINITY;
+    for bucket in &b.buckets {
+        if !(bucket.left.is_finite() && bucket.right.is_finite()) {
+            return Err(PackErrorKind::InvalidBuckets("edges must be finite"));
+        }
+        if bucket.left > bucket.right {
+            return Err(PackErrorKind::InvalidBuckets(
+                "a bucket's left edge is above its right edge",
+            ));
+        }
+        if bucket.left < previous_right {
+            return Err(PackErrorKind::InvalidBuckets(
+                "buckets overlap or are out of order",
+            ));
+        }
+        if !(bucket.count.is_finite() && bucket.count >= 0.0) {
+            return Err(PackErrorKind::InvalidBuckets(
+                "counts must be finite and not negative",
+            ));
+        }
+        previous_right = bucket.right;
+    }
+    Ok(())
+}
 
 /// Summary statistics of raw histogram input.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::error::PackErrorKind;
 use crate::pack::Format;
-use crate::tensor::{DType, TensorValue};
+use crate::tensor::{DType, buffer_len};
 use crate::value::{Image, ImageLayout};
 
 /// Columns of the grid a batch is tiled into, in both formats.
@@ -20,84 +20,118 @@ pub(crate) struct Encoded {
     pub(crate) png: Vec<u8>,
 }
 
-/// Image data seen as a batch of `n` images of `c` channels, `h` x `w` pixels, with element
-/// strides for each axis.
-struct View<'a> {
-    data: &'a TensorValue,
+/// A checked image seen as a batch of `n` images of `c` channels, `h` x `w` pixels, with element
+/// strides for each axis, and the grid it is tiled into. Every size here was computed with
+/// checked arithmetic from the shape, so encoding needs no further test.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
     n: usize,
     c: usize,
     h: usize,
     w: usize,
     /// Strides (in elements) of n, c, h, w.
     strides: [usize; 4],
+    /// Grid columns.
+    cols: usize,
+    /// Canvas height and width in pixels.
+    height: u32,
+    width: u32,
+    /// Bytes of the canvas: `height * width` pixels of the format's output channels.
+    canvas_len: usize,
 }
 
-impl View<'_> {
-    fn new(image: &Image) -> Result<View<'_>, PackErrorKind> {
-        image.data.check()?;
-        let shape = image.data.shape();
-        if shape.len() != image.layout.rank() {
-            return Err(PackErrorKind::ImageRank {
-                rank: shape.len(),
-                layout: image.layout,
-            });
-        }
-        let (n, c, h, w) = match image.layout {
-            ImageLayout::Nchw => (shape[0], shape[1], shape[2], shape[3]),
-            ImageLayout::Nhwc => (shape[0], shape[3], shape[1], shape[2]),
-            ImageLayout::Chw => (1, shape[0], shape[1], shape[2]),
-            ImageLayout::Hwc => (1, shape[2], shape[0], shape[1]),
-        };
-        let strides = match image.layout {
-            ImageLayout::Nchw | ImageLayout::Chw => [c * h * w, h * w, w, 1],
-            ImageLayout::Nhwc | ImageLayout::Hwc => [h * w * c, 1, w * c, c],
-        };
-        Ok(View {
-            data: &image.data,
-            n,
-            c,
-            h,
-            w,
-            strides,
-        })
+/// Checks an image for `format`, in this order: bytes matching the shape, rank for the layout,
+/// dtype, channel count, then every size (see [`Geometry`]). Costs O(rank), whatever the data.
+pub(crate) fn check(format: Format, image: &Image) -> Result<Geometry, PackErrorKind> {
+    image.data.check()?;
+    let shape = image.data.shape();
+    if shape.len() != image.layout.rank() {
+        return Err(PackErrorKind::ImageRank {
+            rank: shape.len(),
+            layout: image.layout,
+        });
     }
-
-    /// Grid geometry: columns, rows, and the canvas size in pixels (height, width).
-    fn grid(&self) -> Result<(usize, usize, u32, u32), PackErrorKind> {
-        let size_error = || PackErrorKind::ImageSize {
-            batch: self.n,
-            height: self.h,
-            width: self.w,
-        };
-        if self.n == 0 || self.h == 0 || self.w == 0 {
-            return Err(size_error());
-        }
-        let cols = self.n.min(GRID_COLUMNS);
-        let rows = self.n.div_ceil(cols);
-        let height = self
-            .h
-            .checked_mul(rows)
-            .and_then(|v| u32::try_from(v).ok())
-            .ok_or_else(size_error)?;
-        let width = self
-            .w
-            .checked_mul(cols)
-            .and_then(|v| u32::try_from(v).ok())
-            .ok_or_else(size_error)?;
-        // PNG itself caps dimensions at 2^31 - 1.
-        if height > i32::MAX as u32 || width > i32::MAX as u32 {
-            return Err(size_error());
-        }
-        Ok((cols, rows, height, width))
+    let dtype = image.data.dtype();
+    if !(dtype == DType::U8 || dtype.is_float()) {
+        return Err(PackErrorKind::DType {
+            format,
+            kind: "image",
+            dtype,
+        });
     }
+    let (n, c, h, w) = match image.layout {
+        ImageLayout::Nchw => (shape[0], shape[1], shape[2], shape[3]),
+        ImageLayout::Nhwc => (shape[0], shape[3], shape[1], shape[2]),
+        ImageLayout::Chw => (1, shape[0], shape[1], shape[2]),
+        ImageLayout::Hwc => (1, shape[2], shape[0], shape[1]),
+    };
+    let (channels_ok, out_c) = match format {
+        Format::TensorBoard => (matches!(c, 1 | 3 | 4), c),
+        Format::MindInsight => (matches!(c, 1 | 3), 3),
+    };
+    if !channels_ok {
+        return Err(PackErrorKind::ImageChannels {
+            format,
+            channels: c,
+        });
+    }
+    let size_error = PackErrorKind::ImageSize {
+        batch: n,
+        height: h,
+        width: w,
+    };
+    // Until a zero dimension is ruled out the bytes bound nothing (an empty batch can claim any
+    // image size), so every product is checked.
+    let mul = |a: usize, b: usize| a.checked_mul(b).ok_or(size_error.clone());
+    let strides = match image.layout {
+        ImageLayout::Nchw | ImageLayout::Chw => [mul(mul(c, h)?, w)?, mul(h, w)?, w, 1],
+        ImageLayout::Nhwc | ImageLayout::Hwc => [mul(mul(h, w)?, c)?, 1, mul(w, c)?, c],
+    };
+    if n == 0 || h == 0 || w == 0 {
+        return Err(size_error);
+    }
+    let cols = n.min(GRID_COLUMNS);
+    let rows = n.div_ceil(cols);
+    let (height, width) = (mul(h, rows)?, mul(w, cols)?);
+    let canvas_len = buffer_len(mul(height, width)?, out_c).ok_or(size_error.clone())?;
+    // PNG caps dimensions at 2^31 - 1, and both formats store them as `int32`.
+    let dim = |v: usize| {
+        u32::try_from(v)
+            .ok()
+            .filter(|&v| i32::try_from(v).is_ok())
+            .ok_or(size_error.clone())
+    };
+    let (height, width) = (dim(height)?, dim(width)?);
+    // Dtypes without a fast path are widened to `f64` before they are scaled.
+    let fast = matches!(
+        (format, dtype),
+        (Format::TensorBoard, DType::U8 | DType::F32) | (Format::MindInsight, DType::F32)
+    );
+    if !fast && buffer_len(image.data.element_count(), 8).is_none() {
+        return Err(size_error);
+    }
+    Ok(Geometry {
+        n,
+        c,
+        h,
+        w,
+        strides,
+        cols,
+        height,
+        width,
+        canvas_len,
+    })
+}
 
+impl Geometry {
     /// Copies element bytes `src` (one `u8` per element, in the input's layout) into a canvas of
-    /// `out_c` channels per pixel, `canvas_w` pixels wide, image `i` in grid cell
-    /// (`i / cols`, `i % cols`). A one-channel input fills every output channel.
-    fn tile(&self, src: &[u8], cols: usize, canvas_w: usize, out_c: usize, canvas: &mut [u8]) {
+    /// `out_c` channels per pixel, image `i` in grid cell (`i / cols`, `i % cols`). A one-channel
+    /// input fills every output channel.
+    fn tile(&self, src: &[u8], out_c: usize, canvas: &mut [u8]) {
+        let canvas_w = self.width as usize;
         let ch_stride = if self.c == 1 { 0 } else { self.strides[1] };
         for img in 0..self.n {
-            let (gy, gx) = (img / cols, img % cols);
+            let (gy, gx) = (img / self.cols, img % self.cols);
             for y in 0..self.h {
                 let row = (gy * self.h + y) * canvas_w + gx * self.w;
                 let base = img * self.strides[0] + y * self.strides[2];
@@ -145,18 +179,6 @@ pub(crate) fn png(
     Ok(out)
 }
 
-fn check_dtype(format: Format, dtype: DType) -> Result<(), PackErrorKind> {
-    if dtype == DType::U8 || dtype.is_float() {
-        Ok(())
-    } else {
-        Err(PackErrorKind::DType {
-            format,
-            kind: "image",
-            dtype,
-        })
-    }
-}
-
 /// TensorBoard's rounding of a float in [0, 1] to a byte; `as` saturates and maps NaN to 0.
 fn unit_to_u8(v: f32) -> u8 {
     (v * 255.0 + 0.5).clamp(0.0, 255.0) as u8
@@ -164,20 +186,11 @@ fn unit_to_u8(v: f32) -> u8 {
 
 /// TensorBoard: 1 (gray), 3 (RGB) or 4 (RGBA) channels; `u8` as is, floats in [0, 1] times 255,
 /// rounded and clamped (NaN becomes 0); a batch tiled into a grid of up to 8 columns on a black
-/// (transparent for RGBA) canvas.
-pub(crate) fn tensorboard(image: &Image) -> Result<Encoded, PackErrorKind> {
-    let view = View::new(image)?;
-    check_dtype(Format::TensorBoard, image.data.dtype())?;
-    if !matches!(view.c, 1 | 3 | 4) {
-        return Err(PackErrorKind::ImageChannels {
-            format: Format::TensorBoard,
-            channels: view.c,
-        });
-    }
-    let (cols, _rows, height, width) = view.grid()?;
+/// (transparent for RGBA) canvas. `g` is what [`check`] gave for `image` and TensorBoard.
+pub(crate) fn tensorboard(image: &Image, g: &Geometry) -> Result<Encoded, PackErrorKind> {
     // Every element to u8 in one flat pass, then the bytes into the grid.
-    let bytes = view.data.bytes();
-    let src: Cow<'_, [u8]> = match view.data.dtype() {
+    let bytes = image.data.bytes();
+    let src: Cow<'_, [u8]> = match image.data.dtype() {
         DType::U8 => Cow::Borrowed(bytes),
         DType::F32 => Cow::Owned(
             bytes
@@ -186,20 +199,21 @@ pub(crate) fn tensorboard(image: &Image) -> Result<Encoded, PackErrorKind> {
                 .collect(),
         ),
         _ => Cow::Owned(
-            view.data
+            image
+                .data
                 .to_f64_vec()
                 .into_iter()
                 .map(|v| unit_to_u8(v as f32))
                 .collect(),
         ),
     };
-    let mut pixels = vec![0u8; height as usize * width as usize * view.c];
-    view.tile(&src, cols, width as usize, view.c, &mut pixels);
-    let colorspace = view.c as i32;
-    let png = png(width, height, colorspace, &pixels)?;
+    let mut pixels = vec![0u8; g.canvas_len];
+    g.tile(&src, g.c, &mut pixels);
+    let colorspace = g.c as i32;
+    let png = png(g.width, g.height, colorspace, &pixels)?;
     Ok(Encoded {
-        height,
-        width,
+        height: g.height,
+        width: g.width,
         colorspace,
         png,
     })
@@ -208,29 +222,21 @@ pub(crate) fn tensorboard(image: &Image) -> Result<Encoded, PackErrorKind> {
 /// MindInsight, as mindspore 2.10's `_summary_adapter.py` packs images: 1 or 3 channels (gray is
 /// repeated to RGB); the batch tiled row-major, 8 columns, onto a zero canvas; then, over the whole
 /// canvas padding included, values in [0, 1] times 255, else `(x - min) * 255 / (max - min + 1)`,
-/// else `x - min`; truncated to `u8` through `f32`. Always RGB.
-pub(crate) fn mindinsight(image: &Image) -> Result<Encoded, PackErrorKind> {
-    let view = View::new(image)?;
-    check_dtype(Format::MindInsight, image.data.dtype())?;
-    if !matches!(view.c, 1 | 3) {
-        return Err(PackErrorKind::ImageChannels {
-            format: Format::MindInsight,
-            channels: view.c,
-        });
-    }
-    let (cols, rows, height, width) = view.grid()?;
+/// else `x - min`; truncated to `u8` through `f32`. Always RGB. `g` is what [`check`] gave for
+/// `image` and MindInsight.
+pub(crate) fn mindinsight(image: &Image, g: &Geometry) -> Result<Encoded, PackErrorKind> {
     // The scaling is per element, so the input's own elements are scaled once and then placed;
     // the canvas's zero padding takes part in min/max when the grid has empty cells.
-    let padded = rows * cols > view.n;
-    let bytes = view.data.bytes();
-    let (src, zero) = match view.data.dtype() {
+    let padded = !g.n.is_multiple_of(g.cols);
+    let bytes = image.data.bytes();
+    let (src, zero) = match image.data.dtype() {
         // `f32` widens to `f64` exactly, so the fast path computes the same bytes.
         DType::F32 => {
             let elems = bytes.as_chunks::<4>().0;
             mi_scale(elems, padded, |b| f64::from(f32::from_le_bytes(b)))
         }
         _ => {
-            let values: Vec<[u8; 8]> = view
+            let values: Vec<[u8; 8]> = image
                 .data
                 .to_f64_vec()
                 .into_iter()
@@ -239,12 +245,12 @@ pub(crate) fn mindinsight(image: &Image) -> Result<Encoded, PackErrorKind> {
             mi_scale(&values, padded, f64::from_le_bytes)
         }
     };
-    let mut pixels = vec![zero; height as usize * width as usize * 3];
-    view.tile(&src, cols, width as usize, 3, &mut pixels);
-    let png = png(width, height, 3, &pixels)?;
+    let mut pixels = vec![zero; g.canvas_len];
+    g.tile(&src, 3, &mut pixels);
+    let png = png(g.width, g.height, 3, &pixels)?;
     Ok(Encoded {
-        height,
-        width,
+        height: g.height,
+        width: g.width,
         colorspace: 3,
         png,
     })

@@ -20,7 +20,8 @@
 //! [`PackedRecord`]: [`PackedItem`]s marked with the [`FileKind`] they go to, in MindSpore's
 //! order (graph, lineage and explain items first, then the record's single summary event, then
 //! `.npy` exports), plus a [`PackError`] for each value that could not be packed. Bad input never
-//! panics and never stops the rest of the record. [`Packer::file_header`] gives the first event
+//! panics and never stops the rest of the record. [`Packer::check`] gives the same error without
+//! encoding, in time proportional to the value's rank, never its element count. [`Packer::file_header`] gives the first event
 //! of each file. `docs/formats.md` lists what each format gets for each value kind.
 //!
 //! # Speed

@@ -9,12 +9,13 @@ use prost::Message;
 use crate::error::PackErrorKind;
 use crate::histogram;
 use crate::image;
+use crate::npy;
 use crate::pack::{FileKind, Format, Part, Sink};
 use crate::proto::mindspore as msp;
 use crate::tag::Tag;
-use crate::tensor::{DType, TensorValue};
+use crate::tensor::{DType, TensorValue, buffer_len};
 use crate::value::{
-    AttrValue, Graph, HParamValue, HParams, Histogram, HistogramBuckets, Lineage, Value,
+    AttrValue, Graph, HParamValue, HParams, Histogram, HistogramBuckets, Image, Lineage, Value,
 };
 use crate::wire;
 
@@ -61,31 +62,78 @@ fn encoded_value(tag: &str, v: msp::summary::value::Value) -> Part<'static> {
     )
 }
 
-/// Packs one value (not an export) for MindInsight.
-pub(crate) fn pack_value<'a>(
+/// A value MindInsight can hold, checked, with what the check computed for encoding it.
+pub(crate) enum Plan<'a> {
+    Scalar(f64),
+    Tensor(&'a TensorValue, msp::DataType),
+    RawHistogram(&'a TensorValue),
+    /// Precomputed buckets and their total `count`.
+    Buckets(&'a HistogramBuckets, i64),
+    Image(&'a Image, image::Geometry),
+    Graph(&'a Graph),
+    Lineage(&'a Lineage),
+    HParams(&'a HParams),
+    Explain(&'a msp::Explain),
+    Export(&'a TensorValue, npy::Layout),
+}
+
+/// Checks one value for MindInsight: every test packing makes before it encodes, in O(rank)
+/// or O(buckets).
+pub(crate) fn check(value: &Value) -> Result<Plan<'_>, PackErrorKind> {
+    Ok(match value {
+        Value::Scalar(v) => Plan::Scalar(*v),
+        Value::Tensor(t) => Plan::Tensor(t, check_tensor(t)?),
+        Value::Histogram(h) => {
+            histogram::check(h)?;
+            match h {
+                Histogram::Raw(t) => Plan::RawHistogram(t),
+                Histogram::Buckets(b) => Plan::Buckets(b, bucket_total(b)?),
+            }
+        }
+        Value::Image(img) => Plan::Image(img, image::check(Format::MindInsight, img)?),
+        Value::Graph(g) => Plan::Graph(g),
+        Value::Lineage(l) => Plan::Lineage(l),
+        Value::HParams(h) => Plan::HParams(h),
+        Value::Explain(e) => {
+            check_explain(e)?;
+            Plan::Explain(e)
+        }
+        Value::Export(t) => Plan::Export(t, npy::check(t)?),
+        Value::Text(_) => {
+            return Err(PackErrorKind::Unsupported {
+                format: Format::MindInsight,
+                kind: value.kind_name(),
+            });
+        }
+    })
+}
+
+/// Packs one checked value for MindInsight; only PNG encoding can still fail.
+pub(crate) fn pack<'a>(
     tag: &'a Tag,
-    value: &'a Value,
+    plan: Plan<'a>,
     wall_time: f64,
     sink: &mut Sink<'a>,
 ) -> Result<(), PackErrorKind> {
     let tag_str = tag.as_str();
-    match value {
-        Value::Scalar(v) => sink.parts.push(Part::Scalar {
+    match plan {
+        Plan::Scalar(v) => sink.parts.push(Part::Scalar {
             tag: tag_str,
             field: 3,
-            value: *v as f32,
+            value: v as f32,
             metadata: None,
         }),
-        Value::Tensor(t) => sink.parts.push(tensor(tag_str, t)?),
-        Value::Histogram(h) => {
-            let h = histogram_proto(h)?;
-            sink.parts.push(encoded_value(
-                tag_str,
-                msp::summary::value::Value::Histogram(h),
-            ));
-        }
-        Value::Image(img) => {
-            let encoded = image::mindinsight(img)?;
+        Plan::Tensor(t, dt) => sink.parts.push(tensor(tag_str, t, dt)),
+        Plan::RawHistogram(t) => sink.parts.push(encoded_value(
+            tag_str,
+            msp::summary::value::Value::Histogram(raw_histogram(t)),
+        )),
+        Plan::Buckets(b, count) => sink.parts.push(encoded_value(
+            tag_str,
+            msp::summary::value::Value::Histogram(bucket_histogram(b, count)),
+        )),
+        Plan::Image(img, geometry) => {
+            let encoded = image::mindinsight(img, &geometry)?;
             let image = msp::summary::Image {
                 height: encoded.height as i32,
                 width: encoded.width as i32,
@@ -97,7 +145,7 @@ pub(crate) fn pack_value<'a>(
                 msp::summary::value::Value::Image(image),
             ));
         }
-        Value::Graph(g) => {
+        Plan::Graph(g) => {
             let event = msp::Event {
                 wall_time,
                 step: None,
@@ -105,7 +153,7 @@ pub(crate) fn pack_value<'a>(
             };
             sink.item(FileKind::Summary, event.encode_to_vec());
         }
-        Value::Lineage(l) => {
+        Plan::Lineage(l) => {
             use msp::lineage_event::What;
             let what = match l {
                 Lineage::Train(t) => What::TrainLineage((**t).clone()),
@@ -115,25 +163,19 @@ pub(crate) fn pack_value<'a>(
             };
             sink.item(FileKind::Lineage, lineage_event(wall_time, what));
         }
-        Value::HParams(h) => {
+        Plan::HParams(h) => {
             let what = msp::lineage_event::What::UserDefinedInfo(user_defined_info(h));
             sink.item(FileKind::Lineage, lineage_event(wall_time, what));
         }
-        Value::Explain(e) => {
-            check_explain(e)?;
+        Plan::Explain(e) => {
             let event = msp::Event {
                 wall_time,
                 step: None,
-                what: Some(msp::event::What::Explain((**e).clone())),
+                what: Some(msp::event::What::Explain(e.clone())),
             };
             sink.item(FileKind::Explain, event.encode_to_vec());
         }
-        Value::Text(_) | Value::Export(_) => {
-            return Err(PackErrorKind::Unsupported {
-                format: Format::MindInsight,
-                kind: value.kind_name(),
-            });
-        }
+        Plan::Export(t, layout) => sink.export(tag, npy::encode(t, layout)),
     }
     Ok(())
 }
@@ -147,15 +189,25 @@ fn lineage_event(wall_time: f64, what: msp::lineage_event::What) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// A tensor value: `dims` (unpacked, proto2), `data_type`, and every element as `f32` in packed
-/// `float_data`, as MindSpore writes it whatever the dtype.
-fn tensor<'a>(tag: &'a str, t: &'a TensorValue) -> Result<Part<'a>, PackErrorKind> {
+/// Checks a tensor for MindInsight: bytes matching the shape, `int64` dims, a dtype MindSpore
+/// has, and room for every element as `f32`.
+fn check_tensor(t: &TensorValue) -> Result<msp::DataType, PackErrorKind> {
     t.check()?;
+    t.check_dims_i64()?;
     let dt = data_type(t.dtype()).ok_or(PackErrorKind::DType {
         format: Format::MindInsight,
         kind: "tensor",
         dtype: t.dtype(),
     })?;
+    buffer_len(t.element_count(), 4).ok_or(PackErrorKind::SizeOverflow(
+        "the tensor as f32 exceeds isize::MAX bytes",
+    ))?;
+    Ok(dt)
+}
+
+/// A tensor value: `dims` (unpacked, proto2), `data_type`, and every element as `f32` in packed
+/// `float_data`, as MindSpore writes it whatever the dtype.
+fn tensor<'a>(tag: &'a str, t: &'a TensorValue, dt: msp::DataType) -> Part<'a> {
     let mut header = Vec::with_capacity(t.shape().len() * 4 + 2);
     for &d in t.shape() {
         wire::put_varint_field(&mut header, 1, d as u64);
@@ -165,13 +217,13 @@ fn tensor<'a>(tag: &'a str, t: &'a TensorValue) -> Result<Part<'a>, PackErrorKin
         DType::F32 => Cow::Borrowed(t.bytes()),
         _ => Cow::Owned(to_f32_bytes(t)),
     };
-    Ok(Part::Tensor {
+    Part::Tensor {
         tag,
         header,
         data_field: 3,
         data,
         metadata: None,
-    })
+    }
 }
 
 /// The elements of `t` narrowed to `f32`, little-endian.
@@ -193,87 +245,68 @@ fn to_f32_bytes(t: &TensorValue) -> Vec<u8> {
     out
 }
 
-/// Checks precomputed buckets: in order, not overlapping, finite edges, counts finite and ≥ 0.
-pub(crate) fn check_buckets(b: &HistogramBuckets) -> Result<(), PackErrorKind> {
-    if b.buckets.is_empty() && b.num == 0.0 {
-        return Err(PackErrorKind::EmptyHistogram);
+/// Counts from `2^63` on saturate when converted to `i64`.
+const I64_LIMIT: f64 = 9_223_372_036_854_775_808.0;
+
+/// MindSpore's total `count` of precomputed buckets: `num` plus the NaN and ±Inf counts, once
+/// it and every bucket's count are known to fit the `int64` fields that hold them.
+fn bucket_total(b: &HistogramBuckets) -> Result<i64, PackErrorKind> {
+    let overflow = PackErrorKind::SizeOverflow("histogram counts exceed i64::MAX");
+    // `num` was checked finite and not negative; below 2^63 its conversion is exact or truncates.
+    if b.num >= I64_LIMIT || b.buckets.iter().any(|x| x.count >= I64_LIMIT) {
+        return Err(overflow);
     }
-    let mut previous_right = f64::NEG_INFINITY;
-    for bucket in &b.buckets {
-        if !(bucket.left.is_finite() && bucket.right.is_finite()) {
-            return Err(PackErrorKind::InvalidBuckets("edges must be finite"));
-        }
-        if bucket.left > bucket.right {
-            return Err(PackErrorKind::InvalidBuckets(
-                "a bucket's left edge is above its right edge",
-            ));
-        }
-        if bucket.left < previous_right {
-            return Err(PackErrorKind::InvalidBuckets(
-                "buckets overlap or are out of order",
-            ));
-        }
-        if !(bucket.count.is_finite() && bucket.count >= 0.0) {
-            return Err(PackErrorKind::InvalidBuckets(
-                "counts must be finite and not negative",
-            ));
-        }
-        previous_right = bucket.right;
-    }
-    Ok(())
+    [b.nan_count, b.pos_inf_count, b.neg_inf_count]
+        .into_iter()
+        .try_fold(b.num as u64, u64::checked_add)
+        .and_then(|total| i64::try_from(total).ok())
+        .ok_or(overflow)
 }
 
-/// MindSpore's `Summary.Histogram` of a histogram value.
-pub(crate) fn histogram_proto(h: &Histogram) -> Result<msp::summary::Histogram, PackErrorKind> {
-    match h {
-        Histogram::Raw(t) => {
-            t.check()?;
-            if t.bytes().is_empty() {
-                return Err(PackErrorKind::EmptyHistogram);
-            }
-            let s = histogram::stats(t);
-            let buckets = histogram::mindspore(t, &s)
-                .into_iter()
-                .map(|(left, width, count)| msp::summary::histogram::Bucket {
-                    left,
-                    width,
-                    count: count as i64,
-                })
-                .collect();
-            let valid = s.finite > 0;
-            Ok(msp::summary::Histogram {
-                buckets,
-                nan_count: Some(s.nan as i64),
-                pos_inf_count: Some(s.pos_inf as i64),
-                neg_inf_count: Some(s.neg_inf as i64),
-                max: valid.then_some(s.max),
-                min: valid.then_some(s.min),
-                sum: valid.then_some(s.sum),
-                count: Some(s.total as i64),
+/// MindSpore's `Summary.Histogram` of raw values, checked by [`histogram::check`].
+fn raw_histogram(t: &TensorValue) -> msp::summary::Histogram {
+    let s = histogram::stats(t);
+    let buckets = histogram::mindspore(t, &s)
+        .into_iter()
+        .map(|(left, width, count)| msp::summary::histogram::Bucket {
+            left,
+            width,
+            count: count as i64,
+        })
+        .collect();
+    let valid = s.finite > 0;
+    msp::summary::Histogram {
+        buckets,
+        nan_count: Some(s.nan as i64),
+        pos_inf_count: Some(s.pos_inf as i64),
+        neg_inf_count: Some(s.neg_inf as i64),
+        max: valid.then_some(s.max),
+        min: valid.then_some(s.min),
+        sum: valid.then_some(s.sum),
+        count: Some(s.total as i64),
+    }
+}
+
+/// MindSpore's `Summary.Histogram` of precomputed buckets whose total is `count` (see
+/// [`bucket_total`], which bounds every count cast here).
+fn bucket_histogram(b: &HistogramBuckets, count: i64) -> msp::summary::Histogram {
+    msp::summary::Histogram {
+        buckets: b
+            .buckets
+            .iter()
+            .map(|x| msp::summary::histogram::Bucket {
+                left: x.left,
+                width: x.right - x.left,
+                count: x.count as i64,
             })
-        }
-        Histogram::Buckets(b) => {
-            check_buckets(b)?;
-            let non_finite = b.nan_count + b.pos_inf_count + b.neg_inf_count;
-            Ok(msp::summary::Histogram {
-                buckets: b
-                    .buckets
-                    .iter()
-                    .map(|x| msp::summary::histogram::Bucket {
-                        left: x.left,
-                        width: x.right - x.left,
-                        count: x.count as i64,
-                    })
-                    .collect(),
-                nan_count: Some(b.nan_count as i64),
-                pos_inf_count: Some(b.pos_inf_count as i64),
-                neg_inf_count: Some(b.neg_inf_count as i64),
-                max: Some(b.max),
-                min: Some(b.min),
-                sum: Some(b.sum),
-                count: Some((b.num as u64).saturating_add(non_finite) as i64),
-            })
-        }
+            .collect(),
+        nan_count: Some(b.nan_count as i64),
+        pos_inf_count: Some(b.pos_inf_count as i64),
+        neg_inf_count: Some(b.neg_inf_count as i64),
+        max: Some(b.max),
+        min: Some(b.min),
+        sum: Some(b.sum),
+        count: Some(count),
     }
 }
 

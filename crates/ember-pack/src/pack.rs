@@ -9,7 +9,7 @@ use crate::error::{PackError, PackErrorKind};
 use crate::record::{Record, finite_wall_time};
 use crate::tag::Tag;
 use crate::value::Value;
-use crate::{ms, npy, tb, wire};
+use crate::{ms, tb, wire};
 
 /// The event format to pack for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -38,10 +38,17 @@ pub enum FileKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HistogramRule {
     /// This many equal-width buckets over the finite values' range, as TensorBoard's own
-    /// summary ops do (30 by default).
+    /// summary ops do (30 by default). At most [`HistogramRule::MAX_EQUAL_WIDTH`]; with more,
+    /// raw histograms are rejected with [`PackErrorKind::SizeOverflow`].
     EqualWidth(u32),
     /// TensorFlow's exponential buckets (`1e-12·1.1^i` both signs), empty runs collapsed.
     Exponential,
+}
+
+impl HistogramRule {
+    /// The largest equal-width bucket count: every histogram allocates and writes that many
+    /// buckets, whatever its values.
+    pub const MAX_EQUAL_WIDTH: u32 = 1 << 16;
 }
 
 impl Default for HistogramRule {
@@ -266,6 +273,10 @@ pub(crate) struct Sink<'a> {
     pub(crate) parts: Vec<Part<'a>>,
     /// Graph, lineage and explain items, in value order.
     pub(crate) items: Vec<PackedItem>,
+    /// `.npy` items, in value order; they follow the summary event.
+    exports: Vec<PackedItem>,
+    /// The record's step, which names exports.
+    step: i64,
 }
 
 impl Sink<'_> {
@@ -277,6 +288,24 @@ impl Sink<'_> {
             export: None,
         });
     }
+
+    /// Adds the `.npy` file of the value under `tag`.
+    pub(crate) fn export(&mut self, tag: &Tag, bytes: Vec<u8>) {
+        self.exports.push(PackedItem {
+            kind: FileKind::Export,
+            bytes,
+            export: Some(ExportKey {
+                tag: tag.clone(),
+                step: self.step,
+            }),
+        });
+    }
+}
+
+/// A value checked for the packer's format: what encoding it needs.
+enum Plan<'a> {
+    TensorBoard(tb::Plan<'a>),
+    MindInsight(ms::Plan<'a>),
 }
 
 /// Packs records into serialized events for one [`Format`]. Cheap to share across threads.
@@ -305,36 +334,54 @@ impl Packer {
         self.options.format
     }
 
+    /// Checks `value` as [`Packer::pack`] would, without encoding it: `Ok` exactly when packing
+    /// it cannot fail, else the same error packing would give. (Only a PNG encoder failure,
+    /// which valid pixels do not cause, is left to packing.)
+    ///
+    /// Costs O(rank) for tensors and images and O(buckets) for precomputed histograms, never
+    /// O(elements), so a writer can call it before queueing a value and report a bad one to
+    /// the caller that made it.
+    pub fn check(&self, tag: &Tag, value: &Value) -> Result<(), PackError> {
+        self.plan(value).map(drop).map_err(|kind| PackError {
+            tag: tag.clone(),
+            kind,
+        })
+    }
+
+    /// The checks of [`Packer::check`], keeping what they computed for encoding.
+    fn plan<'a>(&self, value: &'a Value) -> Result<Plan<'a>, PackErrorKind> {
+        match self.options.format {
+            Format::TensorBoard => tb::check(&self.options, value).map(Plan::TensorBoard),
+            Format::MindInsight => ms::check(value).map(Plan::MindInsight),
+        }
+    }
+
     /// Packs one record. `metadata_for` says which tags get their plugin metadata (TensorBoard
     /// writes it only on the first value of each tag in a file; the writer tracks which tags a
-    /// file has seen). Rejected values are listed in [`PackedRecord::rejected`]; the others pack.
+    /// file has seen). Rejected values are listed in [`PackedRecord::rejected`], with the error
+    /// [`Packer::check`] gives for them; the others pack.
     pub fn pack(&self, record: &Record, metadata_for: MetadataFor<'_>) -> PackedRecord {
         let mut sink = Sink {
             parts: Vec::with_capacity(record.len()),
             items: Vec::new(),
+            exports: Vec::new(),
+            step: record.step(),
         };
-        let mut exports = Vec::new();
         let mut rejected = Vec::new();
         let wall_time = record.wall_time();
         for (tag, value) in record.values() {
-            let result = match value {
-                Value::Export(t) => export(t, tag, record.step()).map(|item| exports.push(item)),
-                _ => match self.options.format {
-                    Format::TensorBoard => {
-                        let meta = metadata_for.includes(tag);
-                        tb::pack_value(
-                            &self.tb_meta,
-                            &self.options,
-                            tag,
-                            value,
-                            meta,
-                            wall_time,
-                            &mut sink,
-                        )
-                    }
-                    Format::MindInsight => ms::pack_value(tag, value, wall_time, &mut sink),
-                },
-            };
+            let result = self.plan(value).and_then(|plan| match plan {
+                Plan::TensorBoard(plan) => tb::pack(
+                    &self.tb_meta,
+                    &self.options,
+                    tag,
+                    plan,
+                    metadata_for.includes(tag),
+                    wall_time,
+                    &mut sink,
+                ),
+                Plan::MindInsight(plan) => ms::pack(tag, plan, wall_time, &mut sink),
+            });
             if let Err(kind) = result {
                 rejected.push(PackError {
                     tag: tag.clone(),
@@ -351,7 +398,7 @@ impl Packer {
                 export: None,
             });
         }
-        items.extend(exports);
+        items.extend(sink.exports);
         PackedRecord { items, rejected }
     }
 
@@ -388,20 +435,4 @@ impl Default for Packer {
     fn default() -> Packer {
         Packer::new(PackOptions::default())
     }
-}
-
-/// The `.npy` item of an exported tensor.
-fn export(t: &crate::TensorValue, tag: &Tag, step: i64) -> Result<PackedItem, PackErrorKind> {
-    t.check()?;
-    let bytes = npy::encode(t).ok_or(PackErrorKind::RankTooLarge {
-        rank: t.shape().len(),
-    })?;
-    Ok(PackedItem {
-        kind: FileKind::Export,
-        bytes,
-        export: Some(ExportKey {
-            tag: tag.clone(),
-            step,
-        }),
-    })
 }

@@ -8,12 +8,15 @@ use prost::Message;
 use crate::error::PackErrorKind;
 use crate::histogram;
 use crate::image;
+use crate::npy;
 use crate::pack::{FileKind, Format, HistogramRule, PackOptions, Part, Sink};
 use crate::proto::google::protobuf as pb;
 use crate::proto::tensorboard::{self as tbp, hparams as hp};
 use crate::tag::Tag;
 use crate::tensor::{DType, TensorValue};
-use crate::value::{AttrValue, Graph, HParamValue, HParams, Histogram, SessionStatus, Value};
+use crate::value::{
+    AttrValue, Graph, HParamValue, HParams, Histogram, Image, SessionStatus, Value,
+};
 use crate::wire;
 
 /// `file_version` of TensorBoard's first event.
@@ -142,30 +145,79 @@ fn decoded_metadata(bytes: &[u8], include: bool) -> Option<tbp::SummaryMetadata>
     include.then(|| tbp::SummaryMetadata::decode(bytes).unwrap_or_default())
 }
 
-/// Packs one value (not an export) for TensorBoard.
+/// A value TensorBoard can hold, checked, with what the check computed for encoding it.
+pub(crate) enum Plan<'a> {
+    Scalar(f64),
+    Tensor(&'a TensorValue),
+    Histogram(&'a Histogram),
+    Image(&'a Image, image::Geometry),
+    Text(&'a str),
+    HParams(&'a HParams),
+    Graph(&'a Graph),
+    Export(&'a TensorValue, npy::Layout),
+}
+
+/// Checks one value for TensorBoard: every test packing makes before it encodes, in O(rank)
+/// or O(buckets).
+pub(crate) fn check<'a>(
+    options: &PackOptions,
+    value: &'a Value,
+) -> Result<Plan<'a>, PackErrorKind> {
+    Ok(match value {
+        Value::Scalar(v) => Plan::Scalar(*v),
+        Value::Tensor(t) => {
+            t.check()?;
+            t.check_dims_i64()?;
+            Plan::Tensor(t)
+        }
+        Value::Histogram(h) => {
+            histogram::check(h)?;
+            if let (Histogram::Raw(_), HistogramRule::EqualWidth(k)) = (h, options.histogram)
+                && k > HistogramRule::MAX_EQUAL_WIDTH
+            {
+                return Err(PackErrorKind::SizeOverflow(
+                    "the equal-width bucket count exceeds HistogramRule::MAX_EQUAL_WIDTH",
+                ));
+            }
+            Plan::Histogram(h)
+        }
+        Value::Image(img) => Plan::Image(img, image::check(Format::TensorBoard, img)?),
+        Value::Text(text) => Plan::Text(text),
+        Value::HParams(h) => Plan::HParams(h),
+        Value::Graph(g) => Plan::Graph(g),
+        Value::Export(t) => Plan::Export(t, npy::check(t)?),
+        Value::Lineage(_) | Value::Explain(_) => {
+            return Err(PackErrorKind::Unsupported {
+                format: Format::TensorBoard,
+                kind: value.kind_name(),
+            });
+        }
+    })
+}
+
+/// Packs one checked value for TensorBoard; only PNG encoding can still fail.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pack_value<'a>(
+pub(crate) fn pack<'a>(
     meta: &'a Metadata,
     options: &PackOptions,
     tag: &'a Tag,
-    value: &'a Value,
+    plan: Plan<'a>,
     include_metadata: bool,
     wall_time: f64,
     sink: &mut Sink<'a>,
 ) -> Result<(), PackErrorKind> {
     let tag_str = tag.as_str();
-    match value {
-        Value::Scalar(v) => {
+    match plan {
+        Plan::Scalar(v) => {
             let metadata = include_metadata.then_some(meta.scalars.as_slice());
             sink.parts.push(Part::Scalar {
                 tag: tag_str,
                 field: 2,
-                value: *v as f32,
+                value: v as f32,
                 metadata,
             });
         }
-        Value::Tensor(t) => {
-            t.check()?;
+        Plan::Tensor(t) => {
             let metadata = include_metadata.then_some(meta.tensor.as_slice());
             sink.parts.push(Part::Tensor {
                 tag: tag_str,
@@ -175,8 +227,8 @@ pub(crate) fn pack_value<'a>(
                 metadata,
             });
         }
-        Value::Histogram(h) => {
-            let histo = histogram_proto(h, options.histogram)?;
+        Plan::Histogram(h) => {
+            let histo = histogram_proto(h, options.histogram);
             let metadata = decoded_metadata(&meta.histograms, include_metadata);
             sink.parts.push(encoded_value(
                 tag_str,
@@ -184,8 +236,8 @@ pub(crate) fn pack_value<'a>(
                 tbp::summary::value::Value::Histo(histo),
             ));
         }
-        Value::Image(img) => {
-            let encoded = image::tensorboard(img)?;
+        Plan::Image(img, geometry) => {
+            let encoded = image::tensorboard(img, &geometry)?;
             let metadata = decoded_metadata(&meta.images, include_metadata);
             let image = tbp::summary::Image {
                 height: encoded.height as i32,
@@ -199,7 +251,7 @@ pub(crate) fn pack_value<'a>(
                 tbp::summary::value::Value::Image(image),
             ));
         }
-        Value::Text(text) => {
+        Plan::Text(text) => {
             let tensor = tbp::TensorProto {
                 dtype: tbp::DataType::DtString as i32,
                 tensor_shape: Some(tbp::TensorShapeProto::default()),
@@ -213,8 +265,8 @@ pub(crate) fn pack_value<'a>(
                 tbp::summary::value::Value::Tensor(tensor),
             ));
         }
-        Value::HParams(h) => sink.parts.extend(hparams(h, wall_time)),
-        Value::Graph(g) => {
+        Plan::HParams(h) => sink.parts.extend(hparams(h, wall_time)),
+        Plan::Graph(g) => {
             let event = tbp::Event {
                 wall_time,
                 step: 0,
@@ -223,12 +275,7 @@ pub(crate) fn pack_value<'a>(
             };
             sink.item(FileKind::Summary, event.encode_to_vec());
         }
-        Value::Lineage(_) | Value::Explain(_) | Value::Export(_) => {
-            return Err(PackErrorKind::Unsupported {
-                format: Format::TensorBoard,
-                kind: value.kind_name(),
-            });
-        }
+        Plan::Export(t, layout) => sink.export(tag, npy::encode(t, layout)),
     }
     Ok(())
 }
@@ -254,17 +301,10 @@ fn tensor_header(t: &TensorValue) -> Vec<u8> {
     header
 }
 
-/// The `HistogramProto` of a histogram value.
-pub(crate) fn histogram_proto(
-    h: &Histogram,
-    rule: HistogramRule,
-) -> Result<tbp::HistogramProto, PackErrorKind> {
+/// The `HistogramProto` of a histogram value checked by [`histogram::check`].
+pub(crate) fn histogram_proto(h: &Histogram, rule: HistogramRule) -> tbp::HistogramProto {
     match h {
         Histogram::Raw(t) => {
-            t.check()?;
-            if t.bytes().is_empty() {
-                return Err(PackErrorKind::EmptyHistogram);
-            }
             let s = histogram::stats(t);
             let (bucket_limit, bucket) = match rule {
                 HistogramRule::EqualWidth(k) => histogram::equal_width(t, &s, k.max(1) as usize),
@@ -275,7 +315,7 @@ pub(crate) fn histogram_proto(
             } else {
                 (s.min, s.max)
             };
-            Ok(tbp::HistogramProto {
+            tbp::HistogramProto {
                 min,
                 max,
                 num: s.finite as f64,
@@ -283,20 +323,17 @@ pub(crate) fn histogram_proto(
                 sum_squares: s.sum_squares,
                 bucket_limit,
                 bucket,
-            })
+            }
         }
-        Histogram::Buckets(b) => {
-            crate::ms::check_buckets(b)?;
-            Ok(tbp::HistogramProto {
-                min: b.min,
-                max: b.max,
-                num: b.num,
-                sum: b.sum,
-                sum_squares: b.sum_squares,
-                bucket_limit: b.buckets.iter().map(|b| b.right).collect(),
-                bucket: b.buckets.iter().map(|b| b.count).collect(),
-            })
-        }
+        Histogram::Buckets(b) => tbp::HistogramProto {
+            min: b.min,
+            max: b.max,
+            num: b.num,
+            sum: b.sum,
+            sum_squares: b.sum_squares,
+            bucket_limit: b.buckets.iter().map(|b| b.right).collect(),
+            bucket: b.buckets.iter().map(|b| b.count).collect(),
+        },
     }
 }
 

@@ -190,8 +190,13 @@ impl TensorValue {
         (self.dtype, self.shape, self.bytes)
     }
 
-    /// The number of elements the shape describes (1 for rank 0), or `None` on overflow.
+    /// The number of elements the shape describes (1 for rank 0, 0 when a dimension is 0), or
+    /// `None` when the product overflows `usize`.
     pub fn num_elements(&self) -> Option<usize> {
+        // A zero anywhere makes the product 0, however large the dimensions before it.
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
         self.shape
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -213,6 +218,23 @@ impl TensorValue {
         }
     }
 
+    /// Checks that every dimension fits the `int64` that both formats' shape fields (and numpy's
+    /// `intp`) hold; a larger one would be written as a negative size.
+    pub(crate) fn check_dims_i64(&self) -> Result<(), crate::PackErrorKind> {
+        if self.shape.iter().all(|&d| i64::try_from(d).is_ok()) {
+            Ok(())
+        } else {
+            Err(crate::PackErrorKind::SizeOverflow(
+                "a tensor dimension exceeds i64::MAX",
+            ))
+        }
+    }
+
+    /// The number of elements the bytes hold.
+    pub(crate) fn element_count(&self) -> usize {
+        self.bytes.len() / self.dtype.size()
+    }
+
     /// Element `i` converted to `f64` (exact for every dtype but the 64-bit integers beyond 2^53).
     /// Panics if `i` is out of range; callers check first.
     pub(crate) fn get_f64(&self, i: usize) -> f64 {
@@ -221,9 +243,17 @@ impl TensorValue {
 
     /// All elements converted to `f64`.
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        let n = self.bytes.len() / self.dtype.size();
-        (0..n).map(|i| self.get_f64(i)).collect()
+        (0..self.element_count()).map(|i| self.get_f64(i)).collect()
     }
+}
+
+/// Bytes of a buffer of `count` items of `size` bytes, or `None` when no buffer can be that
+/// large (more than `isize::MAX` bytes): packing checks this before it widens elements, which
+/// only a 32-bit target can reach.
+pub(crate) fn buffer_len(count: usize, size: usize) -> Option<usize> {
+    count
+        .checked_mul(size)
+        .filter(|&len| isize::try_from(len).is_ok())
 }
 
 /// Reads the first element of `bytes` as `dtype`, converted to `f64`. `bytes` holds at least one
