@@ -68,11 +68,13 @@ pub(crate) fn pack_caught(
     tags: &NewTags,
     empty: &HashSet<Tag>,
 ) -> Result<ember_pack::PackedRecord, String> {
-    let metadata = MetadataFor::Only(tags.as_ref().unwrap_or(empty));
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        packer.pack(record, metadata)
-    }))
-    .map_err(|payload| {
+    caught(|| packer.pack(record, MetadataFor::Only(tags.as_ref().unwrap_or(empty))))
+}
+
+/// Runs `f`, turning a panic into its message: a bug in packing must cost one
+/// record, never the pool thread and every record queued behind it.
+fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
         payload
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -231,5 +233,21 @@ impl SummaryFile {
         // Rotated on every try: each file was too small for this record.
         self.writer.dropped(idx, events.len(), ctx);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::caught;
+
+    #[test]
+    fn a_panic_becomes_its_message() {
+        assert_eq!(caught(|| 7), Ok(7));
+        assert_eq!(caught(|| -> () { panic!("boom") }), Err("boom".to_owned()));
+        let n = 3;
+        assert_eq!(
+            caught(|| -> () { panic!("index {n} out of range") }),
+            Err("index 3 out of range".to_owned())
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use ember_write::pack::TagError;
+use ember_write::pack::{PackError, TagError};
 use ember_write::{WriteError, WriteErrors};
 
 use crate::Plugin;
@@ -17,6 +17,13 @@ pub enum SummaryError {
     /// A tag is empty, too long, or holds a NUL.
     #[error(transparent)]
     Tag(#[from] TagError),
+    /// A value cannot be packed in the record's format (wrong shape, dtype, channel count,
+    /// a kind the format cannot hold, ...); it was refused where it was added, alone.
+    #[error(transparent)]
+    Rejected(#[from] PackError),
+    /// The log directory path is empty.
+    #[error("the log directory path is empty")]
+    EmptyLogDir,
     /// `add_value` got a value of another kind than its plugin.
     #[error("plugin {plugin:?} expects its own kind of value, got a {value}")]
     PluginMismatch {

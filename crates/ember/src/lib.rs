@@ -111,7 +111,8 @@ pub use ember_write::pack;
 /// The write benchmarks' workloads (`ember bench write`, `cargo bench -p ember-write`).
 pub use ember_write::workload;
 pub use ember_write::{
-    Durability, ErrorPolicy, FullQueuePolicy, PoolStats, SizePolicy, WriteError, WriteErrors,
+    Durability, ErrorPolicy, FreeSpace, FreeSpaceSource, FullQueuePolicy, PoolStats, SizePolicy,
+    WriteError, WriteErrors, WriterOptions,
 };
 /// Reading event files back: framing and the checking record reader.
 pub mod read {

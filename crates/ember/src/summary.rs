@@ -1,13 +1,13 @@
 //! `SummaryRecord`: MindSpore's summary API with tensorboardX's one-call convenience.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ember_write::pack::{Format, Graph, HParams, Image, ImageLayout, Record, Tag, Value};
+use ember_write::pack::{Format, Graph, HParams, Image, ImageLayout, Packer, Record, Tag, Value};
 use ember_write::{
-    Durability, ErrorPolicy, FullQueuePolicy, PoolStats, SizePolicy, WriteError, WriterPool,
-    WriterPoolBuilder,
+    Durability, ErrorPolicy, FullQueuePolicy, PoolStats, SizePolicy, WriteError, WriterOptions,
+    WriterPool,
 };
 
 use crate::{SummaryError, ToTensorValue};
@@ -92,104 +92,107 @@ pub enum RankLayout {
 /// A clonable handle for model code to record values from inside a step, as MindSpore's summary
 /// operators do. What it collects is added to the next [`record`](SummaryRecord::record) in
 /// [`Mode::Train`] and dropped in [`Mode::Eval`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SummaryTap {
-    values: Arc<Mutex<Vec<(String, Value)>>>,
+    values: Arc<Mutex<Vec<(Tag, Value)>>>,
+    packer: Arc<Packer>,
 }
 
 impl SummaryTap {
-    /// Adds a value for the next record.
-    pub fn add(&self, tag: impl Into<String>, value: impl Into<Value>) {
-        if let Ok(mut values) = self.values.lock() {
-            values.push((tag.into(), value.into()));
+    fn new(packer: Arc<Packer>) -> Self {
+        Self {
+            values: Arc::default(),
+            packer,
         }
     }
 
-    fn take(&self) -> Vec<(String, Value)> {
+    /// Adds a value for the next record. An invalid tag or value is refused here, alone: the
+    /// step's other values are still recorded.
+    pub fn add(&self, tag: &str, value: impl Into<Value>) -> Result<(), SummaryError> {
+        let (tag, value) = checked(&self.packer, tag, value.into())?;
         self.values
             .lock()
-            .map(|mut values| std::mem::take(&mut *values))
-            .unwrap_or_default()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((tag, value));
+        Ok(())
+    }
+
+    fn take(&self) -> Vec<(Tag, Value)> {
+        std::mem::take(&mut *self.values.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
+/// Checks `tag` and `value` as packing will, so that a bad one is refused where it is added.
+fn checked(packer: &Packer, tag: &str, value: Value) -> Result<(Tag, Value), SummaryError> {
+    let tag = Tag::new(tag)?;
+    packer.check(&tag, &value)?;
+    Ok((tag, value))
+}
+
 /// Builds a [`SummaryRecord`]; see each method for its default.
+///
+/// It carries ember-write's [`WriterOptions`]: the methods here set the common ones, and
+/// [`writer_options`](Self::writer_options) reaches every other (queue bytes, batching,
+/// packing threads, disk guard, histogram rule, ...).
 #[derive(Debug, Clone)]
 pub struct SummaryRecordBuilder {
-    log_dir: PathBuf,
-    format: Format,
-    prefix: Option<String>,
-    suffix: Option<String>,
-    max_file_size: Option<(u64, SizePolicy)>,
-    error_policy: ErrorPolicy,
+    options: WriterOptions,
     export_tensors: bool,
-    queue: Option<(usize, FullQueuePolicy)>,
-    flush_interval: Option<Option<Duration>>,
-    durability: Durability,
     rank: Option<(u32, u32)>,
     rank_layout: RankLayout,
     rank_zero_only: bool,
-    coalesce: (usize, Duration),
 }
-
-/// Records a `SummaryRecord` holds back before handing them to the writer pool together.
-const COALESCE_RECORDS: usize = 64;
-/// The longest a record is held back.
-const COALESCE_DELAY: Duration = Duration::from_millis(20);
 
 impl SummaryRecordBuilder {
     fn new(log_dir: PathBuf) -> Self {
         Self {
-            log_dir,
-            format: Format::TensorBoard,
-            prefix: None,
-            suffix: None,
-            max_file_size: None,
-            error_policy: ErrorPolicy::Log,
+            options: WriterOptions::new(log_dir),
             export_tensors: false,
-            queue: None,
-            flush_interval: None,
-            durability: Durability::Os,
             rank: None,
             rank_layout: RankLayout::FileName,
             rank_zero_only: false,
-            coalesce: (COALESCE_RECORDS, COALESCE_DELAY),
         }
     }
 
-    /// Hands records to the writer thread in bursts of up to `records`, holding none back longer
-    /// than `max_delay` (64 records or 20 ms by default). Waking the writer thread once per burst
-    /// instead of once per record keeps it from preempting a busy training loop; `flush`,
-    /// `close` and drop send what is held. A process killed outright loses what is held:
-    /// `coalesce(1, Duration::ZERO)` hands over every record at once.
-    pub fn coalesce(mut self, records: usize, max_delay: Duration) -> Self {
-        self.coalesce = (records.max(1), max_delay);
+    /// Changes any of the writer pool's options in place. The log directory, rank and rank
+    /// naming are set by `build` from the builder's own settings.
+    pub fn writer_options(mut self, change: impl FnOnce(&mut WriterOptions)) -> Self {
+        change(&mut self.options);
+        self
+    }
+
+    /// How long the writer thread gathers records after the first of a batch before it packs
+    /// and writes them (20 ms by default): a record reaches the operating system at most about
+    /// this long after it was recorded, so a killed process loses at most that much.
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.options.max_delay = delay;
         self
     }
 
     /// TensorBoard (the default) or MindInsight.
     pub fn format(mut self, format: Format) -> Self {
-        self.format = format;
+        self.options.pack.format = format;
         self
     }
 
     /// The file name prefix (MindInsight's default `events`), checked as MindSpore does:
     /// `^\w+[0-9a-zA-Z_.]*$` in ASCII.
     pub fn file_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
+        self.options.file_prefix = prefix.into();
         self
     }
 
     /// The file name suffix (MindInsight's default `_MS`), checked like the prefix.
     pub fn file_suffix(mut self, suffix: impl Into<String>) -> Self {
-        self.suffix = Some(suffix.into());
+        self.options.file_suffix = Some(suffix.into());
         self
     }
 
     /// Caps each file at `bytes`, framing included; `policy` says what happens at the cap.
     /// Unlimited by default.
     pub fn max_file_size(mut self, bytes: u64, policy: SizePolicy) -> Self {
-        self.max_file_size = Some((bytes, policy));
+        self.options.max_file_size = Some(bytes);
+        self.options.size_policy = policy;
         self
     }
 
@@ -199,7 +202,7 @@ impl SummaryRecordBuilder {
     /// The [`Trainer`](crate::Trainer) and the burn-train logger stop training on a summary error
     /// only under `Raise`.
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
-        self.error_policy = policy;
+        self.options.error_policy = policy;
         self
     }
 
@@ -212,20 +215,21 @@ impl SummaryRecordBuilder {
 
     /// The writer queue's capacity in records and what a full queue does (blocking by default).
     pub fn queue(mut self, capacity: usize, policy: FullQueuePolicy) -> Self {
-        self.queue = Some((capacity, policy));
+        self.options.queue_capacity = capacity;
+        self.options.full_queue = policy;
         self
     }
 
-    /// How often written data is flushed to the OS without being asked (every 10 s by default);
-    /// `None` flushes only on `flush` and `close`.
+    /// How often written data is fsynced without being asked (every 10 s by default); `None`
+    /// fsyncs only on `close` (and on `flush` with [`Durability::Sync`]).
     pub fn flush_interval(mut self, interval: Option<Duration>) -> Self {
-        self.flush_interval = Some(interval);
+        self.options.flush_interval = interval;
         self
     }
 
     /// Whether `flush` and `close` also fsync ([`Durability::Sync`]); OS buffers by default.
     pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
+        self.options.durability = durability;
         self
     }
 
@@ -251,6 +255,10 @@ impl SummaryRecordBuilder {
     /// Creates the log directory (mode 0700) if missing and starts the writer pool. Files are
     /// created on their first record.
     pub fn build(self) -> Result<SummaryRecord, SummaryError> {
+        let mut options = self.options;
+        if options.log_dir.as_os_str().is_empty() {
+            return Err(SummaryError::EmptyLogDir);
+        }
         let (rank, world_size) = match self.rank {
             Some(rank) => rank,
             None => rank_from_env()?,
@@ -260,39 +268,21 @@ impl SummaryRecordBuilder {
                 "rank {rank} is not below the world size {world_size}"
             )));
         }
-        let mut log_dir = self.log_dir.clone();
         if world_size > 1 && self.rank_layout == RankLayout::Directory {
-            log_dir.push(format!("rank_{rank}"));
+            options.log_dir.push(format!("rank_{rank}"));
         }
+        let log_dir = options.log_dir.clone();
         if log_dir.exists() && !log_dir.is_dir() {
             return Err(SummaryError::LogDirNotADirectory(log_dir));
         }
+        options.rank = rank;
+        options.rank_in_tensorboard_names =
+            world_size > 1 && self.rank_layout == RankLayout::FileName;
+        let error_policy = options.error_policy;
+        let packer = Arc::new(Packer::new(options.pack.clone()));
         let active = !(self.rank_zero_only && rank != 0);
         let pool = if active {
-            let mut builder = WriterPoolBuilder::new(&log_dir)
-                .format(self.format)
-                .rank(rank)
-                .rank_in_tensorboard_names(
-                    world_size > 1 && self.rank_layout == RankLayout::FileName,
-                )
-                .error_policy(self.error_policy)
-                .durability(self.durability);
-            if let Some(prefix) = self.prefix {
-                builder = builder.file_prefix(prefix);
-            }
-            if let Some(suffix) = self.suffix {
-                builder = builder.file_suffix(suffix);
-            }
-            if let Some((bytes, policy)) = self.max_file_size {
-                builder = builder.max_file_size(bytes, policy);
-            }
-            if let Some((capacity, policy)) = self.queue {
-                builder = builder.queue(capacity, policy);
-            }
-            if let Some(interval) = self.flush_interval {
-                builder = builder.flush_interval(interval);
-            }
-            Some(builder.build()?)
+            Some(WriterPool::new(options)?)
         } else {
             None
         };
@@ -300,16 +290,15 @@ impl SummaryRecordBuilder {
             pool,
             log_dir,
             pending: Vec::new(),
-            tap: SummaryTap::default(),
+            tap: SummaryTap::new(Arc::clone(&packer)),
+            packer,
             mode: Mode::Train,
             export_tensors: self.export_tensors,
             closed: false,
-            error_policy: self.error_policy,
+            final_stats: None,
+            error_policy,
             rank,
             world_size,
-            outbox: Vec::new(),
-            outbox_since: None,
-            coalesce: self.coalesce,
         })
     }
 }
@@ -343,17 +332,18 @@ fn rank_from_env() -> Result<(u32, u32), SummaryError> {
 pub struct SummaryRecord {
     pool: Option<WriterPool>,
     log_dir: PathBuf,
-    pending: Vec<(String, Value)>,
+    pending: Vec<(Tag, Value)>,
     tap: SummaryTap,
+    /// Checks values where they are added, as the writer will pack them.
+    packer: Arc<Packer>,
     mode: Mode,
     export_tensors: bool,
     closed: bool,
+    /// The writer's counters as `close` left them.
+    final_stats: Option<PoolStats>,
     error_policy: ErrorPolicy,
     rank: u32,
     world_size: u32,
-    outbox: Vec<Record>,
-    outbox_since: Option<Instant>,
-    coalesce: (usize, Duration),
 }
 
 impl SummaryRecord {
@@ -437,8 +427,8 @@ impl SummaryRecord {
                 value: value.kind_name(),
             });
         }
-        Tag::new(tag)?;
-        self.pending.push((tag.to_string(), value));
+        let (tag, value) = checked(&self.packer, tag, value)?;
+        self.pending.push((tag, value));
         Ok(())
     }
 
@@ -465,13 +455,12 @@ impl SummaryRecord {
         self.write(step, values)
     }
 
-    fn write(&mut self, step: i64, values: Vec<(String, Value)>) -> Result<(), SummaryError> {
-        if self.pool.is_none() || values.is_empty() {
+    fn write(&mut self, step: i64, values: Vec<(Tag, Value)>) -> Result<(), SummaryError> {
+        if values.is_empty() {
             return Ok(());
         }
         let mut record = Record::new(step, wall_time());
         for (tag, value) in values {
-            let tag = Tag::new(tag)?;
             if self.export_tensors
                 && let Value::Tensor(tensor) = &value
             {
@@ -482,45 +471,17 @@ impl SummaryRecord {
         self.submit(record)
     }
 
-    /// Holds `record` back for the next burst, and sends the burst when it is full or due.
     fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
-        if self.pool.is_none() {
-            return Ok(());
-        }
-        let since = *self.outbox_since.get_or_insert_with(Instant::now);
-        self.outbox.push(record);
-        let (records, max_delay) = self.coalesce;
-        if self.outbox.len() >= records || since.elapsed() >= max_delay {
-            self.send_outbox()
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Hands every held record to the writer pool, in order; returns the first error met after
-    /// every record was handed over.
-    fn send_outbox(&mut self) -> Result<(), SummaryError> {
-        self.outbox_since = None;
-        let Some(pool) = &self.pool else {
-            self.outbox.clear();
-            return Ok(());
-        };
-        let mut first_error = None;
-        for record in self.outbox.drain(..) {
-            if let Err(error) = pool.write(record) {
-                first_error.get_or_insert(error);
-            }
-        }
-        match first_error {
-            Some(error) => Err(error.into()),
+        match &self.pool {
+            Some(pool) => pool.write(record).map_err(SummaryError::from),
             None => Ok(()),
         }
     }
 
     fn write_now(&mut self, step: i64, tag: &str, value: Value) -> Result<(), SummaryError> {
         self.ensure_open()?;
-        Tag::new(tag)?;
-        self.write(step, vec![(tag.to_string(), value)])
+        let value = checked(&self.packer, tag, value)?;
+        self.write(step, vec![value])
     }
 
     /// Queues a record built elsewhere (with ember-pack's [`Record`]) as it is: no export
@@ -545,11 +506,13 @@ impl SummaryRecord {
         self.ensure_open()?;
         let values = values
             .iter()
-            .map(|(name, value)| (format!("{main_tag}/{name}"), Value::Scalar(*value)))
-            .collect::<Vec<_>>();
-        for (tag, _) in &values {
-            Tag::new(tag.as_str())?;
-        }
+            .map(|(name, value)| {
+                Ok((
+                    Tag::new(format!("{main_tag}/{name}"))?,
+                    Value::Scalar(*value),
+                ))
+            })
+            .collect::<Result<Vec<_>, SummaryError>>()?;
         self.write(step, values)
     }
 
@@ -608,12 +571,10 @@ impl SummaryRecord {
                 hparams.metrics.push(name.to_string());
             }
         }
-        let mut values = vec![("hparams".to_string(), Value::HParams(hparams))];
-        values.extend(
-            metrics
-                .iter()
-                .map(|(name, value)| (name.to_string(), Value::Scalar(*value))),
-        );
+        let mut values = vec![checked(&self.packer, "hparams", Value::HParams(hparams))?];
+        for (name, value) in metrics {
+            values.push(checked(&self.packer, name, Value::Scalar(*value))?);
+        }
         self.write(step, values)
     }
 
@@ -642,16 +603,19 @@ impl SummaryRecord {
     /// disk with [`Durability::Sync`]).
     pub fn flush(&mut self) -> Result<(), SummaryError> {
         self.ensure_open()?;
-        self.send_outbox()?;
         match &self.pool {
             Some(pool) => pool.flush().map_err(SummaryError::from),
             None => Ok(()),
         }
     }
 
-    /// The writer pool's statistics, if this record writes files.
+    /// The writer pool's statistics, if this record writes files; after
+    /// [`close`](Self::close), the final ones, every record's fate settled.
     pub fn stats(&self) -> Option<PoolStats> {
-        self.pool.as_ref().map(WriterPool::stats)
+        match &self.pool {
+            Some(pool) => Some(pool.stats()),
+            None => self.final_stats.clone(),
+        }
     }
 
     /// Writes everything queued, closes the files and returns every error that happened.
@@ -661,12 +625,14 @@ impl SummaryRecord {
         self.ensure_open()?;
         self.closed = true;
         self.pending.clear();
-        let sent = self.send_outbox();
-        let closed = match self.pool.take() {
-            Some(pool) => pool.close().map_err(SummaryError::Close),
+        match self.pool.take() {
+            Some(pool) => {
+                let (closed, stats) = pool.close_with_stats();
+                self.final_stats = Some(stats);
+                closed.map_err(SummaryError::Close)
+            }
             None => Ok(()),
-        };
-        sent.and(closed)
+        }
     }
 }
 
