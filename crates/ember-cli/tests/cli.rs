@@ -641,3 +641,81 @@ fn ctrl_c_stops_train_with_whole_mindinsight_logs_and_a_written_lineage_file() {
     assert_eq!(user_defined, 2);
     assert!(interrupted, "no run/interrupted scalar");
 }
+
+#[test]
+fn inspect_skips_a_fifo_and_a_device_named_like_event_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, _) = scalar_log(dir.path(), Format::TensorBoard);
+    let run = good.parent().unwrap();
+    let fifo = run.join("events.out.tfevents.123.host.1.0");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let zero = run.join("events.out.tfevents.124.host.1.0");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+
+    for json in [false, true] {
+        let mut args = vec!["inspect", path_str(run)];
+        if json {
+            args.push("--json");
+        }
+        let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut child = Spawned(child);
+        // Reading either would block or never end: a hang fails here.
+        let status = exit_within(&mut child, Duration::from_secs(60));
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        child
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        child
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(status.success(), "{stdout}{stderr}");
+
+        let warnings: Vec<&str> = stderr.lines().collect();
+        assert_eq!(warnings.len(), 2, "{stderr}");
+        assert!(warnings[0].starts_with("warning: skipped "), "{stderr}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains(path_str(&fifo)) && w.contains("FIFO")),
+            "{stderr}"
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains(path_str(&zero))
+                && w.contains("symbolic link to a character device")),
+            "{stderr}"
+        );
+
+        if json {
+            let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(report["ok"], true);
+            let files = report["runs"][0]["files"].as_array().unwrap();
+            assert_eq!(files.len(), 1);
+            assert_eq!(files[0]["path"], path_str(&good));
+            assert_eq!(files[0]["records"], 21);
+            let mut skipped: Vec<&str> = report["skipped"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["path"].as_str().unwrap())
+                .collect();
+            skipped.sort();
+            assert_eq!(skipped, [path_str(&fifo), path_str(&zero)]);
+        } else {
+            assert!(stdout.contains("1 file(s), 21 valid record(s)"), "{stdout}");
+        }
+    }
+}
