@@ -12,14 +12,14 @@ use burn::tensor::Device;
 use burn::train::logger::FileMetricLogger;
 use burn::train::metric::{LearningRateMetric, LossMetric};
 use burn::train::{
-    ExecutionStrategy, Learner, LearningResult, MultiDeviceOptim, SupervisedTraining,
+    ExecutionStrategy, Interrupter, Learner, LearningResult, MultiDeviceOptim, SupervisedTraining,
     TrainingError, TrainingStrategy,
 };
-use ember::SummaryRecord;
 use ember::burn_train::{PoolStrategy, PoolStrategyError, SummaryLogger};
 use ember::pack::proto::tensorboard::{Event, event, summary};
 use ember::read::Scan;
 use ember::step::burn::Reduction;
+use ember::{ErrorPolicy, SummaryRecord};
 use ember_tests::{Mlp, PoisonedLoader, max_difference, parameters, regression_loader};
 use prost::Message;
 
@@ -331,4 +331,34 @@ fn the_summary_logger_counts_record_failures_instead_of_panicking() {
         "{:?}",
         errors.last()
     );
+}
+
+#[test]
+fn only_a_raise_record_stops_burn_training_through_the_interrupter() {
+    for (policy, stops) in [(ErrorPolicy::Log, false), (ErrorPolicy::Raise, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let device = device();
+        let mut record = SummaryRecord::builder(dir.path().join("tb"))
+            .error_policy(policy)
+            .build()
+            .unwrap();
+        record.close().unwrap();
+        let interrupter = Interrupter::new();
+        let logger = SummaryLogger::new(record).with_interrupter(interrupter.clone());
+        let errors = logger.errors();
+        let result = training_with(dir.path(), 64, 2, logger, &device)
+            .with_interrupter(interrupter)
+            .with_training_strategy(TrainingStrategy::Custom(pool(Reduction::Mean)))
+            .launch(learner(Mlp::new(8, &device)));
+        assert!(errors.count() >= 1, "{policy:?}");
+        match (stops, result.error) {
+            (false, None) => {}
+            (true, Some(error)) => {
+                let message = error.to_string();
+                assert!(message.contains("summary logger"), "{message}");
+                assert!(message.contains("closed"), "{message}");
+            }
+            (_, error) => panic!("{policy:?}: unexpected end of training: {error:?}"),
+        }
+    }
 }

@@ -1,15 +1,21 @@
-//! The Trainer on 2 flex workers writes summaries that ember's reader decodes.
+//! The Trainer on 2 flex workers writes summaries that ember's reader decodes; a summary error
+//! stops training only under `ErrorPolicy::Raise`; a failed or stopped run records how it
+//! ended and leaves the caller's record open.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::optim::SgdConfig;
 use burn::tensor::Device;
-use ember::pack::proto::tensorboard::{Event, event, summary};
-use ember::pack::{Format, HParams};
+use ember::pack::proto::tensorboard::{Event, event, hparams, summary};
+use ember::pack::{Format, HParams, hparams_tags};
 use ember::read::Scan;
-use ember::{SummaryRecord, Trainer, TrainerConfig};
-use ember_tests::{Mlp, regression_loader};
+use ember::{
+    ErrorPolicy, SummaryError, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig,
+};
+use ember_tests::{Mlp, PoisonedLoader, parameters, regression_loader};
 use prost::Message;
 
 /// Every event in every file under `dir`, with the file it came from.
@@ -163,4 +169,165 @@ fn a_trainer_run_writes_mindinsight_summaries_too() {
     }
     assert_eq!(version.as_deref(), Some("MindSpore.Event:1"));
     assert_eq!(loss_steps, [1, 2]);
+}
+
+/// The status of every `_hparams_/session_end_info` value, with its step.
+fn session_ends(events: &[(String, Event)]) -> Vec<(i64, hparams::Status)> {
+    let mut ends = Vec::new();
+    for (_, event) in events {
+        let Some(event::What::Summary(summary)) = &event.what else {
+            continue;
+        };
+        for value in &summary.value {
+            if value.tag != hparams_tags::SESSION_END_INFO {
+                continue;
+            }
+            let content = &value
+                .metadata
+                .as_ref()
+                .unwrap()
+                .plugin_data
+                .as_ref()
+                .unwrap()
+                .content;
+            match hparams::HParamsPluginData::decode(content.as_slice())
+                .unwrap()
+                .data
+            {
+                Some(hparams::h_params_plugin_data::Data::SessionEndInfo(end)) => {
+                    ends.push((event.step, end.status()));
+                }
+                other => panic!("a session end holds {other:?}"),
+            }
+        }
+    }
+    ends
+}
+
+/// Training on 2 workers over 64 rows in batches of 8 (4 steps an epoch), poisoned at row 40:
+/// device 1's second batch, so step 2 of epoch 1 fails.
+fn fit_poisoned(summary: &mut SummaryRecord) -> Result<(Mlp, TrainReport), TrainError> {
+    let device = Device::flex().autodiff();
+    let train = PoisonedLoader::wrap(regression_loader(1, 64, 8, &device), 40, "poisoned batch");
+    trainer(2).fit(Mlp::new(8, &device), train, None, Some(summary))
+}
+
+#[test]
+fn the_callers_close_after_a_failed_fit_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    let result = fit_poisoned(&mut summary);
+    assert!(
+        matches!(result, Err(TrainError::Step { step: 2, .. })),
+        "{result:?}"
+    );
+    summary.close().unwrap();
+}
+
+#[test]
+fn a_failed_run_records_failure_with_the_metrics_known_so_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    assert!(fit_poisoned(&mut summary).is_err());
+    drop(summary);
+
+    let events = events(dir.path());
+    assert_eq!(session_ends(&events), [(1, hparams::Status::Failure)]);
+    let tags = tag_steps(&events);
+    assert_eq!(tags["train/loss"], [1]);
+    assert_eq!(tags["final/train_loss"], [1]);
+}
+
+/// Training on 2 workers over 64 rows in batches of 8, 4 steps an epoch, 2 epochs, recording
+/// into `summary`; a value with an empty tag is tapped after step 2, so the record of step 3
+/// fails.
+fn fit_with_a_bad_tap(summary: &mut SummaryRecord) -> Result<(Mlp, TrainReport), TrainError> {
+    let device = Device::flex().autodiff();
+    let tap = summary.tap();
+    trainer(2)
+        .on_step(move |step| {
+            if step.step == 2 {
+                tap.add("", 1.0);
+            }
+        })
+        .fit(
+            Mlp::new(8, &device),
+            regression_loader(1, 64, 8, &device),
+            None,
+            Some(summary),
+        )
+}
+
+#[test]
+fn a_summary_error_under_the_default_policy_does_not_stop_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    assert_eq!(summary.error_policy(), ErrorPolicy::Log);
+    let (_model, report) = fit_with_a_bad_tap(&mut summary).unwrap();
+    summary.close().unwrap();
+    assert_eq!(report.steps, 8);
+    assert_eq!(report.epochs.len(), 2);
+    assert_eq!(report.summary_errors, 1);
+
+    // Only the record the bad value was in is lost.
+    let events = events(dir.path());
+    assert_eq!(tag_steps(&events)["train/loss"], [1, 2, 4, 5, 6, 7, 8]);
+    assert_eq!(session_ends(&events), [(8, hparams::Status::Success)]);
+}
+
+#[test]
+fn a_summary_error_under_raise_stops_training_and_records_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::builder(dir.path())
+        .error_policy(ErrorPolicy::Raise)
+        .build()
+        .unwrap();
+    let result = fit_with_a_bad_tap(&mut summary);
+    assert!(
+        matches!(result, Err(TrainError::Summary(SummaryError::Tag(_)))),
+        "{result:?}"
+    );
+    summary.close().unwrap();
+    let events = events(dir.path());
+    assert_eq!(tag_steps(&events)["train/loss"], [1, 2]);
+    assert_eq!(session_ends(&events), [(3, hparams::Status::Failure)]);
+}
+
+#[test]
+fn a_stopped_run_stops_after_the_step_the_flag_was_set_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let initial = Mlp::new(8, &device);
+    let start = parameters(&initial);
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let (model, report) = trainer(2)
+        .stop_when(stop)
+        .on_step(move |step| {
+            if step.step == 3 {
+                flag.store(true, Ordering::Release);
+            }
+        })
+        .fit(
+            initial,
+            regression_loader(1, 64, 8, &device),
+            None,
+            Some(&mut summary),
+        )
+        .unwrap();
+    summary.close().unwrap();
+
+    assert!(report.interrupted);
+    assert_eq!(report.steps, 3);
+    assert_eq!(report.optimizer_steps, 3);
+    assert!(report.epochs.is_empty());
+    assert_ne!(parameters(&model), start);
+
+    let events = events(dir.path());
+    let tags = tag_steps(&events);
+    assert_eq!(tags["train/loss"], [1, 2, 3]);
+    assert_eq!(tags["run/interrupted"], [3]);
+    assert_eq!(tags["final/train_loss"], [3]);
+    assert_eq!(session_ends(&events), [(3, hparams::Status::Failure)]);
 }

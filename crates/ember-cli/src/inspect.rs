@@ -3,6 +3,10 @@
 //!
 //! A *run* is a directory that directly holds event files. Tags are gathered per run over its
 //! files in name order (the order TensorBoard and MindInsight read them), grouped by kind.
+//!
+//! Only regular files are read (a symbolic link only when it leads to one): a FIFO or a device
+//! named like an event file would block or never end. Such paths are skipped and named, with
+//! the reason, in one warning line each on stderr and in the `--json` output's `skipped` list.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -180,8 +184,15 @@ impl RunReport {
     }
 }
 
+/// A path named like an event file that is not read.
+#[derive(Debug)]
+struct Skipped {
+    path: PathBuf,
+    reason: String,
+}
+
 pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let runs = inspect(&args.path)?;
+    let (runs, skipped) = inspect(&args.path)?;
     let problems = runs
         .values()
         .flat_map(|r| &r.files)
@@ -194,7 +205,7 @@ pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        crate::out(to_json(&runs, errors, warnings));
+        crate::out(to_json(&runs, &skipped, errors, warnings));
     } else {
         print_text(&runs, errors, warnings);
     }
@@ -205,19 +216,38 @@ pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Every run under `path` (or the one holding the file `path`), keyed by directory.
-fn inspect(path: &Path) -> anyhow::Result<BTreeMap<PathBuf, RunReport>> {
+/// Every run under `path` (or the one holding the file `path`), keyed by directory, and the
+/// paths skipped, each already named in a warning on stderr.
+fn inspect(path: &Path) -> anyhow::Result<(BTreeMap<PathBuf, RunReport>, Vec<Skipped>)> {
     let metadata =
         std::fs::metadata(path).with_context(|| format!("cannot read {}", crate::shown(path)))?;
     let mut files = Vec::new();
+    let mut skipped = Vec::new();
     if metadata.is_dir() {
-        collect(path, &mut files)?;
+        collect(path, &mut files, &mut skipped)?;
+        for skip in &skipped {
+            eprintln!(
+                "warning: skipped {}: {}",
+                crate::shown(&skip.path),
+                skip.reason
+            );
+        }
         if files.is_empty() {
+            let skipped = match skipped.len() {
+                0 => String::new(),
+                n => format!("; {n} named so are not regular files"),
+            };
             bail!(
-                "no event files under {} (looked for *tfevents* and *.out.events.summary.*)",
+                "no event files under {} (looked for *tfevents* and *.out.events.summary.*{skipped})",
                 crate::shown(path)
             );
         }
+    } else if !metadata.is_file() {
+        bail!(
+            "{} is not a regular file: {}",
+            crate::shown(path),
+            file_type_name(&metadata.file_type())
+        );
     } else {
         let kind = FileKind::of(path).with_context(|| {
             format!(
@@ -236,11 +266,17 @@ fn inspect(path: &Path) -> anyhow::Result<BTreeMap<PathBuf, RunReport>> {
         let report = read_file(&file, kind, run);
         run.files.push(report);
     }
-    Ok(runs)
+    Ok((runs, skipped))
 }
 
-/// Event files under `dir`, recursively. An unreadable directory is an error.
-fn collect(dir: &Path, files: &mut Vec<(PathBuf, FileKind)>) -> anyhow::Result<()> {
+/// Event files under `dir`, recursively, and those named so that are not regular files. An
+/// unreadable directory is an error. Symbolic links to directories are not followed, so a link
+/// cycle cannot loop.
+fn collect(
+    dir: &Path,
+    files: &mut Vec<(PathBuf, FileKind)>,
+    skipped: &mut Vec<Skipped>,
+) -> anyhow::Result<()> {
     let entries =
         std::fs::read_dir(dir).with_context(|| format!("cannot read {}", crate::shown(dir)))?;
     for entry in entries {
@@ -250,12 +286,59 @@ fn collect(dir: &Path, files: &mut Vec<(PathBuf, FileKind)>) -> anyhow::Result<(
             .file_type()
             .with_context(|| format!("cannot read {}", crate::shown(&path)))?;
         if file_type.is_dir() {
-            collect(&path, files)?;
+            collect(&path, files, skipped)?;
         } else if let Some(kind) = FileKind::of(&path) {
-            files.push((path, kind));
+            match not_regular(&path, &file_type) {
+                None => files.push((path, kind)),
+                Some(reason) => skipped.push(Skipped { path, reason }),
+            }
         }
     }
     Ok(())
+}
+
+/// Why `path` (of type `file_type`, not followed) is not to be read, or `None` when it is a
+/// regular file or a symbolic link to one.
+fn not_regular(path: &Path, file_type: &std::fs::FileType) -> Option<String> {
+    if file_type.is_file() {
+        return None;
+    }
+    if !file_type.is_symlink() {
+        return Some(format!("not a regular file: {}", file_type_name(file_type)));
+    }
+    match std::fs::metadata(path) {
+        Ok(target) if target.is_file() => None,
+        Ok(target) => Some(format!(
+            "a symbolic link to {}",
+            file_type_name(&target.file_type())
+        )),
+        Err(error) => Some(format!("a symbolic link that cannot be followed: {error}")),
+    }
+}
+
+/// What a file that is not a regular file is, for messages.
+fn file_type_name(file_type: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if file_type.is_char_device() {
+            return "a character device";
+        }
+        if file_type.is_block_device() {
+            return "a block device";
+        }
+        if file_type.is_socket() {
+            return "a socket";
+        }
+    }
+    if file_type.is_dir() {
+        "a directory"
+    } else {
+        "neither a file nor a directory"
+    }
 }
 
 /// Reads one file, adding its tags to `run`; problems go in the report, never stop the scan.
@@ -501,7 +584,12 @@ fn number(v: f64) -> String {
         .to_string()
 }
 
-fn to_json(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, warnings: usize) -> Json {
+fn to_json(
+    runs: &BTreeMap<PathBuf, RunReport>,
+    skipped: &[Skipped],
+    errors: usize,
+    warnings: usize,
+) -> Json {
     let runs: Vec<Json> = runs
         .iter()
         .map(|(dir, run)| {
@@ -556,8 +644,13 @@ fn to_json(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, warnings: usize) 
             json!({ "dir": crate::shown(dir), "files": files, "tags": tags })
         })
         .collect();
+    let skipped: Vec<Json> = skipped
+        .iter()
+        .map(|skip| json!({ "path": crate::shown(&skip.path), "reason": skip.reason }))
+        .collect();
     json!({
         "runs": runs,
+        "skipped": skipped,
         "errors": errors,
         "warnings": warnings,
         "ok": errors == 0,

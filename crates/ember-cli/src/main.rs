@@ -29,6 +29,9 @@ enum Command {
     Train(train::TrainArgs),
     /// List the runs, files and tags under a directory (or of one file), checking every record.
     ///
+    /// Only regular files are read; anything else named like an event file (a FIFO, a device, a
+    /// dangling link) is skipped with a warning naming it.
+    ///
     /// Exit code: 0 when every record is whole and valid, or when the only problem is a
     /// truncated tail (a file still being written, or cut by a crash: a warning); 1 when a
     /// record is corrupt or a file cannot be read.

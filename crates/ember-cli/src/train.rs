@@ -1,9 +1,14 @@
 //! `ember train`: a digit classifier trained data-parallel on several workers with ember's
 //! Trainer, recording its summaries, with a progress bar.
+//!
+//! Ctrl-C (SIGINT) stops training after the current step: the summaries are completed and
+//! closed (the hyper-parameters with TensorBoard's failure status, which MindInsight's lineage
+//! file gets too), and the command exits with code 130. A second Ctrl-C exits at once.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -28,6 +33,9 @@ const INIT_SEED: u64 = 42;
 const TEST_FRACTION: f64 = 0.2;
 /// Test digits shown with their predictions each epoch.
 const SAMPLES: usize = 16;
+/// The exit code of a run stopped by Ctrl-C: 128 + SIGINT, as shells report a process that
+/// SIGINT ended.
+const INTERRUPTED: u8 = 130;
 
 #[derive(Debug, Args)]
 pub(crate) struct TrainArgs {
@@ -154,6 +162,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             .progress_chars("=> "),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
+    let stop = stop_on_ctrl_c(bar.clone());
     eprintln!(
         "training a {PIXELS}-{hidden}-10 MLP on {train_len} digits ({test_len} held out for \
          testing), {workers} worker(s) on {}, {epochs} epoch(s)",
@@ -173,6 +182,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             ..TrainerConfig::default()
         },
     )
+    .stop_when(stop)
     .hparams(
         HParams::new()
             .with("hidden", hidden as f64)
@@ -212,6 +222,16 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     summary
         .close()
         .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
+    if report.interrupted {
+        eprintln!(
+            "interrupted after {} step(s), {} of {epochs} epoch(s) finished; the logs are \
+             complete up to there",
+            report.steps,
+            report.epochs.len()
+        );
+        print_logdir(&logdir, format);
+        return Ok(ExitCode::from(INTERRUPTED));
+    }
 
     let last = report.last().context("training ran no epoch")?;
     let accuracy = last
@@ -224,7 +244,32 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         accuracy * 100.0,
         report.steps
     ));
-    crate::out(format!("logs: {}", crate::shown(&logdir)));
+    print_logdir(&logdir, format);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A flag that the first Ctrl-C (SIGINT) sets, for the trainer to stop after the current step
+/// with the logs complete; a second Ctrl-C exits at once.
+fn stop_on_ctrl_c(bar: ProgressBar) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let installed = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::AcqRel) {
+            std::process::exit(i32::from(INTERRUPTED));
+        }
+        bar.suspend(|| {
+            eprintln!("stopping after the current step (Ctrl-C again to quit at once)");
+        });
+    });
+    if let Err(error) = installed {
+        eprintln!("warning: Ctrl-C will end training at once, losing the latest logs: {error}");
+    }
+    stop
+}
+
+/// Where the logs are, and how to view them.
+fn print_logdir(logdir: &std::path::Path, format: Format) {
+    crate::out(format!("logs: {}", crate::shown(logdir)));
     crate::out(match format {
         // MindInsight lists every directory of summaries under its base directory as a run.
         Format::MindInsight => format!(
@@ -234,9 +279,8 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
                 _ => std::path::Path::new("."),
             })
         ),
-        _ => format!("view: tensorboard --logdir {}", crate::shown(&logdir)),
+        _ => format!("view: tensorboard --logdir {}", crate::shown(logdir)),
     });
-    Ok(ExitCode::SUCCESS)
 }
 
 fn epoch_line(report: &EpochReport, epochs: usize) -> String {

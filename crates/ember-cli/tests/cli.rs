@@ -1,14 +1,19 @@
 //! The `ember` binary end to end: train writes logs both formats' readers decode, inspect finds
 //! truncated tails and corruption at their byte offsets with the documented exit codes, bench
-//! write prints one valid JSON line per workload, and failures are one line without a panic.
+//! write prints one valid JSON line per workload, failures are one line without a panic, and
+//! Ctrl-C stops train with whole logs and exit code 130.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use ember::SummaryRecord;
-use ember::pack::Format;
+use ember::pack::proto::tensorboard::hparams;
 use ember::pack::proto::{mindspore, tensorboard};
+use ember::pack::{Format, hparams_tags};
 use ember::read::Scan;
 use prost::Message;
 
@@ -477,4 +482,240 @@ fn bad_flags_and_uncreatable_log_dirs_fail_cleanly() {
     let output = ember(&["train", "--subset", "100", "--logdir", path_str(&logdir)]);
     assert_one_error_line(&output);
     assert!(text(&output.stderr).contains("cannot create log dir"));
+}
+
+/// A spawned `ember` that is killed if the test ends before it does, so a failing test never
+/// leaves a long training behind.
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for the process to exit; a hang past `limit` fails the test instead of hanging it.
+fn exit_within(child: &mut Spawned, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ember still running after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `ember train` for 1000 epochs, sent SIGINT once it has finished its first epoch. Returns
+/// the log dir, the exit status and stdout.
+fn interrupted_train(dir: &Path, format: &str) -> (PathBuf, ExitStatus, String) {
+    let logdir = dir.join("run");
+    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args([
+            "train",
+            "--subset",
+            "300",
+            "--epochs",
+            "1000",
+            "--format",
+            format,
+            "--logdir",
+            path_str(&logdir),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the ember binary runs");
+    let mut child = Spawned(child);
+    // Without a terminal the progress bar is hidden and each epoch is one stderr line.
+    let stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let (lines, training) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.starts_with("epoch ") && lines.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    training
+        .recv_timeout(Duration::from_secs(120))
+        .expect("ember train finishes an epoch");
+    let pid = child.0.id().to_string();
+    let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(sent.success());
+    let status = exit_within(&mut child, Duration::from_secs(60));
+    let mut stdout = String::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    (logdir, status, stdout)
+}
+
+/// Every record of `file`, asserting the file is whole: no truncated tail, no damage.
+fn whole_records(file: &Path) -> Vec<Vec<u8>> {
+    let scan = Scan::file(file).unwrap();
+    assert!(scan.problems.is_empty(), "{file:?}: {:?}", scan.problems);
+    scan.records.into_iter().map(|r| r.data).collect()
+}
+
+#[test]
+fn ctrl_c_stops_train_with_whole_tensorboard_logs_and_a_failure_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let (logdir, status, stdout) = interrupted_train(dir.path(), "tensorboard");
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(
+        stdout.contains(&format!("logs: {}", logdir.display())),
+        "{stdout}"
+    );
+
+    let event_files = files(&logdir, "tfevents");
+    assert_eq!(event_files.len(), 1);
+    let mut statuses = Vec::new();
+    let mut interrupted = false;
+    for data in whole_records(&event_files[0]) {
+        let event = tensorboard::Event::decode(data.as_slice()).unwrap();
+        let Some(tensorboard::event::What::Summary(summary)) = event.what else {
+            continue;
+        };
+        for value in summary.value {
+            interrupted |= value.tag == "run/interrupted";
+            if value.tag != hparams_tags::SESSION_END_INFO {
+                continue;
+            }
+            let plugin = value.metadata.unwrap().plugin_data.unwrap();
+            let data = hparams::HParamsPluginData::decode(plugin.content.as_slice()).unwrap();
+            if let Some(hparams::h_params_plugin_data::Data::SessionEndInfo(end)) = data.data {
+                statuses.push(end.status());
+            }
+        }
+    }
+    assert_eq!(statuses, [hparams::Status::Failure]);
+    assert!(interrupted, "no run/interrupted scalar");
+}
+
+#[test]
+fn ctrl_c_stops_train_with_whole_mindinsight_logs_and_a_written_lineage_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (logdir, status, stdout) = interrupted_train(dir.path(), "mindinsight");
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(
+        stdout.contains(&format!("logs: {}", logdir.display())),
+        "{stdout}"
+    );
+
+    let event_files = files(&logdir, ".out.events.summary.");
+    assert!(!event_files.is_empty());
+    let mut lineage_files = 0;
+    let mut user_defined = 0;
+    let mut interrupted = false;
+    for file in &event_files {
+        let records = whole_records(file);
+        if file.to_string_lossy().ends_with("_lineage") {
+            lineage_files += 1;
+            assert!(!records.is_empty(), "{file:?} is empty");
+            for data in records {
+                let event = mindspore::LineageEvent::decode(data.as_slice()).unwrap();
+                if let Some(mindspore::lineage_event::What::UserDefinedInfo(_)) = event.what {
+                    user_defined += 1;
+                }
+            }
+        } else {
+            for data in records {
+                let event = mindspore::Event::decode(data.as_slice()).unwrap();
+                if let Some(mindspore::event::What::Summary(summary)) = event.what {
+                    interrupted |= summary.value.iter().any(|v| v.tag == "run/interrupted");
+                }
+            }
+        }
+    }
+    assert_eq!(lineage_files, 1);
+    // The hyper-parameters at the start, and again with the run's end.
+    assert_eq!(user_defined, 2);
+    assert!(interrupted, "no run/interrupted scalar");
+}
+
+#[test]
+fn inspect_skips_a_fifo_and_a_device_named_like_event_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, _) = scalar_log(dir.path(), Format::TensorBoard);
+    let run = good.parent().unwrap();
+    let fifo = run.join("events.out.tfevents.123.host.1.0");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let zero = run.join("events.out.tfevents.124.host.1.0");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+
+    for json in [false, true] {
+        let mut args = vec!["inspect", path_str(run)];
+        if json {
+            args.push("--json");
+        }
+        let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut child = Spawned(child);
+        // Reading either would block or never end: a hang fails here.
+        let status = exit_within(&mut child, Duration::from_secs(60));
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        child
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        child
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(status.success(), "{stdout}{stderr}");
+
+        let warnings: Vec<&str> = stderr.lines().collect();
+        assert_eq!(warnings.len(), 2, "{stderr}");
+        assert!(warnings[0].starts_with("warning: skipped "), "{stderr}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains(path_str(&fifo)) && w.contains("FIFO")),
+            "{stderr}"
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains(path_str(&zero))
+                && w.contains("symbolic link to a character device")),
+            "{stderr}"
+        );
+
+        if json {
+            let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(report["ok"], true);
+            let files = report["runs"][0]["files"].as_array().unwrap();
+            assert_eq!(files.len(), 1);
+            assert_eq!(files[0]["path"], path_str(&good));
+            assert_eq!(files[0]["records"], 21);
+            let mut skipped: Vec<&str> = report["skipped"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["path"].as_str().unwrap())
+                .collect();
+            skipped.sort();
+            assert_eq!(skipped, [path_str(&fifo), path_str(&zero)]);
+        } else {
+            assert!(stdout.contains("1 file(s), 21 valid record(s)"), "{stdout}");
+        }
+    }
 }

@@ -65,6 +65,7 @@ use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
 use ember_pool::step::{Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
 
+use crate::faults::SummaryFaults;
 use crate::{SummaryError, SummaryRecord};
 
 // ---------------------------------------------------------------------------------------------
@@ -109,9 +110,28 @@ use crate::{SummaryError, SummaryRecord};
 /// "Distributed operations are not supported for device Flex(Cpu)". Its support rests on
 /// burn 0.23's DDP event processor (`strategies/ddp/processor.rs`), read, not run.
 ///
-/// **Errors.** The logger never panics: a failure of the record (a closed record, a write
-/// error, a poisoned lock) is logged with `log::error!` and counted; see
-/// [`errors`](SummaryLogger::errors) for a handle that outlives the logger.
+/// **Errors.** The logger never panics and never ends training by itself: every failure (a
+/// closed record, a rejected value, a full writer queue, a poisoned lock) is counted and kept
+/// in [`errors`](SummaryLogger::errors), a handle that outlives the logger. What a failure of
+/// the record does to training follows the record's
+/// [`error_policy`](SummaryRecord::error_policy), read when the logger is made:
+///
+/// - under [`ErrorPolicy::Log`] (the default), the first failure of each kind is logged with
+///   `log::error!` and training goes on;
+/// - under [`ErrorPolicy::Raise`], every failure is logged, and, when the logger was given
+///   burn's interrupter with [`with_interrupter`](SummaryLogger::with_interrupter), the first
+///   one fails it, so training stops after the current step and `LearningResult::error` holds
+///   it. burn gives a `MetricLogger` no other way to stop training (its methods return
+///   nothing), and its `TrainingError` has no variant for a logger, so the error comes as
+///   `TrainingError::Dataset` carrying the logger's message. Without the interrupter, a
+///   `Raise` record's failures are logged and training goes on.
+///
+/// Write failures that happen on the record's writer threads reach the logger only under
+/// `Raise` (from a later call); under `Log` the record keeps them
+/// ([`SummaryRecord::take_errors`]).
+///
+/// [`ErrorPolicy::Log`]: crate::ErrorPolicy::Log
+/// [`ErrorPolicy::Raise`]: crate::ErrorPolicy::Raise
 pub struct SummaryLogger {
     record: Arc<Mutex<SummaryRecord>>,
     owned: bool,
@@ -120,6 +140,8 @@ pub struct SummaryLogger {
     /// The latest update of each split, not yet known to be a batch's or the split's final one.
     held: HashMap<Split, MetricsUpdate>,
     errors: LoggerErrors,
+    faults: SummaryFaults,
+    interrupter: Option<Interrupter>,
 }
 
 impl std::fmt::Debug for SummaryLogger {
@@ -158,8 +180,14 @@ impl LoggerErrors {
         }
     }
 
+    /// Logs, counts and keeps a failure.
     fn push(&self, message: String) {
         log::error!("summary logger: {message}");
+        self.keep(message);
+    }
+
+    /// Counts and keeps a failure, for one whose logging is decided elsewhere.
+    fn keep(&self, message: String) {
         self.inner.count.fetch_add(1, Ordering::Relaxed);
         match self.inner.last.lock() {
             Ok(mut last) => *last = Some(message),
@@ -182,6 +210,10 @@ impl SummaryLogger {
     }
 
     fn with_record(record: Arc<Mutex<SummaryRecord>>, owned: bool) -> Self {
+        let policy = match record.lock() {
+            Ok(record) => record.error_policy(),
+            Err(poisoned) => poisoned.into_inner().error_policy(),
+        };
         Self {
             record,
             owned,
@@ -189,7 +221,18 @@ impl SummaryLogger {
             steps: HashMap::new(),
             held: HashMap::new(),
             errors: LoggerErrors::default(),
+            faults: SummaryFaults::new(policy),
+            interrupter: None,
         }
+    }
+
+    /// Lets the logger stop training when its record's policy is
+    /// [`ErrorPolicy::Raise`](crate::ErrorPolicy::Raise): the first failure of the record fails
+    /// `interrupter` (pass `SupervisedTraining::interrupter()`). See the type's documentation,
+    /// **Errors**.
+    pub fn with_interrupter(mut self, interrupter: Interrupter) -> Self {
+        self.interrupter = Some(interrupter);
+        self
     }
 
     /// A handle on the logger's failures that stays readable after the logger is registered.
@@ -250,22 +293,35 @@ impl SummaryLogger {
         let mut failures = Vec::new();
         for (tag, step, value) in values {
             if let Err(error) = record.add_scalar(&tag, value, step) {
-                failures.push(format!("writing {tag} at step {step}: {error}"));
+                failures.push((format!("writing {tag} at step {step}"), error));
             }
         }
         drop(record);
-        for failure in failures {
-            self.errors.push(failure);
+        for (context, error) in failures {
+            self.fault(context, error);
         }
     }
 
-    fn flush_record(&self) {
+    fn flush_record(&mut self) {
         let result = match self.lock() {
             Some(mut record) => record.flush(),
             None => return,
         };
         if let Err(error) = result {
-            self.errors.push(format!("flushing: {error}"));
+            self.fault("flushing".into(), error);
+        }
+    }
+
+    /// Keeps a failure of the record, and applies the record's policy to it.
+    fn fault(&mut self, context: String, error: SummaryError) {
+        let message = format!("{context}: {error}");
+        self.errors.keep(message.clone());
+        if self.faults.ends_training(&error) {
+            log::error!("summary logger: {message}");
+            if let Some(interrupter) = &self.interrupter {
+                let failure = EmberFailure(format!("summary logger: {message}"));
+                interrupter.fail(TrainingError::Dataset(DatasetError::new(failure)));
+            }
         }
     }
 }
@@ -359,10 +415,10 @@ pub enum PoolStrategyError {
     },
 }
 
-/// The message of a pool error that burn's `TrainingError` has no variant for.
+/// The message of an ember error that burn's `TrainingError` has no variant for.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-struct PoolFailure(String);
+struct EmberFailure(String);
 
 /// A burn-train `SupervisedLearningStrategy` that runs training on ember's
 /// [`DevicePool`].
@@ -487,7 +543,7 @@ impl PoolStrategy {
                     })
                     .collect(),
             ),
-            other => TrainingError::Dataset(DatasetError::new(PoolFailure(other.to_string()))),
+            other => TrainingError::Dataset(DatasetError::new(EmberFailure(other.to_string()))),
         };
         interrupter.fail(training_error);
         match self.error.lock() {

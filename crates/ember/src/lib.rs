@@ -95,6 +95,7 @@
 pub mod burn_train;
 mod convert;
 mod error;
+mod faults;
 mod model_info;
 mod summary;
 mod trainer;

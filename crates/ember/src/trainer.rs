@@ -2,6 +2,7 @@
 
 use std::fmt::Display;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use burn::data::dataloader::split::split_dataloader;
@@ -15,8 +16,10 @@ use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOu
 use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
 use ember_pool::step::{Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
-use ember_write::pack::{HParams, Value};
+use ember_write::ErrorPolicy;
+use ember_write::pack::{HParams, SessionStatus, Value};
 
+use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_gradients, named_parameters};
 use crate::{SummaryError, SummaryRecord};
 
@@ -128,12 +131,18 @@ type EpochHook<M> = Box<
 /// What a training run did.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TrainReport {
-    /// Each epoch's figures.
+    /// Each finished epoch's figures (an epoch cut short by a stop has none).
     pub epochs: Vec<EpochReport>,
     /// Optimizer steps taken.
     pub optimizer_steps: usize,
     /// Pool steps taken (each runs one batch per device).
     pub steps: usize,
+    /// Whether the run was stopped early by [`Trainer::stop_when`]'s flag.
+    pub interrupted: bool,
+    /// Summary errors that training went past (under any [`ErrorPolicy`] but `Raise`); the
+    /// first of each kind was logged. Write failures that happen on the writer threads are not
+    /// among them: the record keeps those ([`SummaryRecord::take_errors`]).
+    pub summary_errors: u64,
 }
 
 impl TrainReport {
@@ -144,10 +153,15 @@ impl TrainReport {
 }
 
 /// Why training stopped early.
+///
+/// Whatever the error, a run given a summary record has recorded its hyper-parameters with
+/// status [`SessionStatus::Failure`] and the final metrics known so far, and flushed the record
+/// (best effort: the error returned is the training one); closing the record is left to the
+/// caller.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrainError {
-    /// A step failed on one or more devices; the summaries so far were flushed and closed.
+    /// A step failed on one or more devices.
     #[error("training step {step} of epoch {epoch} failed: {source}")]
     Step {
         /// The epoch, from 1.
@@ -160,7 +174,7 @@ pub enum TrainError {
     /// The worker pool could not start.
     #[error(transparent)]
     Spawn(#[from] SpawnError),
-    /// Recording summaries failed.
+    /// Recording summaries failed, and the record's policy is [`ErrorPolicy::Raise`].
     #[error(transparent)]
     Summary(#[from] SummaryError),
     /// The configuration cannot work.
@@ -175,6 +189,15 @@ pub enum TrainError {
 /// and reduces them by [`TrainerConfig::reduction`], in device order. Every
 /// `grad_accumulation` steps the scheduler gives the learning rate and the optimizer steps on the
 /// main device. After each epoch a validation pass runs on the main device.
+///
+/// **Summary errors.** A failing summary call (a rejected value, a full writer queue, a closed
+/// record) ends training only when the record's [`error_policy`](SummaryRecord::error_policy)
+/// is [`ErrorPolicy::Raise`]; under the default, [`ErrorPolicy::Log`], the first error of each
+/// kind is logged, every one is counted in [`TrainReport::summary_errors`], and training goes
+/// on, so a full log disk costs the logs, not the run.
+///
+/// **The record is the caller's.** `fit` only borrows the [`SummaryRecord`]: it flushes it when
+/// the run ends, however it ends, and never closes it.
 pub struct Trainer<M: TrainStep + Module> {
     devices: Vec<Device>,
     config: TrainerConfig,
@@ -183,6 +206,7 @@ pub struct Trainer<M: TrainStep + Module> {
     hparams: HParams,
     on_step: Option<StepHook>,
     on_epoch: Option<EpochHook<M>>,
+    stop: Option<Arc<AtomicBool>>,
     model: std::marker::PhantomData<M>,
 }
 
@@ -193,6 +217,7 @@ impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
             .field("config", &self.config)
             .field("on_step", &self.on_step.is_some())
             .field("on_epoch", &self.on_epoch.is_some())
+            .field("stop", &self.stop)
             .finish()
     }
 }
@@ -222,6 +247,7 @@ where
             hparams: HParams::new(),
             on_step: None,
             on_epoch: None,
+            stop: None,
             model: std::marker::PhantomData,
         }
     }
@@ -243,7 +269,9 @@ where
     /// Runs `hook` after every epoch, once the epoch's figures are recorded, with the model as
     /// trained so far, the epoch's figures, the step the epoch's summaries were recorded at and
     /// the summary record (when [`fit`](Self::fit) was given one): for per-epoch summaries of
-    /// the caller's own, such as sample predictions. An error from the hook stops training.
+    /// the caller's own, such as sample predictions. An error from the hook is a summary error:
+    /// it stops training when the record's policy is [`ErrorPolicy::Raise`] or when `fit` was
+    /// given no record, and is logged and counted otherwise.
     pub fn on_epoch(
         mut self,
         hook: impl FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError>
@@ -254,9 +282,23 @@ where
         self
     }
 
+    /// Stops training between steps once `flag` is true (set it from a signal handler, another
+    /// thread or a hook). The flag is read before every pool step, so the step running when it
+    /// is set finishes, and its gradients still update the model; the unfinished epoch gets no
+    /// validation and no [`EpochReport`]. The run's summaries are then completed as for a
+    /// failed run, since TensorBoard's sessions know no other end than success and failure:
+    /// a `run/interrupted` scalar of 1 and the hyper-parameters with status
+    /// [`SessionStatus::Failure`], with the final metrics known so far. [`fit`](Self::fit)
+    /// returns the model as trained so far and a report with
+    /// [`interrupted`](TrainReport::interrupted) set.
+    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.stop = Some(flag);
+        self
+    }
+
     /// Trains `model`, recording into `summary` when given, and returns the trained model and
-    /// a report. On a worker failure the summaries written so far are flushed and closed and
-    /// the error names every failed device.
+    /// a report. On a worker failure the error names every failed device; see [`TrainError`]
+    /// for what the summaries hold then, and [`stop_when`](Self::stop_when) for a stopped run.
     pub fn fit(
         mut self,
         model: M,
@@ -264,16 +306,71 @@ where
         valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
         mut summary: Option<&mut SummaryRecord>,
     ) -> Result<(M, TrainReport), TrainError> {
-        let result = self.run(model, train, valid, summary.as_deref_mut());
-        if result.is_err()
-            && let Some(summary) = summary
-        {
-            // The error to report is the training one; closing keeps what was written.
-            if let Err(error) = summary.close() {
-                log::error!("closing summaries after a training failure: {error}");
+        // Without a record, the only summary errors are the epoch hook's own: the caller's to
+        // act on.
+        let policy = summary
+            .as_deref()
+            .map_or(ErrorPolicy::Raise, SummaryRecord::error_policy);
+        let mut faults = SummaryFaults::new(policy);
+        let mut state = RunState::default();
+        let result = self.run(
+            model,
+            train,
+            valid,
+            summary.as_deref_mut(),
+            &mut faults,
+            &mut state,
+        );
+        match result {
+            Ok(model) => {
+                if let Some(summary) = summary {
+                    let status = if state.report.interrupted {
+                        SessionStatus::Failure
+                    } else {
+                        SessionStatus::Success
+                    };
+                    self.finish(summary, &state, status, &mut faults)?;
+                }
+                state.report.summary_errors = faults.count();
+                Ok((model, state.report))
+            }
+            Err(error) => {
+                if let Some(summary) = summary
+                    && let Err(summary_error) =
+                        self.finish(summary, &state, SessionStatus::Failure, &mut faults)
+                {
+                    // The error to report is the training one.
+                    log::error!("recording the end of a failed run: {summary_error}");
+                }
+                Err(error)
             }
         }
-        result
+    }
+
+    /// Records how the run ended, with the final metrics known so far, and flushes.
+    fn finish(
+        &self,
+        summary: &mut SummaryRecord,
+        state: &RunState,
+        status: SessionStatus,
+        faults: &mut SummaryFaults,
+    ) -> Result<(), SummaryError> {
+        let step = state.report.steps as i64;
+        if state.report.interrupted {
+            faults.check(summary.add_scalar("run/interrupted", 1.0, step))?;
+        }
+        let hparams = HParams {
+            status: Some(status),
+            ..self.hparams.clone()
+        };
+        faults.check(summary.add_hparams(hparams, &state.final_metrics(), step))?;
+        faults.check(summary.flush())
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Acquire))
     }
 
     fn run(
@@ -282,7 +379,9 @@ where
         train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
         valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
         mut summary: Option<&mut SummaryRecord>,
-    ) -> Result<(M, TrainReport), TrainError> {
+        faults: &mut SummaryFaults,
+        state: &mut RunState,
+    ) -> Result<M, TrainError> {
         let main = self
             .devices
             .first()
@@ -315,12 +414,16 @@ where
                 .with("grad_accumulation", self.config.grad_accumulation as f64)
                 .metric("train/loss")
                 .metric("valid/loss");
-            summary.add_value(crate::Plugin::HParams, "hparams", hparams)?;
-            summary.add_value(crate::Plugin::Graph, "model", module_graph(&model, "model"))?;
-            summary.record(0)?;
+            faults.check(summary.add_value(crate::Plugin::HParams, "hparams", hparams))?;
+            faults.check(summary.add_value(
+                crate::Plugin::Graph,
+                "model",
+                module_graph(&model, "model"),
+            ))?;
+            faults.check(summary.record(0))?;
         }
 
-        let mut report = TrainReport::default();
+        let report = &mut state.report;
         let mut window: Vec<GradientsParams> = Vec::new();
         let mut window_steps = 0usize;
         for epoch in 1..=self.config.epochs {
@@ -331,6 +434,10 @@ where
             let (mut correct, mut judged) = (0usize, 0usize);
             let mut step_in_epoch = 0usize;
             loop {
+                if self.stop_requested() {
+                    report.interrupted = true;
+                    break;
+                }
                 step_in_epoch += 1;
                 let outputs = match pool.step(&mut sources, &BurnStep(model.clone())) {
                     Ok(Step::Ran(outputs)) => outputs,
@@ -362,59 +469,68 @@ where
                 }
                 loss_sum += step_loss;
                 loss_count += device_count;
+                state.latest_train_loss = Some(loss_sum / loss_count.max(1) as f64);
                 window_steps += 1;
 
                 let mut stepped = None;
                 if window_steps == self.config.grad_accumulation {
                     report.optimizer_steps += 1;
                     let histograms_due = summary.is_some()
-                        && self
-                            .config
-                            .histogram_every
-                            .is_some_and(|every| every > 0 && report.optimizer_steps % every == 0);
+                        && self.config.histogram_every.is_some_and(|every| {
+                            every > 0 && report.optimizer_steps.is_multiple_of(every)
+                        });
                     stepped = Some(self.optimize(&mut model, &mut window, &main, histograms_due));
                     window_steps = 0;
                 }
 
                 if let Some(summary) = summary.as_deref_mut() {
-                    summary.add_value(
-                        crate::Plugin::Scalar,
-                        "train/loss",
-                        step_loss / device_count as f64,
-                    )?;
                     let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
-                    summary.add_value(
-                        crate::Plugin::Scalar,
-                        "train/examples_per_second",
-                        examples as f64 / elapsed,
-                    )?;
-                    for (device, time) in &step_times {
-                        summary.add_value(
+                    let mut values: Vec<(crate::Plugin, String, Value)> = vec![
+                        (
                             crate::Plugin::Scalar,
-                            &format!("device/{device}/step_seconds"),
-                            time.as_secs_f64(),
-                        )?;
+                            "train/loss".into(),
+                            Value::Scalar(step_loss / device_count as f64),
+                        ),
+                        (
+                            crate::Plugin::Scalar,
+                            "train/examples_per_second".into(),
+                            Value::Scalar(examples as f64 / elapsed),
+                        ),
+                    ];
+                    for (device, time) in &step_times {
+                        values.push((
+                            crate::Plugin::Scalar,
+                            format!("device/{device}/step_seconds"),
+                            Value::Scalar(time.as_secs_f64()),
+                        ));
                     }
                     if let Some((lr, gradient_histograms)) = stepped {
-                        summary.add_value(crate::Plugin::Scalar, "train/learning_rate", lr)?;
+                        values.push((
+                            crate::Plugin::Scalar,
+                            "train/learning_rate".into(),
+                            Value::Scalar(lr),
+                        ));
                         if let Some(gradients) = gradient_histograms {
-                            for (name, _, values) in named_parameters(&model) {
-                                summary.add_value(
+                            for (name, _, weights) in named_parameters(&model) {
+                                values.push((
                                     crate::Plugin::Histogram,
-                                    &format!("weights/{name}"),
-                                    Value::histogram(values),
-                                )?;
+                                    format!("weights/{name}"),
+                                    Value::histogram(weights),
+                                ));
                             }
-                            for (name, values) in gradients {
-                                summary.add_value(
+                            for (name, gradient) in gradients {
+                                values.push((
                                     crate::Plugin::Histogram,
-                                    &format!("gradients/{name}"),
-                                    Value::histogram(values),
-                                )?;
+                                    format!("gradients/{name}"),
+                                    Value::histogram(gradient),
+                                ));
                             }
                         }
                     }
-                    summary.record(global_step)?;
+                    for (plugin, tag, value) in values {
+                        faults.check(summary.add_value(plugin, &tag, value))?;
+                    }
+                    faults.check(summary.record(global_step))?;
                 }
                 if let Some(hook) = self.on_step.as_mut() {
                     let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
@@ -428,11 +544,15 @@ where
                     });
                 }
             }
-            // A partial accumulation window still updates the model, as burn-train does.
+            // A partial accumulation window still updates the model, as burn-train does; a
+            // stopped run too, so the model returned reflects every step it ran.
             if window_steps > 0 {
                 self.optimize(&mut model, &mut window, &main, false);
                 window_steps = 0;
                 report.optimizer_steps += 1;
+            }
+            if report.interrupted {
+                break;
             }
             let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
             let (valid_loss, valid_accuracy) = match &valid {
@@ -452,48 +572,32 @@ where
             };
             if let Some(summary) = summary.as_deref_mut() {
                 let step = report.steps as i64;
-                summary.add_value(crate::Plugin::Scalar, "epoch", epoch as f64)?;
+                let mut values = vec![("epoch", epoch as f64)];
                 if let Some(accuracy) = epoch_report.train_accuracy {
-                    summary.add_value(crate::Plugin::Scalar, "train/accuracy", accuracy)?;
+                    values.push(("train/accuracy", accuracy));
                 }
                 if let Some(loss) = valid_loss {
-                    summary.add_value(crate::Plugin::Scalar, "valid/loss", loss)?;
+                    values.push(("valid/loss", loss));
                 }
                 if let Some(accuracy) = valid_accuracy {
-                    summary.add_value(crate::Plugin::Scalar, "valid/accuracy", accuracy)?;
+                    values.push(("valid/accuracy", accuracy));
                 }
-                summary.record(step)?;
+                for (tag, value) in values {
+                    faults.check(summary.add_value(crate::Plugin::Scalar, tag, value))?;
+                }
+                faults.check(summary.record(step))?;
             }
             if let Some(hook) = self.on_epoch.as_mut() {
-                hook(
+                faults.check(hook(
                     &model,
                     &epoch_report,
                     report.steps as i64,
                     summary.as_deref_mut(),
-                )?;
+                ))?;
             }
             report.epochs.push(epoch_report);
         }
-
-        if let Some(summary) = summary {
-            let mut metrics = Vec::new();
-            if let Some(last) = report.last() {
-                metrics.push(("final/train_loss", last.train_loss));
-                if let Some(loss) = last.valid_loss {
-                    metrics.push(("final/valid_loss", loss));
-                }
-                if let Some(accuracy) = last.valid_accuracy {
-                    metrics.push(("final/valid_accuracy", accuracy));
-                }
-            }
-            let hparams = HParams {
-                status: Some(ember_write::pack::SessionStatus::Success),
-                ..self.hparams.clone()
-            };
-            summary.add_hparams(hparams, &metrics, report.steps as i64)?;
-            summary.flush()?;
-        }
-        Ok((model, report))
+        Ok(model)
     }
 
     /// Reduces the window's gradients (every device of every step in it, so a mean window is the
@@ -513,6 +617,34 @@ where
         let current = model.clone();
         *model = self.optimizer.step(lr, current, grads);
         (lr, gradients)
+    }
+}
+
+/// What a run knows so far; kept outside [`Trainer::run`] so that a failed run can still
+/// record it.
+#[derive(Debug, Default)]
+struct RunState {
+    report: TrainReport,
+    /// Mean train loss of the latest epoch that ran a step, finished or not.
+    latest_train_loss: Option<f64>,
+}
+
+impl RunState {
+    /// The final metrics known so far: the latest train loss, and the latest validation.
+    fn final_metrics(&self) -> Vec<(&'static str, f64)> {
+        let mut metrics = Vec::new();
+        if let Some(loss) = self.latest_train_loss {
+            metrics.push(("final/train_loss", loss));
+        }
+        if let Some(last) = self.report.last() {
+            if let Some(loss) = last.valid_loss {
+                metrics.push(("final/valid_loss", loss));
+            }
+            if let Some(accuracy) = last.valid_accuracy {
+                metrics.push(("final/valid_accuracy", accuracy));
+            }
+        }
+        metrics
     }
 }
 
