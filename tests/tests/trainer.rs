@@ -239,16 +239,14 @@ fn a_failed_run_records_failure_with_the_metrics_known_so_far() {
 }
 
 /// Training on 2 workers over 64 rows in batches of 8, 4 steps an epoch, 2 epochs, recording
-/// into `summary`; a value with an empty tag is tapped after step 2, so the record of step 3
-/// fails.
-fn fit_with_a_bad_tap(summary: &mut SummaryRecord) -> Result<(Mlp, TrainReport), TrainError> {
+/// into `summary`; after the first epoch the epoch hook records a value under an empty tag,
+/// which `add_scalar` refuses: one summary error.
+fn fit_with_a_bad_value(summary: &mut SummaryRecord) -> Result<(Mlp, TrainReport), TrainError> {
     let device = Device::flex().autodiff();
-    let tap = summary.tap();
     trainer(2)
-        .on_step(move |step| {
-            if step.step == 2 {
-                tap.add("", 1.0);
-            }
+        .on_epoch(|_model: &Mlp, report, step, summary| match summary {
+            Some(summary) if report.epoch == 1 => summary.add_scalar("", 1.0, step),
+            _ => Ok(()),
         })
         .fit(
             Mlp::new(8, &device),
@@ -263,15 +261,14 @@ fn a_summary_error_under_the_default_policy_does_not_stop_training() {
     let dir = tempfile::tempdir().unwrap();
     let mut summary = SummaryRecord::new(dir.path()).unwrap();
     assert_eq!(summary.error_policy(), ErrorPolicy::Log);
-    let (_model, report) = fit_with_a_bad_tap(&mut summary).unwrap();
+    let (_model, report) = fit_with_a_bad_value(&mut summary).unwrap();
     summary.close().unwrap();
     assert_eq!(report.steps, 8);
     assert_eq!(report.epochs.len(), 2);
     assert_eq!(report.summary_errors, 1);
 
-    // Only the record the bad value was in is lost.
     let events = events(dir.path());
-    assert_eq!(tag_steps(&events)["train/loss"], [1, 2, 4, 5, 6, 7, 8]);
+    assert_eq!(tag_steps(&events)["train/loss"], [1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(session_ends(&events), [(8, hparams::Status::Success)]);
 }
 
@@ -282,15 +279,15 @@ fn a_summary_error_under_raise_stops_training_and_records_failure() {
         .error_policy(ErrorPolicy::Raise)
         .build()
         .unwrap();
-    let result = fit_with_a_bad_tap(&mut summary);
+    let result = fit_with_a_bad_value(&mut summary);
     assert!(
         matches!(result, Err(TrainError::Summary(SummaryError::Tag(_)))),
         "{result:?}"
     );
     summary.close().unwrap();
     let events = events(dir.path());
-    assert_eq!(tag_steps(&events)["train/loss"], [1, 2]);
-    assert_eq!(session_ends(&events), [(3, hparams::Status::Failure)]);
+    assert_eq!(tag_steps(&events)["train/loss"], [1, 2, 3, 4]);
+    assert_eq!(session_ends(&events), [(4, hparams::Status::Failure)]);
 }
 
 #[test]
@@ -330,4 +327,112 @@ fn a_stopped_run_stops_after_the_step_the_flag_was_set_in() {
     assert_eq!(tags["run/interrupted"], [3]);
     assert_eq!(tags["final/train_loss"], [3]);
     assert_eq!(session_ends(&events), [(3, hparams::Status::Failure)]);
+}
+
+/// A tmpfs of `bytes` mounted on a fresh temporary directory, unmounted on drop. `None`, after
+/// one line saying why, where none can be mounted (not root, no mount permission); under
+/// `CI=true` that is a failure instead.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Some(SmallDisk { dir }),
+            other => {
+                let why = match other {
+                    Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                    Err(e) => e.to_string(),
+                };
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "cannot mount a small tmpfs under CI: {why}"
+                );
+                eprintln!("skipped: cannot mount a small tmpfs ({why})");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_full_log_disk_does_not_stop_training_and_the_counts_match_the_files() {
+    // Before: the default Raise policy plus `?` stopped a 160-step run at step 141 when the disk
+    // filled, and `records_written` counted bytes put in a buffer, not records in the file.
+    let Some(disk) = SmallDisk::mount(64 * 1024) else {
+        return;
+    };
+    let log = disk.path().join("run");
+    let mut summary = SummaryRecord::builder(&log)
+        // The guard would refuse before the disk is full; here the disk itself says no.
+        .writer_options(|o| o.disk_guard_factor = 0)
+        .build()
+        .unwrap();
+    let device = Device::flex().autodiff();
+    let (_model, report) = trainer(40)
+        .fit(
+            Mlp::new(8, &device),
+            regression_loader(1, 64, 8, &device),
+            None,
+            Some(&mut summary),
+        )
+        .unwrap();
+    assert_eq!(report.steps, 160, "training ran to its end");
+    assert_eq!(report.epochs.len(), 40);
+
+    let closed = summary.close();
+    let Err(SummaryError::Close(errors)) = closed else {
+        panic!("expected the full disk to be reported, got {closed:?}");
+    };
+    assert!(
+        errors.errors.iter().any(|e| matches!(
+            e,
+            ember::WriteError::WriterFailed {
+                source: ember::FileError::Io { source, .. },
+                ..
+            } if source.kind() == std::io::ErrorKind::StorageFull
+        )),
+        "{errors}"
+    );
+    let stats = summary.stats().unwrap();
+    assert!(stats.records_failed > 0);
+    assert_eq!(stats.records_pending(), 0);
+    assert_eq!(
+        stats.records_submitted,
+        stats.records_written + stats.records_failed + stats.records_dropped
+    );
+    // Every event the writer counts as written is in the file, whole, and nothing else is.
+    let mut events_in_files = 0u64;
+    for entry in std::fs::read_dir(&log).unwrap() {
+        let path = entry.unwrap().path();
+        let scan = Scan::file(&path).unwrap();
+        assert!(
+            scan.problems.is_empty(),
+            "{}: {:?}",
+            path.display(),
+            scan.problems
+        );
+        events_in_files += scan.records.len() as u64 - 1; // the file_version header
+    }
+    let summary_writer = stats.writer(ember::pack::FileKind::Summary).unwrap();
+    assert_eq!(summary_writer.records_written, events_in_files);
+    assert!(summary_writer.failed);
 }

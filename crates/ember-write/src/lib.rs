@@ -20,36 +20,59 @@
 //!   free-disk guard.
 //! - [`workload`]: the benchmark workloads, reused by `ember bench write`.
 //!
-//! # How the pool keeps order without busy polling
+//! # How the pool batches without busy polling
 //!
-//! `write` only sends the record over a bounded crossbeam channel, so the
-//! caller's cost is one channel send. The pool thread blocks on the channel
-//! (`recv_timeout`, the timeout being the next timed flush; there is no
-//! polling loop, unlike MindSpore's writer process). When a record arrives it
-//! drains what else is queued, up to `max_batch` records, and:
+//! `write` reserves the record's payload bytes and sends it over a bounded
+//! crossbeam channel, so the caller's cost is one channel send. The pool
+//! thread blocks on the channel until a record arrives (or the next timed
+//! fsync is due; there is no polling loop, unlike MindSpore's writer
+//! process), then gathers more for at most `max_delay` (20 ms), parked rather
+//! than woken for each record: a caller unparks it when a batch's worth is
+//! queued, or to flush or close. Then it:
 //!
 //! 1. decides serially, in submission order, which tags are new to the
 //!    summary file (TensorBoard wants plugin metadata only on the first value
-//!    of each tag in a file);
-//! 2. packs the batch on rayon; `par_iter().map().collect()` keeps the order;
-//! 3. writes the packed items serially, in submission order. If the summary
-//!    file rotated, or an earlier record was dropped, a record whose metadata
-//!    plan no longer matches the file is packed again before it is written.
+//!    of each tag in a file; MindInsight has none);
+//! 2. packs the batch, on the pool's own rayon threads when it holds large
+//!    values (`collect` keeps the order), each record under `catch_unwind`;
+//! 3. writes the packed events serially, in submission order, into each
+//!    writer's buffer, and hands every buffer to the operating system before
+//!    the next batch: a record reaches its file at most `max_delay` plus the
+//!    batch's own time after `write`;
+//! 4. settles each record's fate and releases its bytes.
 //!
 //! A flush is a message in the same channel, so it is handled after every
-//! record sent before it and answered only once they reached the operating
-//! system (and, with [`Durability::Sync`], the disk).
+//! record sent before it.
+//!
+//! # Accounting
+//!
+//! Every record handed to `write` ends as exactly one of: written (every
+//! event reached its file), dropped for a full queue, dropped by a writer
+//! (size cap, export refused), rejected (nothing could be packed) or failed
+//! (lost to a failed writer); see [`PoolStats`]. When a `write(2)` fails part
+//! way, the events that reached the file whole count as written, the file is
+//! cut back to the last of them, and the rest count as failed, so the counts
+//! equal what a reader finds.
 //!
 //! # Errors
 //!
-//! A writer that fails (I/O error, disk guard) is closed and removed, and its
-//! error kept; the others go on. With [`ErrorPolicy::Raise`] the caller's
-//! next `write` or `flush` returns it; with [`ErrorPolicy::Log`] it is logged
-//! and counted. `close` returns every error not yet returned. Rejected values
-//! (see [`ember_pack::PackError`]) are errors too. Nothing here panics on
-//! input or I/O failure, and nothing blocks forever: if the pool thread dies,
-//! its channels disconnect and callers get [`WriteError::Closed`] or
-//! [`WriteError::ThreadPanicked`].
+//! A writer that fails (I/O error, disk guard, a planted symlink) is closed
+//! and removed, and its error kept; the others go on. With
+//! [`ErrorPolicy::Log`] (the default) errors are counted, kept for
+//! [`WriterPool::take_errors`], and the first of each kind is logged; with
+//! [`ErrorPolicy::Raise`] the caller's next `write` or `flush` returns it.
+//! `close` returns every error not yet returned. Rejected values (see
+//! [`ember_pack::PackError`]) are errors too. Nothing here panics on input or
+//! I/O failure (a panic while packing, a bug, rejects its record), and
+//! nothing blocks forever: if the pool thread dies, its channels disconnect
+//! and callers get [`WriteError::Closed`] or [`WriteError::ThreadPanicked`].
+//!
+//! # Memory
+//!
+//! The queue holds at most `queue_capacity` records (1024) and
+//! `max_queued_bytes` payload bytes (32 MiB), the batch being written
+//! included; a record larger than that passes alone. Each event file writer
+//! buffers at most 256 KiB plus one event before handing its buffer over.
 #![deny(missing_docs)]
 
 mod error;

@@ -112,8 +112,8 @@ pub use ember_write::pack;
 /// The write benchmarks' workloads (`ember bench write`, `cargo bench -p ember-write`).
 pub use ember_write::workload;
 pub use ember_write::{
-    Durability, ErrorPolicy, FreeSpace, FreeSpaceSource, FullQueuePolicy, PoolStats, SizePolicy,
-    WriteError, WriteErrors, WriterOptions,
+    Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy, PoolStats,
+    SizePolicy, WriteError, WriteErrors, WriterOptions,
 };
 /// Reading event files back: framing and the checking record reader.
 pub mod read {
