@@ -373,3 +373,76 @@ fn disk_guard_tensorboard() {
 fn disk_guard_mindinsight() {
     the_guard_refuses_before_the_disk_is_full(Format::MindInsight);
 }
+
+/// An exported tensor that meets `ENOSPC` is counted failed; its `.npy` file
+/// must not stay behind torn (a valid NPY header over a short body is a
+/// file numpy cannot load), as an event file is cut back to its last whole
+/// record. Every `.npy` left must be whole, one per tensor counted written.
+#[test]
+fn enospc_during_an_export_leaves_no_torn_npy() {
+    let Some(fs) = tmpfs_or_skip() else {
+        return;
+    };
+    let log = fs.path().join("log");
+    let log2 = log.clone();
+    // 10 tensors of 120 kB for 512 KiB.
+    let n = 10i64;
+    let len = 30_000;
+    let (errors, stats) = within_deadline(move || {
+        let pool = WriterPool::builder(&log2)
+            .disk_guard_factor(0)
+            .flush_interval(None)
+            .build()
+            .unwrap();
+        for step in 0..n {
+            let mut r = Record::new(step, 1.0);
+            r.add(
+                Tag::new("w").unwrap(),
+                Value::export(TensorValue::from_slice(&vec![1.0f32; len], vec![len])),
+            );
+            pool.write(r).unwrap();
+        }
+        let (closed, stats) = pool.close_with_stats();
+        (closed.err().map(|e| e.errors).unwrap_or_default(), stats)
+    });
+    match errors.as_slice() {
+        [
+            WriteError::WriterFailed {
+                kind: FileKind::Export,
+                source: FileError::Io { source, .. },
+            },
+        ] => assert_eq!(source.raw_os_error(), Some(28), "{source:?}"),
+        other => panic!("expected one export writer failure on ENOSPC, got {other:?}"),
+    }
+    let export = stats.writer(FileKind::Export).unwrap();
+    assert!(export.failed, "{export:?}");
+    assert!(export.records_written > 0, "{export:?}");
+    assert_eq!(stats.records_written, export.records_written, "{stats:?}");
+    assert_eq!(
+        stats.records_failed,
+        n as u64 - export.records_written,
+        "{stats:?}"
+    );
+    let whole = export.bytes_written / export.records_written;
+    assert!(whole as usize > len * 4, "{export:?}");
+
+    let tensor_dir = export.path.clone().unwrap();
+    let mut npy: Vec<(String, u64)> = std::fs::read_dir(&tensor_dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    npy.sort();
+    let torn: Vec<&(String, u64)> = npy.iter().filter(|(_, size)| *size != whole).collect();
+    assert!(
+        torn.is_empty(),
+        "torn .npy files left after the export writer failed (a whole one has {whole} bytes): {torn:?}"
+    );
+    assert_eq!(npy.len() as u64, export.records_written, "{npy:?}");
+    drop(fs);
+}
