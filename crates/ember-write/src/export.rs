@@ -49,15 +49,14 @@ impl ExportWriter {
         }
     }
 
-    fn dir(&mut self) -> Result<&ExportDir, FileError> {
+    /// Creates the export directory on the first tensor.
+    fn open_dir(&mut self) -> Result<(), FileError> {
         if self.dir.is_none() {
             let dir = ExportDir::create(&self.settings.log_dir, self.settings.start_secs)?;
             self.stats.path = Some(dir.path.clone());
             self.dir = Some(dir);
         }
-        self.dir.as_ref().ok_or_else(|| FileError::NotADirectory {
-            path: self.settings.log_dir.clone(),
-        })
+        Ok(())
     }
 
     /// Writes one exported tensor of record `idx` as `<tag>_<step>.npy`.
@@ -89,11 +88,16 @@ impl ExportWriter {
         let name = naming::export_file_name(tag, step);
         let sync = self.settings.durability == Durability::Sync;
         let read_only = self.settings.read_only_on_close;
-        let log_dir = self.settings.log_dir.clone();
-        let dir = self.dir()?;
+        self.open_dir()?;
+        let Some(dir) = &self.dir else {
+            return Err(FileError::NotADirectory {
+                path: self.settings.log_dir.clone(),
+            });
+        };
+        let stats = &mut self.stats;
         let path = dir.path.join(&name);
         if name.len() > naming::MAX_FILE_NAME_LEN {
-            self.refused(idx, ctx);
+            refused(stats, idx, ctx);
             return Ok(ExportOutcome::Refused(
                 path,
                 io::Error::new(
@@ -102,17 +106,26 @@ impl ExportWriter {
                 ),
             ));
         }
-        ctx.guard.check(&log_dir, &path, bytes.len() as u64)?;
+        ctx.guard
+            .check(&self.settings.log_dir, &path, bytes.len() as u64)?;
         let mut file = match dir.create_file(&name) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                self.refused(idx, ctx);
+                refused(stats, idx, ctx);
                 return Ok(ExportOutcome::Refused(path, e));
             }
             Err(e) => return Err(io_err("create", &path)(e)),
         };
-        self.stats.files_created += 1;
-        file.write_all(bytes).map_err(io_err("write", &path))?;
+        stats.files_created += 1;
+        if let Err(e) = file.write_all(bytes) {
+            // A torn `.npy` has a valid header over a short body, which numpy
+            // refuses to load: leave no file rather than a broken one.
+            drop(file);
+            if dir.remove_file(&name).is_ok() {
+                stats.files_created -= 1;
+            }
+            return Err(io_err("write", &path)(e));
+        }
         ctx.guard.written(bytes.len() as u64);
         if sync {
             ctx.fsyncs += 1;
@@ -121,14 +134,9 @@ impl ExportWriter {
         if read_only {
             seal(&file).map_err(io_err("make read-only", &path))?;
         }
-        self.stats.records_written += 1;
-        self.stats.bytes_written += bytes.len() as u64;
+        stats.records_written += 1;
+        stats.bytes_written += bytes.len() as u64;
         Ok(ExportOutcome::Written)
-    }
-
-    fn refused(&mut self, idx: usize, ctx: &mut Ctx) {
-        self.stats.records_dropped += 1;
-        ctx.ledger.mark(idx, Fate::Dropped);
     }
 
     /// Fsyncs the export directory so its entries survive a crash.
@@ -139,6 +147,12 @@ impl ExportWriter {
         }
         Ok(())
     }
+}
+
+/// Counts a tensor refused for its name (too long, or taken).
+fn refused(stats: &mut WriterStats, idx: usize, ctx: &mut Ctx) {
+    stats.records_dropped += 1;
+    ctx.ledger.mark(idx, Fate::Dropped);
 }
 
 /// The open `export_<secs>/tensor` directory.
@@ -211,6 +225,17 @@ impl ExportDir {
             .write(true)
             .create_new(true)
             .open(self.path.join(name))
+    }
+
+    /// Removes `name` from the directory.
+    #[cfg(unix)]
+    fn remove_file(&self, name: &str) -> io::Result<()> {
+        rustix::fs::unlinkat(&self.fd, name, rustix::fs::AtFlags::empty()).map_err(io::Error::from)
+    }
+
+    #[cfg(not(unix))]
+    fn remove_file(&self, name: &str) -> io::Result<()> {
+        std::fs::remove_file(self.path.join(name))
     }
 
     #[cfg(unix)]
