@@ -1,12 +1,15 @@
-//! Values from Burn: tensors and `TensorData` as ember-pack tensor values.
+//! What can be recorded as a tensor or a scalar: ember-pack's values, slices and vectors of
+//! numbers, and (feature `burn`) Burn tensors and `TensorData`.
 
-use burn::tensor::{DType as BurnDType, Int, Tensor, TensorData};
-use ember_write::pack::{DType, TensorValue};
+use ember_write::pack::TensorValue;
 
 use crate::SummaryError;
 
-/// Something that can become a tensor value: burn tensors and `TensorData`, ember-pack's
-/// [`TensorValue`], and plain slices and vectors of numbers.
+#[cfg(feature = "burn")]
+mod burn_values;
+
+/// Something that can become a tensor value: ember-pack's [`TensorValue`], plain slices and
+/// vectors of numbers, and with the `burn` feature Burn tensors and `TensorData`.
 pub trait ToTensorValue {
     /// The tensor value, or an error for a dtype ember cannot hold (quantized tensors).
     fn to_tensor_value(self) -> Result<TensorValue, SummaryError>;
@@ -30,85 +33,40 @@ impl<T: ember_write::pack::Element> ToTensorValue for Vec<T> {
     }
 }
 
-impl ToTensorValue for TensorData {
-    fn to_tensor_value(self) -> Result<TensorValue, SummaryError> {
-        (&self).to_tensor_value()
-    }
+/// Something that can be recorded as one scalar: Rust's numbers, and with the `burn` feature a
+/// Burn tensor of one element (a loss, say), read back from its device.
+pub trait ToScalar {
+    /// The value as `f64`, or an error when it is not one number.
+    fn to_scalar(self) -> Result<f64, SummaryError>;
 }
 
-impl ToTensorValue for &TensorData {
-    fn to_tensor_value(self) -> Result<TensorValue, SummaryError> {
-        let shape: Vec<usize> = self.shape().iter().copied().collect();
-        let raw = |dtype: DType| TensorValue::new(dtype, shape.clone(), self.as_bytes().to_vec());
-        let value = match self.dtype() {
-            BurnDType::F64 => raw(DType::F64),
-            BurnDType::F32 | BurnDType::Flex32 => raw(DType::F32),
-            BurnDType::F16 => raw(DType::F16),
-            BurnDType::BF16 => raw(DType::BF16),
-            BurnDType::I64 => raw(DType::I64),
-            BurnDType::I32 => raw(DType::I32),
-            BurnDType::I16 => raw(DType::I16),
-            BurnDType::I8 => raw(DType::I8),
-            BurnDType::U64 => raw(DType::U64),
-            BurnDType::U32 => raw(DType::U32),
-            BurnDType::U16 => raw(DType::U16),
-            BurnDType::U8 => raw(DType::U8),
-            BurnDType::Bool(_) => {
-                let values: Vec<bool> = self.iter::<bool>().collect();
-                TensorValue::from_slice(&values, shape)
+macro_rules! lossless_scalar {
+    ($($t:ty),*) => {$(
+        impl ToScalar for $t {
+            fn to_scalar(self) -> Result<f64, SummaryError> {
+                Ok(f64::from(self))
             }
-            other => {
-                return Err(SummaryError::UnsupportedDType(format!("{other:?}")));
+        }
+    )*};
+}
+lossless_scalar!(f64, f32, i32, u32, i16, u16, i8, u8);
+
+macro_rules! wide_scalar {
+    ($($t:ty),*) => {$(
+        impl ToScalar for $t {
+            // Scalars are stored as f32 by both formats; rounding a wide integer to f64 first
+            // loses nothing they keep.
+            #[allow(clippy::cast_precision_loss)]
+            fn to_scalar(self) -> Result<f64, SummaryError> {
+                Ok(self as f64)
             }
-        };
-        Ok(value)
-    }
+        }
+    )*};
 }
+wide_scalar!(i64, u64, usize, isize);
 
-impl<const D: usize> ToTensorValue for Tensor<D> {
-    fn to_tensor_value(self) -> Result<TensorValue, SummaryError> {
-        self.into_data().to_tensor_value()
-    }
-}
-
-impl<const D: usize> ToTensorValue for &Tensor<D> {
-    fn to_tensor_value(self) -> Result<TensorValue, SummaryError> {
-        self.to_data().to_tensor_value()
-    }
-}
-
-impl<const D: usize> ToTensorValue for Tensor<D, Int> {
-    fn to_tensor_value(self) -> Result<TensorValue, SummaryError> {
-        self.into_data().to_tensor_value()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use burn::tensor::Device;
-
-    #[test]
-    fn a_float_tensor_keeps_its_shape_and_values() {
-        let tensor = Tensor::<2>::from_data([[1.0f32, -2.0], [0.5, 4.0]], &Device::flex());
-        let value = tensor.to_tensor_value().unwrap();
-        assert_eq!(value.shape(), &[2, 2]);
-        assert_eq!(value.to_f64_vec(), [1.0, -2.0, 0.5, 4.0]);
-    }
-
-    #[test]
-    fn an_int_tensor_keeps_its_values() {
-        let tensor = Tensor::<1, Int>::from_data([3i64, -7, 11], &Device::flex());
-        let value = tensor.to_tensor_value().unwrap();
-        assert_eq!(value.shape(), &[3]);
-        assert_eq!(value.to_f64_vec(), [3.0, -7.0, 11.0]);
-    }
-
-    #[test]
-    fn tensor_data_of_f64_is_taken_as_it_is() {
-        let data = TensorData::new(vec![0.25f64, 8.0], [2]);
-        let value = data.to_tensor_value().unwrap();
-        assert_eq!(value.dtype(), DType::F64);
-        assert_eq!(value.to_f64_vec(), [0.25, 8.0]);
+impl ToScalar for bool {
+    fn to_scalar(self) -> Result<f64, SummaryError> {
+        Ok(if self { 1.0 } else { 0.0 })
     }
 }

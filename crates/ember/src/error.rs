@@ -32,6 +32,12 @@ pub enum SummaryError {
         /// The kind of value given.
         value: &'static str,
     },
+    /// A value given as a scalar holds other than one element.
+    #[error("a scalar must be one element, got a tensor of shape {shape:?}")]
+    NotAScalar {
+        /// The tensor's shape.
+        shape: Vec<usize>,
+    },
     /// A tensor's dtype that ember cannot record (quantized tensors).
     #[error("cannot record a tensor of dtype {0}")]
     UnsupportedDType(String),

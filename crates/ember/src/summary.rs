@@ -199,7 +199,7 @@ impl SummaryRecordBuilder {
     /// Whether write errors are logged, counted and kept for [`take_errors`](SummaryRecord::take_errors)
     /// ([`ErrorPolicy::Log`], the default, as MindSpore's `raise_exception=False` and
     /// tensorboardX, which never raise) or come back from the next call ([`ErrorPolicy::Raise`]).
-    /// The [`Trainer`](crate::Trainer) and the burn-train logger stop training on a summary error
+    /// The `Trainer` and the burn-train logger stop training on a summary error
     /// only under `Raise`.
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
         self.options.error_policy = policy;
