@@ -19,7 +19,7 @@ use crate::value::{Histogram, HistogramBuckets};
 /// [`check_buckets`].
 pub(crate) fn check(h: &Histogram) -> Result<(), PackErrorKind> {
     match h {
-        Histogram::Raw(t) => {
+        Histogram::Raw(t) | Histogram::RawWith(t, _) => {
             t.check()?;
             if t.bytes().is_empty() {
                 return Err(PackErrorKind::EmptyHistogram);

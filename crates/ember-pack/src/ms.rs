@@ -86,7 +86,7 @@ pub(crate) fn check(value: &Value) -> Result<Plan<'_>, PackErrorKind> {
         Value::Histogram(h) => {
             histogram::check(h)?;
             match h {
-                Histogram::Raw(t) => Plan::RawHistogram(t),
+                Histogram::Raw(t) | Histogram::RawWith(t, _) => Plan::RawHistogram(t),
                 Histogram::Buckets(b) => Plan::Buckets(b, bucket_total(b)?),
             }
         }

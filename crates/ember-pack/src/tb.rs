@@ -172,7 +172,12 @@ pub(crate) fn check<'a>(
         }
         Value::Histogram(h) => {
             histogram::check(h)?;
-            if let (Histogram::Raw(_), HistogramRule::EqualWidth(k)) = (h, options.histogram)
+            let rule = match h {
+                Histogram::RawWith(_, rule) => Some(*rule),
+                Histogram::Raw(_) => Some(options.histogram),
+                Histogram::Buckets(_) => None,
+            };
+            if let Some(HistogramRule::EqualWidth(k)) = rule
                 && k > HistogramRule::MAX_EQUAL_WIDTH
             {
                 return Err(PackErrorKind::SizeOverflow(
@@ -302,38 +307,44 @@ fn tensor_header(t: &TensorValue) -> Vec<u8> {
 }
 
 /// The `HistogramProto` of a histogram value checked by [`histogram::check`].
+/// `rule` buckets raw values unless the value brings its own.
 pub(crate) fn histogram_proto(h: &Histogram, rule: HistogramRule) -> tbp::HistogramProto {
-    match h {
-        Histogram::Raw(t) => {
-            let s = histogram::stats(t);
-            let (bucket_limit, bucket) = match rule {
-                HistogramRule::EqualWidth(k) => histogram::equal_width(t, &s, k.max(1) as usize),
-                HistogramRule::Exponential => histogram::exponential(t, &s),
-            };
-            let (min, max) = if s.finite == 0 {
-                (0.0, 0.0)
-            } else {
-                (s.min, s.max)
-            };
-            tbp::HistogramProto {
-                min,
-                max,
-                num: s.finite as f64,
-                sum: s.sum,
-                sum_squares: s.sum_squares,
-                bucket_limit,
-                bucket,
-            }
-        }
-        Histogram::Buckets(b) => tbp::HistogramProto {
-            min: b.min,
-            max: b.max,
-            num: b.num,
-            sum: b.sum,
-            sum_squares: b.sum_squares,
-            bucket_limit: b.buckets.iter().map(|b| b.right).collect(),
-            bucket: b.buckets.iter().map(|b| b.count).collect(),
-        },
+    let (t, rule) = match h {
+        Histogram::Raw(t) => (t, rule),
+        Histogram::RawWith(t, own) => (t, *own),
+        Histogram::Buckets(b) => return buckets_proto(b),
+    };
+    let s = histogram::stats(t);
+    let (bucket_limit, bucket) = match rule {
+        HistogramRule::EqualWidth(k) => histogram::equal_width(t, &s, k.max(1) as usize),
+        HistogramRule::Exponential => histogram::exponential(t, &s),
+    };
+    let (min, max) = if s.finite == 0 {
+        (0.0, 0.0)
+    } else {
+        (s.min, s.max)
+    };
+    tbp::HistogramProto {
+        min,
+        max,
+        num: s.finite as f64,
+        sum: s.sum,
+        sum_squares: s.sum_squares,
+        bucket_limit,
+        bucket,
+    }
+}
+
+/// The `HistogramProto` of precomputed buckets: right edges and counts, as they are.
+fn buckets_proto(b: &crate::value::HistogramBuckets) -> tbp::HistogramProto {
+    tbp::HistogramProto {
+        min: b.min,
+        max: b.max,
+        num: b.num,
+        sum: b.sum,
+        sum_squares: b.sum_squares,
+        bucket_limit: b.buckets.iter().map(|b| b.right).collect(),
+        bucket: b.buckets.iter().map(|b| b.count).collect(),
     }
 }
 

@@ -7,7 +7,6 @@ use crate::tensor::TensorValue;
 /// `docs/formats.md`; a kind a format cannot hold is rejected with
 /// [`PackErrorKind::Unsupported`](crate::PackErrorKind::Unsupported).
 #[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
 pub enum Value {
     /// A number. Both formats store it as `f32`; NaN and ±Inf are kept.
     Scalar(f64),
@@ -130,6 +129,9 @@ impl Value {
 pub enum Histogram {
     /// Raw values of any dtype and shape; bucketed by the format's own rule.
     Raw(TensorValue),
+    /// Raw values bucketed by this rule rather than the packer's (TensorBoard; MindInsight
+    /// always uses MindSpore's rule).
+    RawWith(TensorValue, crate::HistogramRule),
     /// Precomputed buckets, written as they are.
     Buckets(HistogramBuckets),
 }

@@ -64,7 +64,7 @@ pub(crate) fn record_weight(record: &Record) -> usize {
         .map(|(tag, value)| {
             let payload = match value {
                 Value::Tensor(t) | Value::Export(t) => t.bytes().len(),
-                Value::Histogram(Histogram::Raw(t)) => t.bytes().len(),
+                Value::Histogram(Histogram::Raw(t) | Histogram::RawWith(t, _)) => t.bytes().len(),
                 Value::Image(image) => image.data.bytes().len(),
                 Value::Text(text) => text.len(),
                 _ => 256,
@@ -79,7 +79,7 @@ pub(crate) fn record_weight(record: &Record) -> usize {
 fn is_heavy(value: &Value) -> bool {
     let bytes = match value {
         Value::Tensor(t) | Value::Export(t) => t.bytes().len(),
-        Value::Histogram(Histogram::Raw(t)) => t.bytes().len(),
+        Value::Histogram(Histogram::Raw(t) | Histogram::RawWith(t, _)) => t.bytes().len(),
         Value::Image(image) => image.data.bytes().len(),
         _ => 0,
     };

@@ -21,6 +21,9 @@ pub enum SummaryError {
     /// a kind the format cannot hold, ...); it was refused where it was added, alone.
     #[error(transparent)]
     Rejected(#[from] PackError),
+    /// A name given to `add_scalars` cannot name its run's directory.
+    #[error("`{0}` cannot name a sub-run directory (empty, `.`, `..`, or holding `/`, `\\` or NUL)")]
+    SubRunName(String),
     /// The log directory path is empty.
     #[error("the log directory path is empty")]
     EmptyLogDir,

@@ -49,6 +49,8 @@ mod error;
 mod faults;
 #[cfg(feature = "burn")]
 mod model_info;
+#[cfg(feature = "burn")]
+mod module_summary;
 pub mod read;
 mod summary;
 #[cfg(feature = "burn")]
@@ -67,17 +69,19 @@ pub use trainer::{
 pub use ember_pool::step;
 #[cfg(feature = "burn")]
 #[doc(inline)]
-pub use ember_pool::{DevicePool, PoolOptions, SpawnError, StepError};
-#[cfg(feature = "burn")]
-#[doc(inline)]
 pub use ember_pool::step::burn::{BurnStep, Reduction};
 #[cfg(feature = "burn")]
 #[doc(inline)]
 pub use ember_pool::step::{BatchSource, DeviceFailures, FailureKind, IterSource, Progress};
+#[cfg(feature = "burn")]
+#[doc(inline)]
+pub use ember_pool::{DevicePool, PoolOptions, SpawnError, StepError};
 /// The summary data model and packing (ember-pack, layer L0), re-exported by ember-write.
 pub use ember_write::pack;
 #[doc(inline)]
-pub use ember_write::pack::{Format, HParams, HistogramRule, ImageLayout, Record, Tag, TensorValue, Value};
+pub use ember_write::pack::{
+    Format, HParams, HistogramRule, ImageLayout, Record, Tag, TensorValue, Value,
+};
 /// The write benchmarks' workloads (`ember bench write`, `cargo bench -p ember-write`).
 pub use ember_write::workload;
 #[doc(inline)]

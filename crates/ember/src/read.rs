@@ -27,9 +27,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub use ember_write::framing;
-pub use ember_write::reader::*;
 use ember_write::pack::proto::{mindspore as msp, tensorboard as tbp};
 use ember_write::pack::{DType, TensorValue};
+pub use ember_write::reader::*;
 use prost::Message;
 
 /// Why a run directory could not be read.
@@ -267,11 +267,15 @@ impl Summaries {
             };
             let tag = value.tag;
             match value.value {
-                Some(V::SimpleValue(x)) => push(&mut self.scalars, tag, ScalarPoint {
-                    step,
-                    wall_time,
-                    value: f64::from(x),
-                }),
+                Some(V::SimpleValue(x)) => push(
+                    &mut self.scalars,
+                    tag,
+                    ScalarPoint {
+                        step,
+                        wall_time,
+                        value: f64::from(x),
+                    },
+                ),
                 Some(V::Histo(h)) => {
                     let mut left = h.min;
                     let buckets = h
@@ -284,40 +288,56 @@ impl Summaries {
                             bucket
                         })
                         .collect();
-                    push(&mut self.histograms, tag, HistogramPoint {
-                        step,
-                        wall_time,
-                        min: h.min,
-                        max: h.max,
-                        count: h.num,
-                        sum: h.sum,
-                        buckets,
-                    });
-                }
-                Some(V::Image(image)) => push(&mut self.images, tag, ImagePoint {
-                    step,
-                    wall_time,
-                    width: u32::try_from(image.width).unwrap_or(0),
-                    height: u32::try_from(image.height).unwrap_or(0),
-                    channels: u32::try_from(image.colorspace).unwrap_or(0),
-                    png: image.encoded_image_string,
-                }),
-                Some(V::Tensor(tensor)) if plugin == "text" => {
-                    if let Some(text) = tensor.string_val.first() {
-                        push(&mut self.texts, tag, TextPoint {
+                    push(
+                        &mut self.histograms,
+                        tag,
+                        HistogramPoint {
                             step,
                             wall_time,
-                            text: String::from_utf8_lossy(text).into_owned(),
-                        });
+                            min: h.min,
+                            max: h.max,
+                            count: h.num,
+                            sum: h.sum,
+                            buckets,
+                        },
+                    );
+                }
+                Some(V::Image(image)) => push(
+                    &mut self.images,
+                    tag,
+                    ImagePoint {
+                        step,
+                        wall_time,
+                        width: u32::try_from(image.width).unwrap_or(0),
+                        height: u32::try_from(image.height).unwrap_or(0),
+                        channels: u32::try_from(image.colorspace).unwrap_or(0),
+                        png: image.encoded_image_string,
+                    },
+                ),
+                Some(V::Tensor(tensor)) if plugin == "text" => {
+                    if let Some(text) = tensor.string_val.first() {
+                        push(
+                            &mut self.texts,
+                            tag,
+                            TextPoint {
+                                step,
+                                wall_time,
+                                text: String::from_utf8_lossy(text).into_owned(),
+                            },
+                        );
                     }
                 }
                 Some(V::Tensor(tensor)) if plugin == "tensor" || plugin.is_empty() => {
                     if let Some(value) = tensorboard_tensor(&tensor) {
-                        push(&mut self.tensors, tag, TensorPoint {
-                            step,
-                            wall_time,
-                            value,
-                        });
+                        push(
+                            &mut self.tensors,
+                            tag,
+                            TensorPoint {
+                                step,
+                                wall_time,
+                                value,
+                            },
+                        );
                     }
                 }
                 _ => {}
@@ -334,44 +354,63 @@ impl Summaries {
         for value in summary.value {
             let tag = value.tag;
             match value.value {
-                Some(V::ScalarValue(x)) => push(&mut self.scalars, tag, ScalarPoint {
-                    step,
-                    wall_time,
-                    value: f64::from(x),
-                }),
-                Some(V::Histogram(h)) => push(&mut self.histograms, tag, HistogramPoint {
-                    step,
-                    wall_time,
-                    min: h.min.unwrap_or(f64::NAN),
-                    max: h.max.unwrap_or(f64::NAN),
-                    count: h.buckets.iter().map(|b| b.count as f64).sum(),
-                    sum: h.sum.unwrap_or(0.0),
-                    buckets: h
-                        .buckets
-                        .iter()
-                        .map(|b| (b.left, b.left + b.width, b.count as f64))
-                        .collect(),
-                }),
-                Some(V::Image(image)) => push(&mut self.images, tag, ImagePoint {
-                    step,
-                    wall_time,
-                    width: u32::try_from(image.width).unwrap_or(0),
-                    height: u32::try_from(image.height).unwrap_or(0),
-                    channels: u32::try_from(image.colorspace).unwrap_or(0),
-                    png: image.encoded_image,
-                }),
+                Some(V::ScalarValue(x)) => push(
+                    &mut self.scalars,
+                    tag,
+                    ScalarPoint {
+                        step,
+                        wall_time,
+                        value: f64::from(x),
+                    },
+                ),
+                Some(V::Histogram(h)) => push(
+                    &mut self.histograms,
+                    tag,
+                    HistogramPoint {
+                        step,
+                        wall_time,
+                        min: h.min.unwrap_or(f64::NAN),
+                        max: h.max.unwrap_or(f64::NAN),
+                        count: h.buckets.iter().map(|b| b.count as f64).sum(),
+                        sum: h.sum.unwrap_or(0.0),
+                        buckets: h
+                            .buckets
+                            .iter()
+                            .map(|b| (b.left, b.left + b.width, b.count as f64))
+                            .collect(),
+                    },
+                ),
+                Some(V::Image(image)) => push(
+                    &mut self.images,
+                    tag,
+                    ImagePoint {
+                        step,
+                        wall_time,
+                        width: u32::try_from(image.width).unwrap_or(0),
+                        height: u32::try_from(image.height).unwrap_or(0),
+                        channels: u32::try_from(image.colorspace).unwrap_or(0),
+                        png: image.encoded_image,
+                    },
+                ),
                 Some(V::Tensor(tensor)) => {
-                    let shape: Option<Vec<usize>> =
-                        tensor.dims.iter().map(|&d| usize::try_from(d).ok()).collect();
+                    let shape: Option<Vec<usize>> = tensor
+                        .dims
+                        .iter()
+                        .map(|&d| usize::try_from(d).ok())
+                        .collect();
                     if let Some(shape) = shape
                         && shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
                             == Some(tensor.float_data.len())
                     {
-                        push(&mut self.tensors, tag, TensorPoint {
-                            step,
-                            wall_time,
-                            value: TensorValue::from_slice(&tensor.float_data, shape),
-                        });
+                        push(
+                            &mut self.tensors,
+                            tag,
+                            TensorPoint {
+                                step,
+                                wall_time,
+                                value: TensorValue::from_slice(&tensor.float_data, shape),
+                            },
+                        );
                     }
                 }
                 _ => {}
@@ -412,9 +451,17 @@ fn tensorboard_tensor(tensor: &tbp::TensorProto) -> Option<TensorValue> {
     let bytes = if !tensor.tensor_content.is_empty() {
         tensor.tensor_content.clone()
     } else if dtype == DType::F32 {
-        tensor.float_val.iter().flat_map(|x| x.to_le_bytes()).collect()
+        tensor
+            .float_val
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect()
     } else if dtype == DType::F64 {
-        tensor.double_val.iter().flat_map(|x| x.to_le_bytes()).collect()
+        tensor
+            .double_val
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect()
     } else {
         return None;
     };
@@ -435,7 +482,9 @@ mod tests {
             .build()
             .unwrap();
         for step in 0..3 {
-            summary.add_scalar("loss", 1.0 / (step as f64 + 1.0), step).unwrap();
+            summary
+                .add_scalar("loss", 1.0 / (step as f64 + 1.0), step)
+                .unwrap();
         }
         summary
             .add_histogram("w", vec![0.0f32, 1.0, 1.0, 2.0, 3.0], 3)
@@ -463,10 +512,21 @@ mod tests {
     fn every_kind_comes_back_in_both_formats() {
         for format in [Format::TensorBoard, Format::MindInsight] {
             let (_dir, read) = write_every_kind(format);
-            let loss: Vec<(i64, f64)> = read.scalars["loss"].iter().map(|p| (p.step, p.value)).collect();
-            assert_eq!(loss, [(0, 1.0), (1, 0.5), (2, f64::from(1.0f32 / 3.0))], "{format:?}");
+            let loss: Vec<(i64, f64)> = read.scalars["loss"]
+                .iter()
+                .map(|p| (p.step, p.value))
+                .collect();
+            assert_eq!(
+                loss,
+                [(0, 1.0), (1, 0.5), (2, f64::from(1.0f32 / 3.0))],
+                "{format:?}"
+            );
             let h = &read.histograms["w"][0];
-            assert_eq!((h.step, h.min, h.max, h.count), (3, 0.0, 3.0, 5.0), "{format:?}");
+            assert_eq!(
+                (h.step, h.min, h.max, h.count),
+                (3, 0.0, 3.0, 5.0),
+                "{format:?}"
+            );
             assert_eq!(h.buckets.iter().map(|b| b.2).sum::<f64>(), 5.0);
             let img = &read.images["img"][0];
             assert_eq!((img.width, img.height), (4, 2), "{format:?}");
@@ -496,7 +556,10 @@ mod tests {
         fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
         let read = Summaries::read_dir(dir.path()).unwrap();
         assert_eq!(read.scalars["loss"].len(), 3);
-        assert!(!read.texts.contains_key("note"), "the torn last record is not read");
+        assert!(
+            !read.texts.contains_key("note"),
+            "the torn last record is not read"
+        );
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0xff;
         fs::write(&file, &bytes).unwrap();

@@ -4,13 +4,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ember_write::pack::{Format, Graph, HParams, Image, ImageLayout, Packer, Record, Tag, Value};
+use ember_write::pack::{
+    Format, Graph, HParams, Histogram, HistogramRule, Image, ImageLayout, Packer, Record, Tag,
+    Value,
+};
 use ember_write::{
-    Durability, ErrorPolicy, FullQueuePolicy, PoolStats, SizePolicy, WriteError, WriterOptions,
-    WriterPool,
+    Durability, ErrorPolicy, FullQueuePolicy, PoolStats, SizePolicy, WriteError, WriteErrors,
+    WriterOptions, WriterPool,
 };
 
-use crate::{SummaryError, ToTensorValue};
+use crate::{SummaryError, ToScalar, ToTensorValue};
 
 /// Which kind of value an [`add_value`](SummaryRecord::add_value) call adds: MindSpore's plugin
 /// names, plus TensorBoard's text and hparams. A value must be of its plugin's kind.
@@ -62,7 +65,6 @@ impl Plugin {
             Value::Lineage(Lineage::UserDefined(_)) => Plugin::CustomLineage,
             Value::Explain(_) => Plugin::Explain,
             Value::Export(_) => Plugin::Export,
-            _ => Plugin::Tensor,
         }
     }
 }
@@ -279,6 +281,11 @@ impl SummaryRecordBuilder {
         options.rank_in_tensorboard_names =
             world_size > 1 && self.rank_layout == RankLayout::FileName;
         let error_policy = options.error_policy;
+        // A sub-run is a run of its own: no rank in its names, its own directory.
+        let child_options = WriterOptions {
+            rank_in_tensorboard_names: false,
+            ..options.clone()
+        };
         let packer = Arc::new(Packer::new(options.pack.clone()));
         let active = !(self.rank_zero_only && rank != 0);
         let pool = if active {
@@ -299,6 +306,9 @@ impl SummaryRecordBuilder {
             error_policy,
             rank,
             world_size,
+            wall_time: None,
+            children: std::collections::BTreeMap::new(),
+            child_options,
         })
     }
 }
@@ -344,6 +354,12 @@ pub struct SummaryRecord {
     error_policy: ErrorPolicy,
     rank: u32,
     world_size: u32,
+    /// The wall time records carry instead of the clock's, when set.
+    wall_time: Option<f64>,
+    /// The runs of `add_scalars`, by directory name.
+    children: std::collections::BTreeMap<String, WriterPool>,
+    /// The options their writers start from.
+    child_options: WriterOptions,
 }
 
 impl SummaryRecord {
@@ -382,9 +398,10 @@ impl SummaryRecord {
     /// [`MAX_KEPT_ERRORS`](ember_write::MAX_KEPT_ERRORS) of them.
     pub fn take_errors(&self) -> Vec<WriteError> {
         self.pool
-            .as_ref()
-            .map(WriterPool::take_errors)
-            .unwrap_or_default()
+            .iter()
+            .chain(self.children.values())
+            .flat_map(WriterPool::take_errors)
+            .collect()
     }
 
     /// A handle for model code to record values from inside a step.
@@ -410,8 +427,18 @@ impl SummaryRecord {
         }
     }
 
-    /// Adds a value for the next [`record`](Self::record). The value must be of `plugin`'s kind
-    /// and the tag valid (non-empty UTF-8 without NUL, at most ember-pack's `MAX_TAG_LEN` bytes).
+    /// Adds a value for the next [`record`](Self::record); its kind decides how it is written
+    /// (see [`Plugin::of`]). The tag and the value are checked here, and a bad one is refused
+    /// alone.
+    pub fn add(&mut self, tag: &str, value: impl Into<Value>) -> Result<(), SummaryError> {
+        self.ensure_open()?;
+        let (tag, value) = checked(&self.packer, tag, value.into())?;
+        self.pending.push((tag, value));
+        Ok(())
+    }
+
+    /// MindSpore's `add_value(plugin, tag, value)`: [`add`](Self::add), with the plugin said
+    /// too. The value must be of `plugin`'s kind and the tag valid (non-empty UTF-8 without NUL, at most ember-pack's `MAX_TAG_LEN` bytes).
     pub fn add_value(
         &mut self,
         plugin: Plugin,
@@ -459,7 +486,7 @@ impl SummaryRecord {
         if values.is_empty() {
             return Ok(());
         }
-        let mut record = Record::new(step, wall_time());
+        let mut record = Record::new(step, self.wall_time.unwrap_or_else(wall_time));
         for (tag, value) in values {
             if self.export_tensors
                 && let Value::Tensor(tensor) = &value
@@ -491,12 +518,33 @@ impl SummaryRecord {
         self.submit(record)
     }
 
-    /// Records one scalar at `step`.
-    pub fn add_scalar(&mut self, tag: &str, value: f64, step: i64) -> Result<(), SummaryError> {
-        self.write_now(step, tag, Value::Scalar(value))
+    /// Records one scalar at `step`: any Rust number, or with the `burn` feature a one-element
+    /// Burn tensor (a loss) read back from its device.
+    pub fn add_scalar(
+        &mut self,
+        tag: &str,
+        value: impl ToScalar,
+        step: i64,
+    ) -> Result<(), SummaryError> {
+        self.ensure_open()?;
+        self.write_now(step, tag, Value::Scalar(value.to_scalar()?))
     }
 
-    /// Records several scalars at `step` in one record, each under `<main_tag>/<name>`.
+    /// Gives the records made from now on this wall time (seconds since the Unix epoch)
+    /// instead of the clock's, as tensorboardX's `walltime` argument does (replaying old logs,
+    /// say); `None` goes back to the clock.
+    pub fn set_wall_time(&mut self, wall_time: Option<f64>) {
+        self.wall_time = wall_time;
+    }
+
+    /// Records several scalars at `step` as lines of one chart, as tensorboardX does: each
+    /// `name` gets a run of its own, the directory `<log dir>/<main_tag>_<name>` (with `/` in
+    /// `main_tag` turned into `_`), where the value is recorded under the tag `main_tag`, so
+    /// TensorBoard draws one chart `main_tag` with a line per name. A name must be usable as
+    /// that directory's name (no `/`, `\`, NUL, not `.` or `..`).
+    ///
+    /// MindInsight shows each directory as a separate job, so with [`Format::MindInsight`]
+    /// the values go into this record's own file under `<main_tag>/<name>` instead.
     pub fn add_scalars(
         &mut self,
         main_tag: &str,
@@ -504,19 +552,56 @@ impl SummaryRecord {
         step: i64,
     ) -> Result<(), SummaryError> {
         self.ensure_open()?;
-        let values = values
-            .iter()
-            .map(|(name, value)| {
-                Ok((
-                    Tag::new(format!("{main_tag}/{name}"))?,
-                    Value::Scalar(*value),
-                ))
-            })
-            .collect::<Result<Vec<_>, SummaryError>>()?;
-        self.write(step, values)
+        if self.child_options.pack.format == Format::MindInsight {
+            let values = values
+                .iter()
+                .map(|(name, value)| {
+                    Ok((
+                        Tag::new(format!("{main_tag}/{name}"))?,
+                        Value::Scalar(*value),
+                    ))
+                })
+                .collect::<Result<Vec<_>, SummaryError>>()?;
+            return self.write(step, values);
+        }
+        let tag = Tag::new(main_tag)?;
+        for (name, _) in values {
+            if name.is_empty()
+                || *name == "."
+                || *name == ".."
+                || name.contains(['/', '\\', '\0'])
+            {
+                return Err(SummaryError::SubRunName((*name).to_string()));
+            }
+        }
+        if self.pool.is_none() {
+            return Ok(());
+        }
+        let wall_time = self.wall_time.unwrap_or_else(wall_time);
+        let mut first_error = None;
+        for (name, value) in values {
+            let run = format!("{}_{name}", main_tag.replace('/', "_"));
+            let pool = match self.children.entry(run) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let mut options = self.child_options.clone();
+                    options.log_dir = self.log_dir.join(e.key());
+                    e.insert(WriterPool::new(options)?)
+                }
+            };
+            let record = Record::new(step, wall_time).with(tag.clone(), *value);
+            if let Err(error) = pool.write(record) {
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
     }
 
-    /// Records a histogram of raw values at `step`.
+    /// Records a histogram of raw values at `step`, bucketed by the record's rule
+    /// ([`WriterOptions::pack`]'s `histogram`, 30 equal-width buckets by default).
     pub fn add_histogram(
         &mut self,
         tag: &str,
@@ -525,6 +610,23 @@ impl SummaryRecord {
     ) -> Result<(), SummaryError> {
         let values = values.to_tensor_value()?;
         self.write_now(step, tag, Value::histogram(values))
+    }
+
+    /// Records a histogram of raw values at `step`, bucketed by `rule` (tensorboardX's `bins`).
+    /// MindInsight files always use MindSpore's own rule.
+    pub fn add_histogram_with(
+        &mut self,
+        tag: &str,
+        values: impl ToTensorValue,
+        rule: HistogramRule,
+        step: i64,
+    ) -> Result<(), SummaryError> {
+        let values = values.to_tensor_value()?;
+        self.write_now(
+            step,
+            tag,
+            Value::Histogram(Histogram::RawWith(values, rule)),
+        )
     }
 
     /// Records one image (`CHW` or `HWC`; u8, or floats in `[0, 1]`) at `step`.
@@ -603,6 +705,9 @@ impl SummaryRecord {
     /// disk with [`Durability::Sync`]).
     pub fn flush(&mut self) -> Result<(), SummaryError> {
         self.ensure_open()?;
+        for child in self.children.values() {
+            child.flush()?;
+        }
         match &self.pool {
             Some(pool) => pool.flush().map_err(SummaryError::from),
             None => Ok(()),
@@ -610,7 +715,8 @@ impl SummaryRecord {
     }
 
     /// The writer pool's statistics, if this record writes files; after
-    /// [`close`](Self::close), the final ones, every record's fate settled.
+    /// [`close`](Self::close), the final ones, every record's fate settled. The runs of
+    /// [`add_scalars`](Self::add_scalars) have writers of their own, not counted here.
     pub fn stats(&self) -> Option<PoolStats> {
         match &self.pool {
             Some(pool) => Some(pool.stats()),
@@ -625,13 +731,26 @@ impl SummaryRecord {
         self.ensure_open()?;
         self.closed = true;
         self.pending.clear();
-        match self.pool.take() {
-            Some(pool) => {
-                let (closed, stats) = pool.close_with_stats();
-                self.final_stats = Some(stats);
-                closed.map_err(SummaryError::Close)
+        let mut errors = Vec::new();
+        let mut not_kept = 0;
+        for (_, child) in std::mem::take(&mut self.children) {
+            if let Err(e) = child.close() {
+                errors.extend(e.errors);
+                not_kept += e.not_kept;
             }
-            None => Ok(()),
+        }
+        if let Some(pool) = self.pool.take() {
+            let (closed, stats) = pool.close_with_stats();
+            self.final_stats = Some(stats);
+            if let Err(e) = closed {
+                errors.extend(e.errors);
+                not_kept += e.not_kept;
+            }
+        }
+        if errors.is_empty() && not_kept == 0 {
+            Ok(())
+        } else {
+            Err(SummaryError::Close(WriteErrors { errors, not_kept }))
         }
     }
 }

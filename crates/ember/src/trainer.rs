@@ -10,7 +10,7 @@ use burn::data::dataloader::{DataLoader, DataLoaderIterator};
 use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::optim::ModuleOptimizer;
-use burn::optim::lr_scheduler::LrScheduler;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::{Device, Tensor};
 use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOutput, TrainStep};
 use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
@@ -202,7 +202,7 @@ pub struct Trainer<M: TrainStep + Module> {
     devices: Vec<Device>,
     config: TrainerConfig,
     optimizer: ModuleOptimizer,
-    scheduler: Box<dyn LrScheduler>,
+    scheduler: ModuleLrScheduler,
     hparams: HParams,
     on_step: Option<StepHook>,
     on_epoch: Option<EpochHook<M>>,
@@ -232,18 +232,19 @@ where
     V: TrainingItem,
 {
     /// A trainer on `devices` (the first is the main device) with `optimizer` and a learning-rate
-    /// `scheduler` (a plain `f64` is a constant rate).
+    /// `scheduler`, taken as Burn's own `Learner::new` takes it: a plain `f64` (a constant
+    /// rate), any `LrScheduler`, or what a scheduler config's `init()` returns.
     pub fn new(
         devices: Vec<Device>,
         optimizer: ModuleOptimizer,
-        scheduler: impl LrScheduler + 'static,
+        scheduler: impl Into<ModuleLrScheduler>,
         config: TrainerConfig,
     ) -> Self {
         Self {
             devices,
             config,
             optimizer,
-            scheduler: Box::new(scheduler),
+            scheduler: scheduler.into(),
             hparams: HParams::new(),
             on_step: None,
             on_epoch: None,
@@ -614,9 +615,10 @@ where
         let grads = reduce_gradients(window.drain(..), main, model, self.config.reduction);
         let gradients = want_gradients.then(|| named_gradients(model, &grads));
         let lr = self.scheduler.step();
+        let base = lr.base();
         let current = model.clone();
         *model = self.optimizer.step(lr, current, grads);
-        (lr, gradients)
+        (base, gradients)
     }
 }
 
