@@ -11,10 +11,10 @@ use burn::data::dataloader::{DataLoader, DataLoaderBuilder, DataLoaderIterator, 
 use burn::data::dataset::DatasetError;
 use burn::data::dataset::InMemDataset;
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::nn::loss::{MseLoss, Reduction as LossReduction};
+use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction as LossReduction};
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::tensor::{Device, Tensor, TensorData};
-use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOutput, TrainStep};
 
 /// A two-layer perceptron mapping 2 inputs to 1 output.
 #[derive(Module, Debug)]
@@ -309,4 +309,91 @@ impl std::fmt::Debug for PoisonedLoader {
             .field("message", &self.message)
             .finish()
     }
+}
+
+/// A linear classifier of 2 inputs into 2 classes, for metrics burn computes on classifiers
+/// (accuracy, in percent).
+#[derive(Module, Debug)]
+pub struct Classifier {
+    linear: Linear,
+}
+
+impl Classifier {
+    /// A freshly initialised classifier on `device`.
+    pub fn new(device: &Device) -> Self {
+        Self {
+            linear: LinearConfig::new(2, 2).init(device),
+        }
+    }
+
+    fn classification(&self, batch: ClassBatch) -> ClassificationOutput {
+        let output = self.linear.forward(batch.x);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&output.device())
+            .forward(output.clone(), batch.y.clone());
+        ClassificationOutput::new(loss, output, batch.y)
+    }
+}
+
+impl TrainStep for Classifier {
+    type Input = ClassBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: ClassBatch) -> TrainOutput<ClassificationOutput> {
+        let output = self.classification(batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+impl InferenceStep for Classifier {
+    type Input = ClassBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: ClassBatch) -> ClassificationOutput {
+        self.classification(batch)
+    }
+}
+
+/// Inputs and class labels of a classification batch.
+#[derive(Debug, Clone)]
+pub struct ClassBatch {
+    /// Inputs, `[batch, 2]`.
+    pub x: Tensor<2>,
+    /// Labels, `[batch]`: 1 when `x0 > x1`.
+    pub y: Tensor<1, Int>,
+}
+
+#[derive(Clone)]
+struct ClassBatcher;
+
+impl Batcher<[f32; 2], ClassBatch> for ClassBatcher {
+    fn batch(&self, items: Vec<[f32; 2]>, device: &Device) -> ClassBatch {
+        let n = items.len();
+        let labels: Vec<i64> = items.iter().map(|p| i64::from(p[0] > p[1])).collect();
+        let x: Vec<f32> = items.into_iter().flatten().collect();
+        ClassBatch {
+            x: Tensor::from_data(TensorData::new(x, [n, 2]), device),
+            y: Tensor::from_data(TensorData::new(labels, [n]), device),
+        }
+    }
+}
+
+/// A burn data loader over `rows` points of [`XyBatch::synthetic`]'s inputs, labelled 1 when
+/// `x0 > x1`, in batches of `batch_size`.
+pub fn classification_loader(
+    seed: u64,
+    rows: usize,
+    batch_size: usize,
+    device: &Device,
+) -> Arc<dyn DataLoader<ClassBatch>> {
+    let x = XyBatch::synthetic(seed, rows, &Device::flex())
+        .x
+        .into_data()
+        .iter::<f32>()
+        .collect::<Vec<_>>();
+    let items: Vec<[f32; 2]> = x.chunks(2).map(|p| [p[0], p[1]]).collect();
+    DataLoaderBuilder::new(ClassBatcher)
+        .batch_size(batch_size)
+        .set_device(device.clone())
+        .build(InMemDataset::new(items))
 }

@@ -15,7 +15,7 @@ use burn::train::{
     ExecutionStrategy, Interrupter, Learner, LearningResult, MultiDeviceOptim, SupervisedTraining,
     TrainingError, TrainingStrategy,
 };
-use ember::burn_train::{PoolStrategy, PoolStrategyError, SummaryLogger};
+use ember::burn_train::{PoolStrategy, PoolStrategyError, SummaryLogger, XAxis};
 use ember::pack::proto::tensorboard::{Event, event, summary};
 use ember::read::Scan;
 use ember::step::burn::Reduction;
@@ -103,58 +103,108 @@ fn pool(reduction: Reduction) -> Arc<PoolStrategy> {
 }
 
 /// 64 rows in batches of 8 on 2 devices: 8 train batches per epoch; 16 valid rows: 2 batches.
+/// The default x-axis is the global training iteration: train batches at 1..=16, every
+/// end-of-epoch value at the iteration reached (8, 16).
 fn assert_two_epochs_of_summaries(dir: &Path) {
     let tags = scalars(&dir.join("tb"));
     let names: Vec<&str> = tags.keys().map(String::as_str).collect();
     assert_eq!(
         names,
         [
-            "train/Learning Rate",
-            "train/Learning Rate/epoch",
-            "train/Loss",
-            "train/Loss/epoch",
-            "valid/Loss",
-            "valid/Loss/epoch",
+            "train/learning_rate",
+            "train/learning_rate/epoch",
+            "train/loss",
+            "train/loss/epoch",
+            "valid/loss",
         ]
     );
-    assert_eq!(steps(&tags["train/Loss"]), (1..=16).collect::<Vec<_>>());
+    assert_eq!(steps(&tags["train/loss"]), (1..=16).collect::<Vec<_>>());
     assert_eq!(
-        steps(&tags["train/Learning Rate"]),
+        steps(&tags["train/learning_rate"]),
         (1..=16).collect::<Vec<_>>()
     );
-    assert_eq!(steps(&tags["valid/Loss"]), (1..=4).collect::<Vec<_>>());
     for tag in [
-        "train/Loss/epoch",
-        "valid/Loss/epoch",
-        "train/Learning Rate/epoch",
+        "train/loss/epoch",
+        "valid/loss",
+        "train/learning_rate/epoch",
     ] {
-        assert_eq!(steps(&tags[tag]), [1, 2], "{tag}");
+        assert_eq!(steps(&tags[tag]), [8, 16], "{tag}");
     }
     // The learning rate reaches the metrics with every device output.
-    for (_, lr) in &tags["train/Learning Rate"] {
+    for (_, lr) in &tags["train/learning_rate"] {
         assert!((f64::from(*lr) - LR).abs() < 1e-6, "learning rate {lr}");
     }
     // Equal batch sizes: each epoch's final loss is the mean of its batch losses, so the final
     // values were told apart from the batch values.
-    for (split, per_epoch) in [("train", 8), ("valid", 2)] {
-        let batches = &tags[&format!("{split}/Loss")];
-        let finals = &tags[&format!("{split}/Loss/epoch")];
-        for (epoch, (_, final_loss)) in finals.iter().enumerate() {
-            let expected = mean(&batches[epoch * per_epoch..(epoch + 1) * per_epoch]);
-            let final_loss = f64::from(*final_loss);
-            assert!(
-                (final_loss - expected).abs() <= 1e-5 * expected.abs().max(1.0),
-                "{split} epoch {}: final {final_loss}, mean of batches {expected}",
-                epoch + 1
-            );
-        }
-    }
+    assert_finals_are_batch_means(&tags["train/loss"], &tags["train/loss/epoch"], 8);
     // Training worked: the second epoch's loss is below the first's.
-    let train = &tags["train/Loss/epoch"];
+    let train = &tags["train/loss/epoch"];
     assert!(train[1].1 < train[0].1, "{train:?}");
 }
 
-fn assert_no_error(result: &LearningResult<Mlp>) {
+fn assert_finals_are_batch_means(batches: &[(i64, f32)], finals: &[(i64, f32)], per_epoch: usize) {
+    for (epoch, (_, final_loss)) in finals.iter().enumerate() {
+        let expected = mean(&batches[epoch * per_epoch..(epoch + 1) * per_epoch]);
+        let final_loss = f64::from(*final_loss);
+        assert!(
+            (final_loss - expected).abs() <= 1e-5 * expected.abs().max(1.0),
+            "epoch {}: final {final_loss}, mean of batches {expected}",
+            epoch + 1
+        );
+    }
+}
+
+#[test]
+fn split_batches_count_each_split_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = device();
+    let logger = SummaryLogger::new(SummaryRecord::new(dir.path().join("tb")).unwrap())
+        .x_axis(XAxis::SplitBatches);
+    let result = training_with(dir.path(), 64, 2, logger, &device)
+        .with_training_strategy(TrainingStrategy::Custom(pool(Reduction::Mean)))
+        .launch(learner(Mlp::new(8, &device)));
+    assert_no_error(&result);
+    let tags = scalars(&dir.path().join("tb"));
+    assert_eq!(steps(&tags["train/loss"]), (1..=16).collect::<Vec<_>>());
+    assert_eq!(steps(&tags["valid/loss"]), [1, 2, 3, 4]);
+    for tag in ["train/loss/epoch", "valid/loss/epoch"] {
+        assert_eq!(steps(&tags[tag]), [1, 2], "{tag}");
+    }
+    assert_finals_are_batch_means(&tags["train/loss"], &tags["train/loss/epoch"], 8);
+    assert_finals_are_batch_means(&tags["valid/loss"], &tags["valid/loss/epoch"], 2);
+}
+
+#[test]
+fn accuracy_in_percent_is_written_as_a_fraction_like_the_trainer_s() {
+    // burn's AccuracyMetric reports percent; the Trainer writes accuracy as a fraction.
+    use burn::train::metric::AccuracyMetric;
+    let dir = tempfile::tempdir().unwrap();
+    let device = device();
+    let result = SupervisedTraining::new(
+        dir.path().join("burn"),
+        ember_tests::classification_loader(3, 32, 8, &device),
+        ember_tests::classification_loader(4, 16, 8, &device),
+    )
+    .num_epochs(1)
+    .metrics((AccuracyMetric::new(),))
+    .with_application_logger(None)
+    .with_metric_logger(FileMetricLogger::new(dir.path().join("burn")))
+    .with_metric_logger(SummaryLogger::new(
+        SummaryRecord::new(dir.path().join("tb")).unwrap(),
+    ))
+    .launch(Learner::new(
+        ember_tests::Classifier::new(&device),
+        SgdConfig::new().init(),
+        LR,
+    ));
+    assert_no_error(&result);
+    let tags = scalars(&dir.path().join("tb"));
+    let accuracy = &tags["valid/accuracy"];
+    assert_eq!(accuracy.len(), 1);
+    assert!((0.0..=1.0).contains(&accuracy[0].1), "{accuracy:?}");
+}
+
+fn assert_no_error<M: burn::train::LearnerModel>(result: &LearningResult<M>) {
     if let Some(error) = &result.error {
         panic!("training failed: {error}");
     }
@@ -212,9 +262,9 @@ fn the_summary_logger_works_on_a_single_device() {
     assert_no_error(&result);
     let tags = scalars(&dir.path().join("tb"));
     // 32 rows in batches of 8 on one device.
-    assert_eq!(steps(&tags["train/Loss"]), [1, 2, 3, 4]);
-    assert_eq!(steps(&tags["train/Loss/epoch"]), [1]);
-    assert_eq!(steps(&tags["valid/Loss"]), [1, 2]);
+    assert_eq!(steps(&tags["train/loss"]), [1, 2, 3, 4]);
+    assert_eq!(steps(&tags["train/loss/epoch"]), [4]);
+    assert_eq!(steps(&tags["valid/loss"]), [4]);
 }
 
 #[test]
@@ -303,7 +353,7 @@ fn a_poisoned_batch_ends_pool_training_with_an_error_naming_the_device() {
     // What ran before the failure was logged: the first step's two device batches, and the
     // train split's end; no validation ran.
     let tags = scalars(&dir.path().join("tb"));
-    assert_eq!(steps(&tags["train/Loss"]), [1, 2]);
+    assert_eq!(steps(&tags["train/loss"]), [1, 2]);
     assert!(
         !tags.keys().any(|tag| tag.starts_with("valid/")),
         "{tags:?}"

@@ -18,7 +18,9 @@ use ember_tests::{Mlp, regression_loader};
 fn the_trainer_takes_a_burn_scheduler_config_init_as_learner_does() {
     // Before: every scheduler config's `init()` returned a type `impl LrScheduler` rejected.
     let device = Device::flex().autodiff();
-    let scheduler = CosineAnnealingLrSchedulerConfig::new(0.1, 8).init().unwrap();
+    let scheduler = CosineAnnealingLrSchedulerConfig::new(0.1, 8)
+        .init()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut summary = SummaryRecord::new(dir.path()).unwrap();
     let (_model, report) = Trainer::new(
@@ -44,7 +46,9 @@ fn the_trainer_takes_a_burn_scheduler_config_init_as_learner_does() {
         .map(|p| p.value)
         .collect();
     // Cosine annealing from 0.1 over 8 steps: each step's rate as Burn computes it, as f32.
-    let mut reference = CosineAnnealingLrSchedulerConfig::new(0.1, 8).init().unwrap();
+    let mut reference = CosineAnnealingLrSchedulerConfig::new(0.1, 8)
+        .init()
+        .unwrap();
     let expected: Vec<f64> = (0..8)
         .map(|_| f64::from(reference.step().base() as f32))
         .collect();
@@ -65,7 +69,12 @@ fn a_module_s_histograms_and_graph_take_one_call_each() {
     let tags: Vec<&str> = read.keys().map(String::as_str).collect();
     assert_eq!(
         tags,
-        ["weights/l1.bias", "weights/l1.weight", "weights/l2.bias", "weights/l2.weight"]
+        [
+            "weights/l1.bias",
+            "weights/l1.weight",
+            "weights/l2.bias",
+            "weights/l2.weight"
+        ]
     );
     // l1 maps 2 inputs to 8 hidden units: 16 weights, counted in its histogram.
     assert_eq!(read["weights/l1.weight"][0].count, 16.0);
@@ -104,7 +113,9 @@ fn a_histogram_rule_can_be_chosen_per_call_and_per_record() {
         .build()
         .unwrap();
     let values: Vec<f32> = (0..100).map(|i| i as f32).collect();
-    summary.add_histogram("default", values.as_slice(), 0).unwrap();
+    summary
+        .add_histogram("default", values.as_slice(), 0)
+        .unwrap();
     summary
         .add_histogram_with("ten", values.as_slice(), HistogramRule::EqualWidth(10), 0)
         .unwrap();
@@ -113,7 +124,11 @@ fn a_histogram_rule_can_be_chosen_per_call_and_per_record() {
     assert_eq!(read["default"][0].buckets.len(), 4);
     assert_eq!(read["ten"][0].buckets.len(), 10);
     assert_eq!(
-        read["ten"][0].buckets.iter().map(|b| b.2).collect::<Vec<_>>(),
+        read["ten"][0]
+            .buckets
+            .iter()
+            .map(|b| b.2)
+            .collect::<Vec<_>>(),
         [10.0; 10]
     );
 }
@@ -141,11 +156,17 @@ fn add_scalars_draws_one_chart_with_a_run_per_name_as_tensorboardx_does() {
     let valid = scalars(dir.path().join("run_loss_valid")).unwrap();
     assert_eq!(train.keys().collect::<Vec<_>>(), ["run/loss"]);
     assert_eq!(
-        train["run/loss"].iter().map(|p| p.value).collect::<Vec<_>>(),
+        train["run/loss"]
+            .iter()
+            .map(|p| p.value)
+            .collect::<Vec<_>>(),
         [1.0, 0.5, f64::from(1.0f32 / 3.0)]
     );
     assert_eq!(valid["run/loss"].len(), 3);
-    assert!(scalars(dir.path()).unwrap().is_empty(), "nothing in the parent run");
+    assert!(
+        scalars(dir.path()).unwrap().is_empty(),
+        "nothing in the parent run"
+    );
     assert!(!Path::new(&dir.path().join("escape")).exists());
 }
 

@@ -22,7 +22,9 @@ pub enum SummaryError {
     #[error(transparent)]
     Rejected(#[from] PackError),
     /// A name given to `add_scalars` cannot name its run's directory.
-    #[error("`{0}` cannot name a sub-run directory (empty, `.`, `..`, or holding `/`, `\\` or NUL)")]
+    #[error(
+        "`{0}` cannot name a sub-run directory (empty, `.`, `..`, or holding `/`, `\\` or NUL)"
+    )]
     SubRunName(String),
     /// The log directory path is empty.
     #[error("the log directory path is empty")]

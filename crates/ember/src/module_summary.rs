@@ -25,7 +25,11 @@ impl SummaryRecord {
 
     /// Records `module`'s structure at `step`: a node per submodule and parameter, named by
     /// its path under `model`, with its type as the op.
-    pub fn add_module_graph<M: Module>(&mut self, module: &M, step: i64) -> Result<(), SummaryError> {
+    pub fn add_module_graph<M: Module>(
+        &mut self,
+        module: &M,
+        step: i64,
+    ) -> Result<(), SummaryError> {
         self.add_graph(module_graph(module, "model"), step)
     }
 }

@@ -566,10 +566,7 @@ impl SummaryRecord {
         }
         let tag = Tag::new(main_tag)?;
         for (name, _) in values {
-            if name.is_empty()
-                || *name == "."
-                || *name == ".."
-                || name.contains(['/', '\\', '\0'])
+            if name.is_empty() || *name == "." || *name == ".." || name.contains(['/', '\\', '\0'])
             {
                 return Err(SummaryError::SubRunName((*name).to_string()));
             }

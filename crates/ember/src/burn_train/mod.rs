@@ -1,0 +1,57 @@
+//! burn-train integration: a metric logger writing through [`SummaryRecord`], and a training
+//! strategy running `SupervisedTraining` on ember's device pool.
+//!
+//! - [`SummaryLogger`] is a burn-train `MetricLogger`: register it with
+//!   `SupervisedTraining::with_metric_logger` and every numeric metric lands in TensorBoard (or
+//!   MindInsight) files, under `<split>/<metric name>` per batch and `<split>/<metric name>/epoch`
+//!   per epoch.
+//! - [`PoolStrategy`] is a burn-train `SupervisedLearningStrategy`: pass it as
+//!   `TrainingStrategy::Custom(Arc::new(PoolStrategy::new(devices, Reduction::Mean)))` and the
+//!   training steps run on an [`ember_pool::DevicePool`], with device-ordered gradient reduction
+//!   (mean or sum) and failures that name every failed device.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use burn::optim::SgdConfig;
+//! use burn::tensor::Device;
+//! use burn::train::logger::FileMetricLogger;
+//! use burn::train::metric::LossMetric;
+//! use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
+//! use ember::SummaryRecord;
+//! use ember::burn_train::{PoolStrategy, SummaryLogger};
+//! use ember::step::burn::Reduction;
+//! # use ember_tests::{Mlp, regression_loader};
+//!
+//! let device = Device::flex().autodiff();
+//! let strategy = Arc::new(PoolStrategy::new(vec![device.clone(); 2], Reduction::Mean));
+//! let result = SupervisedTraining::new(
+//!     "runs/demo",
+//!     regression_loader(1, 64, 8, &device),
+//!     regression_loader(2, 16, 8, &device),
+//! )
+//! .num_epochs(2)
+//! .metrics((LossMetric::new(),))
+//! .with_metric_logger(FileMetricLogger::new("runs/demo"))
+//! .with_metric_logger(SummaryLogger::new(SummaryRecord::new("runs/demo/tensorboard")?))
+//! .with_training_strategy(TrainingStrategy::Custom(strategy.clone()))
+//! .launch(Learner::new(Mlp::new(8, &device), SgdConfig::new().init(), 0.05));
+//! if let Some(error) = result.error {
+//!     eprintln!("training failed: {error}");
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `logger.rs` holds the logger, `strategy.rs` the strategy; they share only
+//! [`EmberFailure`], the way an ember error reaches burn's `TrainingError`.
+
+mod logger;
+mod strategy;
+
+pub use logger::{LoggerErrors, SummaryLogger, XAxis};
+pub use strategy::{PoolStrategy, PoolStrategyError};
+
+/// The message of an ember error that burn's `TrainingError` has no variant for.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct EmberFailure(String);

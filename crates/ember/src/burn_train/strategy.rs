@@ -1,0 +1,400 @@
+//! [`PoolStrategy`]: burn-train's supervised training on ember's device pool.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use burn::data::dataloader::split::split_dataloader;
+use burn::data::dataloader::{DataLoaderIterator, Progress};
+use burn::data::dataset::DatasetError;
+use burn::optim::GradientsParams;
+use burn::tensor::Device;
+use burn::train::train::WorkerFailure;
+use burn::train::{
+    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearnerModel,
+    SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainOutput,
+    TrainStep, TrainingComponents, TrainingError, TrainingItem, ValidLoader,
+};
+use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
+use ember_pool::step::{Step, StepError};
+use ember_pool::{DevicePool, PoolOptions, SpawnError};
+
+use super::EmberFailure;
+
+/// Why a [`PoolStrategy`] stopped training.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolStrategyError {
+    /// The strategy was given no devices.
+    #[error("the pool strategy has no devices")]
+    NoDevices,
+    /// A worker thread could not start.
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// A training step failed; the source names every failed device.
+    #[error("training step {step} of epoch {epoch} failed: {source}")]
+    Step {
+        /// The epoch, from burn's numbering (from 1).
+        epoch: usize,
+        /// The pool step within the epoch, from 1.
+        step: usize,
+        /// Every failed device.
+        source: StepError,
+    },
+}
+
+/// A burn-train `SupervisedLearningStrategy` that runs training on ember's
+/// [`DevicePool`].
+///
+/// ```text
+/// SupervisedTraining::new(dir, train, valid)
+///     .with_training_strategy(TrainingStrategy::Custom(Arc::new(
+///         PoolStrategy::new(devices, Reduction::Mean),
+///     )))
+/// ```
+///
+/// Like burn's `ExecutionStrategy::multi` with `MultiDeviceOptim::OptimMainDevice`, each epoch
+/// splits the training loader into one contiguous slice per device, and each step runs one
+/// batch per device; the gradients are brought to the main device (the first) and the optimizer
+/// steps there. Validation runs on the main device. Unlike it:
+///
+/// - the workers are ember's (one long-lived thread per device for the whole run) and gradients
+///   are reduced **in device order** by [`Reduction::Mean`] or [`Reduction::Sum`] (burn sums,
+///   in arrival order), so runs reduce to the same bits;
+/// - with gradient accumulation (`SupervisedTraining::grads_accumulation(n)`), the gradients of
+///   every device of the `n` steps are reduced together, so `Mean` averages over all of them;
+/// - a failure (a panicking step, a failing batch source, with [`with_step_timeout`] a hung
+///   worker, a dead worker thread) ends training through burn's own mechanism: the interrupter
+///   fails and `LearningResult::error` holds `TrainingError::Workers` with one entry per failed
+///   device, each carrying ember's message; [`take_error`](PoolStrategy::take_error) gives the
+///   typed [`PoolStrategyError`]. Errors without a device (no devices, a worker that could not
+///   start) come as `TrainingError::Dataset` carrying ember's message.
+///
+/// burn's event processor gets one `ProcessedItem` per device output with the aggregated
+/// progress, the iteration (device batches so far in the epoch) and the current learning rate;
+/// `StartSplit`/`EndSplit`/`EndEpoch` as burn's strategies send them. The interrupter is checked
+/// before every step. Checkpointing (`with_default_checkpointers`, resuming with `checkpoint(n)`),
+/// and early stopping work as in burn's strategies, after validation of each epoch. Devices that
+/// are not autodiff devices are made so, as burn does for its own strategies; burn's gradient
+/// checkpointing flag does not reach custom strategies, so pass
+/// `device.autodiff().gradient_checkpointing()` to use it.
+///
+/// Not supported: burn's sharded optimizer (`MultiDeviceOptim::OptimSharded`): the optimizer
+/// always steps on the main device; and burn's `Interrupter` cannot cancel a step already
+/// running on the workers: it is checked between steps (a hung step needs the step timeout).
+///
+/// [`with_step_timeout`]: PoolStrategy::with_step_timeout
+#[derive(Debug)]
+pub struct PoolStrategy {
+    devices: Vec<Device>,
+    reduction: Reduction,
+    step_timeout: Option<Duration>,
+    error: Mutex<Option<PoolStrategyError>>,
+}
+
+impl PoolStrategy {
+    /// A strategy on `devices` (the first is the main device) reducing gradients by `reduction`.
+    pub fn new(devices: Vec<Device>, reduction: Reduction) -> Self {
+        let devices = devices
+            .into_iter()
+            .map(|device| {
+                if device.is_autodiff() {
+                    device
+                } else {
+                    device.autodiff()
+                }
+            })
+            .collect();
+        Self {
+            devices,
+            reduction,
+            step_timeout: None,
+            error: Mutex::new(None),
+        }
+    }
+
+    /// Gives up on a device step after `timeout`: the device is reported as timed out and
+    /// training ends with an error. No timeout by default.
+    pub fn with_step_timeout(mut self, timeout: Duration) -> Self {
+        self.step_timeout = Some(timeout);
+        self
+    }
+
+    /// The devices, main device first.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// How device gradients are reduced.
+    pub fn reduction(&self) -> Reduction {
+        self.reduction
+    }
+
+    /// The step timeout, if any.
+    pub fn step_timeout(&self) -> Option<Duration> {
+        self.step_timeout
+    }
+
+    /// Takes the error that ended the latest training run, typed, if one did.
+    pub fn take_error(&self) -> Option<PoolStrategyError> {
+        match self.error.lock() {
+            Ok(mut slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }
+    }
+
+    /// Fails burn's interrupter with `error` (as `TrainingError::Workers` when it names
+    /// devices) and keeps the typed error for [`take_error`](Self::take_error).
+    fn fail(&self, interrupter: &Interrupter, error: PoolStrategyError) {
+        let training_error = match &error {
+            PoolStrategyError::Step {
+                epoch,
+                step,
+                source: source @ StepError::Devices(_),
+            } => TrainingError::Workers(
+                source
+                    .failures()
+                    .iter()
+                    .map(|failure| {
+                        let text = failure.to_string();
+                        let prefix = format!("device {}: ", failure.device);
+                        let message = text.strip_prefix(&prefix).unwrap_or(&text);
+                        WorkerFailure {
+                            device_id: failure.device,
+                            message: format!("{message} (epoch {epoch}, step {step})"),
+                        }
+                    })
+                    .collect(),
+            ),
+            other => TrainingError::Dataset(DatasetError::new(EmberFailure(other.to_string()))),
+        };
+        interrupter.fail(training_error);
+        match self.error.lock() {
+            Ok(mut slot) => *slot = Some(error),
+            Err(poisoned) => *poisoned.into_inner() = Some(error),
+        }
+    }
+}
+
+/// What one training epoch on the pool needs.
+struct TrainEpoch<'a, M: LearnerModel> {
+    strategy: &'a PoolStrategy,
+    pool: &'a mut DevicePool<BurnStep<M>>,
+    loaders: &'a [TrainLoader<M>],
+    main: &'a Device,
+    accumulation: usize,
+    interrupter: &'a Interrupter,
+}
+
+impl<M> TrainEpoch<'_, M>
+where
+    M: LearnerModel,
+    TrainOutput<<M as TrainStep>::Output>: Send,
+{
+    fn run(
+        &mut self,
+        learner: &mut Learner<M>,
+        epoch: usize,
+        events: &mut SupervisedTrainingEventProcessor<M>,
+    ) {
+        let interrupter = self.interrupter;
+        log::info!(
+            "executing training epoch {epoch} on {} pool devices",
+            self.loaders.len()
+        );
+        let mut iterators: Vec<Box<dyn DataLoaderIterator<<M as TrainStep>::Input> + '_>> =
+            self.loaders.iter().map(|loader| loader.iter()).collect();
+        interrupter.fail_on_error(events.process_train(LearnerEvent::StartSplit {
+            epoch_number: epoch,
+            progress: Progress::aggregate(iterators.iter().map(|it| it.progress())),
+        }));
+
+        let mut iteration = 0usize;
+        let mut window: Vec<GradientsParams> = Vec::new();
+        let mut window_steps = 0usize;
+        let mut step = 0usize;
+        while !interrupter.should_stop() {
+            step += 1;
+            let outputs = match self
+                .pool
+                .step(iterators.as_mut_slice(), &BurnStep(learner.model()))
+            {
+                Ok(Step::Ran(outputs)) => outputs,
+                Ok(Step::EpochOver(_)) => break,
+                Err(source) => {
+                    self.strategy.fail(
+                        interrupter,
+                        PoolStrategyError::Step {
+                            epoch,
+                            step,
+                            source,
+                        },
+                    );
+                    break;
+                }
+            };
+            let progress = Progress::aggregate(iterators.iter().map(|it| it.progress()));
+            let mut items = Vec::with_capacity(outputs.outputs.len());
+            for output in outputs.outputs {
+                window.push(output.output.grads);
+                items.push(output.output.item);
+            }
+            window_steps += 1;
+            if window_steps >= self.accumulation {
+                self.optimize(learner, &mut window);
+                window_steps = 0;
+            }
+            for item in items {
+                iteration += 1;
+                let item = TrainingItem::new(
+                    item,
+                    progress.clone(),
+                    Some(iteration),
+                    Some(learner.lr_current()),
+                );
+                interrupter.fail_on_error(events.process_train(LearnerEvent::ProcessedItem(item)));
+            }
+        }
+        interrupter.fail_on_error(events.flush());
+        // A partial accumulation window still updates the model, as burn-train does.
+        if window_steps > 0 && !interrupter.should_stop() {
+            self.optimize(learner, &mut window);
+        }
+
+        let mut progress = Progress::aggregate(iterators.iter().map(|it| it.progress()));
+        if !interrupter.should_stop() {
+            progress.resolve_total();
+        }
+        interrupter.fail_on_error(events.process_train(LearnerEvent::EndSplit { epoch, progress }));
+        interrupter.fail_on_error(events.flush());
+    }
+
+    /// Reduces the window's gradients in order on the main device and steps the optimizer.
+    fn optimize(&self, learner: &mut Learner<M>, window: &mut Vec<GradientsParams>) {
+        let model = learner.model();
+        let grads = reduce_gradients(window.drain(..), self.main, &model, self.strategy.reduction);
+        learner.lr_step();
+        learner.optimizer_step(grads);
+    }
+}
+
+/// One validation pass on the main device, as burn's single-device validation epoch does.
+fn valid_epoch<M: LearnerModel>(
+    learner: &Learner<M>,
+    loader: &ValidLoader<M>,
+    epoch: usize,
+    events: &mut SupervisedTrainingEventProcessor<M>,
+    interrupter: &Interrupter,
+) {
+    log::info!("executing validation epoch {epoch}");
+    let model = learner.model().valid();
+    let mut iterator = loader.iter();
+    interrupter.fail_on_error(events.process_valid(LearnerEvent::StartSplit {
+        epoch_number: epoch,
+        progress: iterator.progress(),
+    }));
+    let mut iteration = 0usize;
+    while !interrupter.should_stop() {
+        let batch = match iterator.next() {
+            Some(Ok(batch)) => batch,
+            Some(Err(error)) => {
+                interrupter.fail(error);
+                break;
+            }
+            None => break,
+        };
+        let progress = iterator.progress();
+        iteration += 1;
+        let item = InferenceStep::step(&model, batch);
+        let item = TrainingItem::new(item, progress, Some(iteration), None);
+        interrupter.fail_on_error(events.process_valid(LearnerEvent::ProcessedItem(item)));
+    }
+    interrupter.fail_on_error(events.flush());
+    let mut progress = iterator.progress();
+    if !interrupter.should_stop() {
+        progress.resolve_total();
+    }
+    interrupter.fail_on_error(events.process_valid(LearnerEvent::EndSplit { epoch, progress }));
+    interrupter.fail_on_error(events.flush());
+}
+
+impl<M> SupervisedLearningStrategy<M> for PoolStrategy
+where
+    M: LearnerModel,
+    TrainOutput<<M as TrainStep>::Output>: Send,
+{
+    fn fit(
+        &self,
+        components: TrainingComponents<M>,
+        mut learner: Learner<M>,
+        train: TrainLoader<M>,
+        valid: ValidLoader<M>,
+        starting_epoch: usize,
+    ) -> (M, SupervisedTrainingEventProcessor<M>) {
+        let mut events = components.event_processor;
+        let interrupter = components.interrupter.clone();
+        if let Ok(mut slot) = self.error.lock() {
+            *slot = None;
+        }
+        let Some(main) = self.devices.first().cloned() else {
+            self.fail(&interrupter, PoolStrategyError::NoDevices);
+            return (learner.model(), events);
+        };
+        let options = match self.step_timeout {
+            Some(timeout) => PoolOptions::default().step_timeout(timeout),
+            None => PoolOptions::default(),
+        };
+        let mut pool = match DevicePool::<BurnStep<M>>::new(self.devices.clone(), options) {
+            Ok(pool) => pool,
+            Err(error) => {
+                self.fail(&interrupter, error.into());
+                return (learner.model(), events);
+            }
+        };
+
+        let loaders = split_dataloader(train, &self.devices);
+        let valid = valid.to_device(&main.clone().inner());
+        learner.fork(&main);
+        let mut checkpointer = components.checkpointer;
+        let mut early_stopping = components.early_stopping;
+        let mut epoch_train = TrainEpoch {
+            strategy: self,
+            pool: &mut pool,
+            loaders: &loaders,
+            main: &main,
+            accumulation: components.grad_accumulation.unwrap_or(1).max(1),
+            interrupter: &interrupter,
+        };
+
+        for epoch in starting_epoch..=components.num_epochs {
+            epoch_train.run(&mut learner, epoch, &mut events);
+            if interrupter.should_stop() {
+                if let Some(interruption) = interrupter.interruption() {
+                    let reason = interruption.reason.as_deref().unwrap_or("reason unknown");
+                    log::info!("training interrupted: {reason}");
+                }
+                break;
+            }
+
+            valid_epoch(&learner, &valid, epoch, &mut events, &interrupter);
+            if interrupter.should_stop() {
+                break;
+            }
+            interrupter.fail_on_error(events.process_train(LearnerEvent::EndEpoch(epoch)));
+            if checkpointer.is_some() || early_stopping.is_some() {
+                interrupter.fail_on_error(events.flush());
+            }
+            if interrupter.should_stop() {
+                break;
+            }
+            if let Some(checkpointer) = &mut checkpointer {
+                checkpointer.checkpoint(&learner, epoch, &components.event_store);
+            }
+            if let Some(early_stopping) = &mut early_stopping
+                && early_stopping.should_stop(epoch, &components.event_store)
+            {
+                break;
+            }
+        }
+        (learner.model(), events)
+    }
+}
