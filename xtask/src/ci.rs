@@ -11,6 +11,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask layers",
     "cargo xtask codegen --check",
     "cargo clippy --workspace --all-targets -- -D warnings",
+    "cargo xtask features",
     "cargo test --workspace",
     "cargo xtask compat",
 ];

@@ -9,12 +9,16 @@
 //! - `compat`: checks with TensorBoard's own loaders (pinned, in a venv under `target/`) that
 //!   every value kind ember writes reads back as written, truncated files included.
 //! - `codegen [--check]`: regenerates ember-pack's protobuf code (`--check` only verifies it).
+//! - `features`: checks that `ember` without its `burn` feature builds no Burn, that the logging
+//!   example builds and runs that way in a crate of its own, and that the docs of both feature
+//!   sets build without warnings.
 //! - `layers`: checks that each crate depends only on the layer directly below it.
 
 mod bench;
 mod ci;
 mod codegen;
 mod compat;
+mod features;
 mod layers;
 
 use std::path::PathBuf;
@@ -27,10 +31,11 @@ fn main() -> anyhow::Result<()> {
         Some("ci") => ci::run(&root),
         Some("compat") => compat::run(&root),
         Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
+        Some("features") => features::run(&root),
         Some("layers") => layers::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard reads back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  layers   check the crate layering against docs/architecture.md"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard reads back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  features logging-only ember builds no Burn; docs of both feature sets build\n  layers   check the crate layering against docs/architecture.md"
             );
             Ok(())
         }

@@ -45,7 +45,7 @@ pub(crate) struct TrainArgs {
     /// Passes over the training set.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
     epochs: u16,
-    /// Where to write the summaries [default: runs/<UTC date-time>].
+    /// Where to write the summaries [default: runs/YYYY-MM-DDTHH-MM-SSZ, the UTC start time].
     #[arg(long)]
     logdir: Option<PathBuf>,
     /// Event file format.

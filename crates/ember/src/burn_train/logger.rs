@@ -51,7 +51,7 @@ use crate::{SummaryError, SummaryRecord};
 ///
 /// **Execution strategies.** The logger sits behind burn's event store, so it works the same
 /// with every execution strategy: `ExecutionStrategy::single`, `ExecutionStrategy::multi`
-/// (either `MultiDeviceOptim`), custom strategies such as [`PoolStrategy`], and
+/// (either `MultiDeviceOptim`), custom strategies such as [`PoolStrategy`](super::PoolStrategy), and
 /// `ExecutionStrategy::ddp`, whose workers' events are merged by one event processor into the
 /// same stream (start of split, one update per batch, end of split, epoch summary) before they
 /// reach loggers. The single, multi and pool strategies are covered by ember's tests; DDP is

@@ -1,4 +1,4 @@
-//! burn-train integration: a metric logger writing through [`SummaryRecord`], and a training
+//! burn-train integration: a metric logger writing through [`SummaryRecord`](crate::SummaryRecord), and a training
 //! strategy running `SupervisedTraining` on ember's device pool.
 //!
 //! - [`SummaryLogger`] is a burn-train `MetricLogger`: register it with
@@ -43,7 +43,7 @@
 //! ```
 //!
 //! `logger.rs` holds the logger, `strategy.rs` the strategy; they share only
-//! [`EmberFailure`], the way an ember error reaches burn's `TrainingError`.
+//! `EmberFailure`, the way an ember error reaches burn's `TrainingError`.
 
 mod logger;
 mod strategy;
