@@ -26,6 +26,9 @@ pub(crate) struct InspectArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    /// With --json, every scalar's full series as `[step, wall_time, value]` triples.
+    #[arg(long, requires = "json")]
+    values: bool,
 }
 
 /// Which reader a file needs, from its name.
@@ -136,11 +139,16 @@ struct TagStats {
     count: usize,
     steps: Option<(i64, i64)>,
     scalar: Option<ScalarStats>,
+    /// Every scalar value as (step, wall time, value), in file order.
+    series: Vec<(Option<i64>, f64, f64)>,
 }
 
 impl TagStats {
-    fn add(&mut self, step: Option<i64>, scalar: Option<f64>) {
+    fn add(&mut self, step: Option<i64>, wall_time: f64, scalar: Option<f64>) {
         self.count += 1;
+        if let Some(v) = scalar {
+            self.series.push((step, wall_time, v));
+        }
         if let Some(step) = step {
             self.steps = Some(match self.steps {
                 Some((lo, hi)) => (lo.min(step), hi.max(step)),
@@ -173,6 +181,8 @@ struct RunReport {
     tags: BTreeMap<(String, String), TagStats>,
     /// TensorBoard plugin of each tag, from the metadata on its first value in a file.
     plugins: HashMap<String, String>,
+    /// The wall time of the event being decoded.
+    wall_time: f64,
 }
 
 impl RunReport {
@@ -180,7 +190,7 @@ impl RunReport {
         self.tags
             .entry((kind.to_string(), tag.to_string()))
             .or_default()
-            .add(step, scalar);
+            .add(step, self.wall_time, scalar);
     }
 }
 
@@ -205,7 +215,7 @@ pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        crate::out(to_json(&runs, &skipped, errors, warnings));
+        crate::out(to_json(&runs, &skipped, errors, warnings, args.values));
     } else {
         print_text(&runs, errors, warnings);
     }
@@ -412,6 +422,7 @@ fn decode_tensorboard(event: tensorboard::Event, run: &mut RunReport) {
     use tensorboard::event::What;
     use tensorboard::summary::value::Value as V;
     let step = Some(event.step);
+    run.wall_time = event.wall_time;
     match event.what {
         None | Some(What::FileVersion(_)) => {}
         Some(What::GraphDef(_)) => run.add("graph", "graph", step, None),
@@ -475,6 +486,7 @@ fn decode_mindspore(event: mindspore::Event, run: &mut RunReport) {
     use mindspore::event::What;
     use mindspore::summary::value::Value as V;
     let step = event.step;
+    run.wall_time = event.wall_time;
     match event.what {
         None | Some(What::Version(_)) => {}
         Some(What::GraphDef(graph)) => {
@@ -589,6 +601,7 @@ fn to_json(
     skipped: &[Skipped],
     errors: usize,
     warnings: usize,
+    values: bool,
 ) -> Json {
     let runs: Vec<Json> = runs
         .iter()
@@ -637,6 +650,13 @@ fn to_json(
                         entry["scalar"] = json!({
                             "first": s.first, "last": s.last, "min": s.min, "max": s.max,
                         });
+                        if values {
+                            entry["values"] = stats
+                                .series
+                                .iter()
+                                .map(|(step, wall_time, value)| json!([step, wall_time, value]))
+                                .collect();
+                        }
                     }
                     entry
                 })

@@ -719,3 +719,35 @@ fn inspect_skips_a_fifo_and_a_device_named_like_event_files() {
         }
     }
 }
+
+#[test]
+fn inspect_json_values_prints_every_scalar_as_step_wall_time_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = scalar_log(dir.path(), Format::TensorBoard);
+    let output = ember(&["inspect", path_str(&file), "--json", "--values"]);
+    assert!(output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let loss = report["runs"][0]["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tag"] == "loss")
+        .unwrap();
+    let values = loss["values"].as_array().unwrap();
+    assert_eq!(values.len(), 20);
+    for (step, point) in values.iter().enumerate() {
+        assert_eq!(point[0], step as i64);
+        assert!(point[1].as_f64().unwrap() > 1.6e9, "a wall time: {point}");
+        assert_eq!(point[2], 20.0 - step as f64);
+    }
+    // Without --values the series is left out; --values without --json is refused by clap.
+    let plain = ember(&["inspect", path_str(&file), "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(report["runs"][0]["tags"][0].get("values").is_none());
+    assert_eq!(
+        ember(&["inspect", path_str(&file), "--values"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
