@@ -125,6 +125,83 @@ fn a_trainer_run_on_two_workers_writes_readable_tensorboard_summaries() {
             "{expected} missing from {names:?}"
         );
     }
+    // Each module's op is its own type (the fixture's `Mlp { l1: Linear, act: Relu, l2:
+    // Linear }`), and edges run from part to whole.
+    let nodes: BTreeMap<&str, (&str, Vec<&str>)> = graph
+        .node
+        .iter()
+        .map(|n| {
+            let inputs = n.input.iter().map(String::as_str).collect();
+            (n.name.as_str(), (n.op.as_str(), inputs))
+        })
+        .collect();
+    assert_eq!(
+        nodes["model"],
+        ("Mlp", vec!["model/l1", "model/act", "model/l2"])
+    );
+    assert_eq!(
+        nodes["model/l1"],
+        ("Linear", vec!["model/l1/weight", "model/l1/bias"])
+    );
+    assert_eq!(nodes["model/act"], ("Relu", vec![]));
+    assert_eq!(nodes["model/l2"].0, "Linear");
+    assert_eq!(nodes["model/l2/bias"], ("Parameter", vec![]));
+
+    // One hyper-parameter session: started once with every metric the run records, ended once.
+    let experiments: Vec<&summary::Value> = events
+        .iter()
+        .filter_map(|(_, e)| match &e.what {
+            Some(event::What::Summary(s)) => Some(s.value.iter()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|v| v.tag.starts_with("_hparams_/"))
+        .collect();
+    let hparams_tags: Vec<&str> = experiments.iter().map(|v| v.tag.as_str()).collect();
+    assert_eq!(
+        hparams_tags,
+        [
+            "_hparams_/experiment",
+            "_hparams_/session_start_info",
+            "_hparams_/session_end_info"
+        ]
+    );
+    let content = &experiments[0]
+        .metadata
+        .as_ref()
+        .unwrap()
+        .plugin_data
+        .as_ref()
+        .unwrap()
+        .content;
+    let Some(hparams::h_params_plugin_data::Data::Experiment(experiment)) =
+        hparams::HParamsPluginData::decode(content.as_slice())
+            .unwrap()
+            .data
+    else {
+        panic!("the first hparams value is not the experiment")
+    };
+    let metrics: Vec<&str> = experiment
+        .metric_infos
+        .iter()
+        .map(|m| m.name.as_ref().unwrap().tag.as_str())
+        .collect();
+    // A regression model: no accuracy.
+    assert_eq!(
+        metrics,
+        [
+            "train/loss",
+            "final/train_loss",
+            "valid/loss",
+            "final/valid_loss"
+        ]
+    );
+    for metric in metrics {
+        assert!(
+            tags.contains_key(metric),
+            "{metric} was declared, never recorded"
+        );
+    }
 }
 
 #[test]
@@ -169,6 +246,113 @@ fn a_trainer_run_writes_mindinsight_summaries_too() {
     }
     assert_eq!(version.as_deref(), Some("MindSpore.Event:1"));
     assert_eq!(loss_steps, [1, 2]);
+}
+
+#[test]
+fn a_mindinsight_run_writes_the_lineage_its_lineage_page_needs() {
+    use ember::pack::proto::mindspore::{LineageEvent, UserDefinedInfo, lineage_event::What};
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let mut summary = SummaryRecord::builder(dir.path())
+        .format(Format::MindInsight)
+        .build()
+        .unwrap();
+    let (_model, report) = trainer(2)
+        .fit(
+            Mlp::new(8, &device),
+            regression_loader(3, 32, 8, &device),
+            Some(regression_loader(4, 24, 8, &device)),
+            Some(&mut summary),
+        )
+        .unwrap();
+    summary.close().unwrap();
+
+    let lineage_file = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with("_lineage"))
+        .expect("a lineage file");
+    let scan = Scan::file(&lineage_file).unwrap();
+    let whats: Vec<What> = scan
+        .records
+        .iter()
+        .map(|r| {
+            LineageEvent::decode(r.data.as_slice())
+                .unwrap()
+                .what
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(whats.len(), 4, "{whats:?}");
+    // Hyper-parameters at the start, one user_info entry each, as MindSpore's SummaryCollector.
+    let What::UserDefinedInfo(start) = &whats[0] else {
+        panic!("{:?}", whats[0])
+    };
+    let keys: Vec<String> = start
+        .user_info
+        .iter()
+        .flat_map(|u| {
+            u.map_int32
+                .keys()
+                .chain(u.map_double.keys())
+                .chain(u.map_str.keys())
+                .cloned()
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "hidden",
+            "devices",
+            "epochs",
+            "reduction",
+            "grad_accumulation"
+        ]
+    );
+    assert_eq!(start.user_info[1].map_int32["devices"], 2);
+    // The end: the status, then train and evaluation lineage.
+    let mut status = UserDefinedInfo::default();
+    status
+        .map_str
+        .insert("session_status".into(), "success".into());
+    assert_eq!(
+        whats[1],
+        What::UserDefinedInfo(UserDefinedInfo {
+            user_info: vec![status],
+            ..Default::default()
+        })
+    );
+    let What::TrainLineage(train) = &whats[2] else {
+        panic!("{:?}", whats[2])
+    };
+    let hp = train.hyper_parameters.as_ref().unwrap();
+    assert_eq!(
+        (hp.epoch, hp.device_num, hp.batch_size, hp.learning_rate),
+        (Some(2), Some(2), Some(8), Some(0.05))
+    );
+    assert_eq!(hp.parallel_mode.as_deref(), Some("data_parallel"));
+    let algorithm = train.algorithm.as_ref().unwrap();
+    assert_eq!(algorithm.network.as_deref(), Some("Mlp"));
+    assert_eq!(
+        algorithm.loss,
+        Some(report.last().unwrap().train_loss as f32)
+    );
+    assert_eq!(
+        train.train_dataset.as_ref().unwrap().train_dataset_size,
+        Some(32)
+    );
+    let What::EvaluationLineage(eval) = &whats[3] else {
+        panic!("{:?}", whats[3])
+    };
+    let valid_loss = report.last().unwrap().valid_loss.unwrap();
+    assert_eq!(
+        eval.metric.as_deref(),
+        Some(format!("{{\"valid_loss\": {valid_loss:?}}}").as_str())
+    );
+    assert_eq!(
+        eval.valid_dataset.as_ref().unwrap().valid_dataset_size,
+        Some(24)
+    );
 }
 
 /// The status of every `_hparams_/session_end_info` value, with its step.

@@ -185,12 +185,12 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     .stop_when(stop)
     .hparams(
         HParams::new()
-            .with("hidden", hidden as f64)
-            .with("batch_size", batch_size as f64)
+            .with("hidden", i64::from(args.hidden))
+            .with("batch_size", i64::from(args.batch_size))
             .with("learning_rate", args.lr)
             .with("optimizer", "adam")
-            .with("train_examples", train_len as f64)
-            .with("test_examples", test_len as f64),
+            .with("train_examples", train_len as i64)
+            .with("test_examples", test_len as i64),
     )
     .on_step(move |step| {
         step_bar.set_prefix(format!("epoch {}/{epochs}", step.epoch));

@@ -96,4 +96,11 @@ pub enum PackErrorKind {
     /// An explain record with none of image path, inference, metadata labels or benchmark.
     #[error("explain record sets none of image_path, inference, metadata.label and benchmark")]
     EmptyExplain,
+    /// Hyper-parameters the format cannot write as given; the message says why.
+    #[error("invalid hparams: {0}")]
+    InvalidHParams(&'static str),
+    /// A graph the format cannot write as given (MindInsight resolves inputs by node id and
+    /// refuses some characters); the message names the node.
+    #[error("invalid graph: {0}")]
+    InvalidGraph(String),
 }

@@ -15,7 +15,8 @@ use crate::proto::mindspore as msp;
 use crate::tag::Tag;
 use crate::tensor::{DType, TensorValue, buffer_len};
 use crate::value::{
-    AttrValue, Graph, HParamValue, HParams, Histogram, HistogramBuckets, Image, Lineage, Value,
+    AttrValue, Graph, HParamValue, HParams, Histogram, HistogramBuckets, Image, Lineage,
+    SessionPart, SessionStatus, Value,
 };
 use crate::wire;
 
@@ -70,7 +71,8 @@ pub(crate) enum Plan<'a> {
     /// Precomputed buckets and their total `count`.
     Buckets(&'a HistogramBuckets, i64),
     Image(&'a Image, image::Geometry),
-    Graph(&'a Graph),
+    /// A graph and what each node becomes in MindSpore's layout.
+    Graph(&'a Graph, Vec<GraphRole>),
     Lineage(&'a Lineage),
     HParams(&'a HParams),
     Explain(&'a msp::Explain),
@@ -91,9 +93,12 @@ pub(crate) fn check(value: &Value) -> Result<Plan<'_>, PackErrorKind> {
             }
         }
         Value::Image(img) => Plan::Image(img, image::check(Format::MindInsight, img)?),
-        Value::Graph(g) => Plan::Graph(g),
+        Value::Graph(g) => Plan::Graph(g, check_graph(g)?),
         Value::Lineage(l) => Plan::Lineage(l),
-        Value::HParams(h) => Plan::HParams(h),
+        Value::HParams(h) => {
+            check_hparams(h)?;
+            Plan::HParams(h)
+        }
         Value::Explain(e) => {
             check_explain(e)?;
             Plan::Explain(e)
@@ -145,11 +150,11 @@ pub(crate) fn pack<'a>(
                 msp::summary::value::Value::Image(image),
             ));
         }
-        Plan::Graph(g) => {
+        Plan::Graph(g, roles) => {
             let event = msp::Event {
                 wall_time,
                 step: None,
-                what: Some(msp::event::What::GraphDef(graph_proto(g))),
+                what: Some(msp::event::What::GraphDef(graph_proto(g, &roles))),
             };
             sink.item(FileKind::Summary, event.encode_to_vec());
         }
@@ -320,93 +325,298 @@ fn check_explain(e: &msp::Explain) -> Result<(), PackErrorKind> {
     }
 }
 
-/// Hyper-parameters as MindInsight's custom lineage columns: numbers in `map_double`, strings
-/// and booleans (`"true"`/`"false"`) in `map_str`.
+/// The custom lineage key the session status goes under: MindSpore's lineage has no status
+/// field, so it is one more custom column, named so as not to meet a usual hyper-parameter.
+pub(crate) const SESSION_STATUS_KEY: &str = "session_status";
+
+/// MindInsight reads every `user_info` entry of a custom lineage record, and fails on a record
+/// without any (its lineage page then lists no job at all), so a record must hold one.
+fn check_hparams(h: &HParams) -> Result<(), PackErrorKind> {
+    h.check()?;
+    let has_entries = match h.part {
+        SessionPart::Whole => !h.hparams.is_empty() || h.status.is_some(),
+        SessionPart::Start => !h.hparams.is_empty(),
+        SessionPart::End => true,
+    };
+    if has_entries {
+        Ok(())
+    } else {
+        Err(PackErrorKind::InvalidHParams(
+            "MindInsight needs at least one hyper-parameter or a status",
+        ))
+    }
+}
+
+/// Hyper-parameters as MindInsight's custom lineage columns, in the layout of MindSpore's
+/// `SummaryCollector._package_custom_lineage_data`: one `user_info` entry per key, each holding
+/// one map with that one key. Integers go in `map_int32` (beyond `i32`, in `map_double`, where
+/// MindSpore would fail), numbers in `map_double`, strings in `map_str`; booleans, which
+/// MindSpore refuses, as the strings `"true"`/`"false"`. The status, when the part writes it,
+/// comes last as `session_status` (`"success"`, `"failure"`, `"running"`).
 fn user_defined_info(h: &HParams) -> msp::UserDefinedInfo {
-    let mut info = msp::UserDefinedInfo::default();
-    for (name, v) in &h.hparams {
+    fn entry(name: &str, v: &HParamValue) -> msp::UserDefinedInfo {
+        let mut info = msp::UserDefinedInfo::default();
+        let name = name.to_string();
         match v {
+            HParamValue::Int(i) => match i32::try_from(*i) {
+                Ok(small) => {
+                    info.map_int32.insert(name, small);
+                }
+                Err(_) => {
+                    info.map_double.insert(name, *i as f64);
+                }
+            },
             HParamValue::Number(n) => {
-                info.map_double.insert(name.clone(), *n);
+                info.map_double.insert(name, *n);
             }
             HParamValue::Str(s) => {
-                info.map_str.insert(name.clone(), s.clone());
+                info.map_str.insert(name, s.clone());
             }
             HParamValue::Bool(b) => {
-                info.map_str.insert(name.clone(), b.to_string());
+                info.map_str.insert(name, b.to_string());
+            }
+        }
+        info
+    }
+    let mut user_info = Vec::new();
+    if h.part != SessionPart::End {
+        user_info.extend(h.hparams.iter().map(|(name, v)| entry(name, v)));
+    }
+    if let Some(status) = h.status.filter(|_| h.part != SessionPart::Start) {
+        let status = match status {
+            SessionStatus::Success => "success",
+            SessionStatus::Failure => "failure",
+            SessionStatus::Running => "running",
+        };
+        user_info.push(entry(SESSION_STATUS_KEY, &HParamValue::Str(status.into())));
+    }
+    msp::UserDefinedInfo {
+        user_info,
+        ..Default::default()
+    }
+}
+
+/// What a graph node becomes in MindSpore's layout.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum GraphRole {
+    /// An operator node: `name` is its numeric id, its inputs refer to ids.
+    Op(u64),
+    /// A parameter (a `Parameter` node without inputs): a `GraphProto.parameters` entry with
+    /// this name, which its consumers' inputs refer to.
+    Parameter(String),
+}
+
+/// The op type MindInsight treats as a parameter, and ember's module graphs use.
+const PARAMETER_OP: &str = "Parameter";
+
+/// The last segment of a node's `full_name`: MindSpore's `Op-opN`, with `/` in the op (which
+/// would add a scope) replaced by `_`.
+fn op_segment(op: &str, id: u64) -> String {
+    format!("{}-op{id}", op.replace('/', "_"))
+}
+
+/// A graph node's `full_name`: the node's own name as its scope, then `Op-opN`, so a node that
+/// is also the scope of others never collides with that scope.
+fn full_name(name: &str, op: &str, id: u64) -> String {
+    format!("{name}/{}", op_segment(op, id))
+}
+
+/// Checks a graph for MindInsight and gives each node its role. MindInsight's graph builder
+/// resolves inputs by id and names nodes by `full_name`; it refuses `<`, `>` and `"` in names,
+/// makes scopes of every `/` segment, and treats `Parameter` op nodes as parameters. So node
+/// names must be unique, non-empty, without empty segments or those characters; ops non-empty;
+/// inputs must name nodes; a `Parameter` takes no input; parameter names (the node name with
+/// `/` as `.`, MindSpore's `conv1.weight` style) must be unique; and no generated `full_name`
+/// may be another node's scope.
+pub(crate) fn check_graph(g: &Graph) -> Result<Vec<GraphRole>, PackErrorKind> {
+    use std::collections::{HashMap, HashSet};
+    let invalid = |msg: String| PackErrorKind::InvalidGraph(msg);
+    let mut index = HashMap::with_capacity(g.nodes.len());
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.name.is_empty() || n.name.split('/').any(str::is_empty) {
+            return Err(invalid(format!(
+                "node name {:?} is empty or has an empty scope segment",
+                n.name
+            )));
+        }
+        for text in [&n.name, &n.op] {
+            if text.contains(['<', '>', '"']) {
+                return Err(invalid(format!(
+                    "node {:?}: MindInsight refuses '<', '>' and '\"' in {text:?}",
+                    n.name
+                )));
+            }
+        }
+        if n.op.is_empty() {
+            return Err(invalid(format!("node {:?} has no op", n.name)));
+        }
+        if index.insert(n.name.as_str(), i).is_some() {
+            return Err(invalid(format!("node name {:?} is used twice", n.name)));
+        }
+    }
+    let mut roles = Vec::with_capacity(g.nodes.len());
+    let mut parameter_names = HashSet::new();
+    let mut next_id = 0u64;
+    for n in &g.nodes {
+        if let Some(missing) = n.inputs.iter().find(|i| !index.contains_key(i.as_str())) {
+            return Err(invalid(format!(
+                "node {:?} has input {missing:?}, which is not a node",
+                n.name
+            )));
+        }
+        if n.op == PARAMETER_OP {
+            if !n.inputs.is_empty() {
+                return Err(invalid(format!(
+                    "node {:?}: a MindSpore parameter takes no input",
+                    n.name
+                )));
+            }
+            let name = n.name.replace('/', ".");
+            if !parameter_names.insert(name.clone()) {
+                return Err(invalid(format!(
+                    "node {:?}: parameter name {name:?} is used twice",
+                    n.name
+                )));
+            }
+            roles.push(GraphRole::Parameter(name));
+        } else {
+            next_id += 1;
+            roles.push(GraphRole::Op(next_id));
+        }
+    }
+    // Every scope MindInsight will make, from operator full names and from the scopes it puts
+    // parameters in (their consumers' scopes, which are node names).
+    let mut scopes = HashSet::new();
+    for (n, role) in g.nodes.iter().zip(&roles) {
+        if let GraphRole::Op(id) = role {
+            let full = full_name(&n.name, &n.op, *id);
+            let mut at = 0;
+            while let Some(slash) = full[at..].find('/') {
+                scopes.insert(full[..at + slash].to_string());
+                at += slash + 1;
             }
         }
     }
-    info
+    for (n, role) in g.nodes.iter().zip(&roles) {
+        if let GraphRole::Op(id) = role {
+            let full = full_name(&n.name, &n.op, *id);
+            if scopes.contains(&full) {
+                return Err(invalid(format!(
+                    "node {:?}: its MindInsight name {full:?} is also a scope",
+                    n.name
+                )));
+            }
+        }
+    }
+    Ok(roles)
 }
 
-/// MindSpore's `GraphProto` of a graph: each node's `scope` is its name up to the last `/`.
-pub(crate) fn graph_proto(g: &Graph) -> msp::GraphProto {
+/// MindSpore's `GraphProto` of a checked graph, as MindSpore's own graphs are laid out:
+/// operator nodes named by numeric id (from 1, in node order), `full_name` `<name>/<Op>-op<id>`,
+/// `scope` the node's name; parameters in `parameters`, with their `shape` attribute as the
+/// tensor shape; inputs by id or parameter name.
+pub(crate) fn graph_proto(g: &Graph, roles: &[GraphRole]) -> msp::GraphProto {
     use msp::DataType as T;
-    let node = g
+    let by_name: std::collections::HashMap<&str, &GraphRole> = g
         .nodes
         .iter()
-        .map(|n| msp::NodeProto {
-            input: n
-                .inputs
-                .iter()
-                .map(|i| msp::InputProto {
-                    name: Some(i.clone()),
-                    r#type: Some(msp::input_proto::EdgeType::DataEdge as i32),
-                })
-                .collect(),
-            name: Some(n.name.clone()),
-            op_type: Some(n.op.clone()),
-            scope: Some(
-                n.name
-                    .rsplit_once('/')
-                    .map_or("", |(scope, _)| scope)
-                    .to_string(),
-            ),
-            attribute: n
-                .attrs
-                .iter()
-                .map(|(k, v)| {
-                    let value = match v {
-                        AttrValue::Bool(b) => msp::ValueProto {
-                            dtype: Some(T::DtBool as i32),
-                            bool_val: Some(*b),
-                            ..Default::default()
-                        },
-                        AttrValue::Int(i) => msp::ValueProto {
-                            dtype: Some(T::DtInt64 as i32),
-                            int_val: Some(*i),
-                            ..Default::default()
-                        },
-                        AttrValue::Float(f) => msp::ValueProto {
-                            dtype: Some(T::DtFloat64 as i32),
-                            double_val: Some(*f),
-                            ..Default::default()
-                        },
-                        AttrValue::Str(s) => msp::ValueProto {
-                            dtype: Some(T::DtString as i32),
-                            str_val: Some(s.clone()),
-                            ..Default::default()
-                        },
-                        AttrValue::Ints(v) => msp::ValueProto {
-                            dtype: Some(T::DtInts64 as i32),
-                            int_vals: v.clone(),
-                            ..Default::default()
-                        },
-                    };
-                    msp::AttributeProto {
-                        name: Some(k.clone()),
-                        value: Some(value),
-                    }
-                })
-                .collect(),
-            full_name: Some(n.name.clone()),
-            ..Default::default()
-        })
+        .zip(roles)
+        .map(|(n, r)| (n.name.as_str(), r))
         .collect();
+    let reference = |input: &str| match by_name.get(input) {
+        Some(GraphRole::Op(id)) => id.to_string(),
+        Some(GraphRole::Parameter(name)) => name.clone(),
+        // Checked: every input names a node.
+        None => input.to_string(),
+    };
+    let mut node = Vec::new();
+    let mut parameters = Vec::new();
+    for (n, role) in g.nodes.iter().zip(roles) {
+        match role {
+            GraphRole::Parameter(name) => {
+                let shape = n.attrs.iter().find_map(|(k, v)| match v {
+                    AttrValue::Ints(dims) if k == "shape" => Some(dims),
+                    _ => None,
+                });
+                parameters.push(msp::ParameterProto {
+                    name: Some(name.clone()),
+                    r#type: shape.map(|dims| msp::TypeProto {
+                        data_type: Some(T::DtTensor as i32),
+                        value: Some(msp::type_proto::Value::TensorType(
+                            msp::type_proto::Tensor {
+                                elem_type: None,
+                                shape: Some(msp::TensorShapeProto {
+                                    dim: dims
+                                        .iter()
+                                        .map(|&d| msp::tensor_shape_proto::Dimension {
+                                            size: Some(d),
+                                            name: None,
+                                        })
+                                        .collect(),
+                                }),
+                            },
+                        )),
+                    }),
+                    default_val: None,
+                });
+            }
+            GraphRole::Op(id) => node.push(msp::NodeProto {
+                input: n
+                    .inputs
+                    .iter()
+                    .map(|i| msp::InputProto {
+                        name: Some(reference(i)),
+                        r#type: Some(msp::input_proto::EdgeType::DataEdge as i32),
+                    })
+                    .collect(),
+                name: Some(id.to_string()),
+                op_type: Some(n.op.clone()),
+                scope: Some(n.name.clone()),
+                attribute: n.attrs.iter().map(|(k, v)| attribute(k, v)).collect(),
+                full_name: Some(full_name(&n.name, &n.op, *id)),
+                ..Default::default()
+            }),
+        }
+    }
     msp::GraphProto {
         node,
         name: Some(g.name.clone()),
+        parameters,
         ..Default::default()
+    }
+}
+
+fn attribute(name: &str, v: &AttrValue) -> msp::AttributeProto {
+    use msp::DataType as T;
+    let value = match v {
+        AttrValue::Bool(b) => msp::ValueProto {
+            dtype: Some(T::DtBool as i32),
+            bool_val: Some(*b),
+            ..Default::default()
+        },
+        AttrValue::Int(i) => msp::ValueProto {
+            dtype: Some(T::DtInt64 as i32),
+            int_val: Some(*i),
+            ..Default::default()
+        },
+        AttrValue::Float(f) => msp::ValueProto {
+            dtype: Some(T::DtFloat64 as i32),
+            double_val: Some(*f),
+            ..Default::default()
+        },
+        AttrValue::Str(s) => msp::ValueProto {
+            dtype: Some(T::DtString as i32),
+            str_val: Some(s.clone()),
+            ..Default::default()
+        },
+        AttrValue::Ints(v) => msp::ValueProto {
+            dtype: Some(T::DtInts64 as i32),
+            int_vals: v.clone(),
+            ..Default::default()
+        },
+    };
+    msp::AttributeProto {
+        name: Some(name.to_string()),
+        value: Some(value),
     }
 }

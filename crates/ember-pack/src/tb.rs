@@ -15,7 +15,7 @@ use crate::proto::tensorboard::{self as tbp, hparams as hp};
 use crate::tag::Tag;
 use crate::tensor::{DType, TensorValue};
 use crate::value::{
-    AttrValue, Graph, HParamValue, HParams, Histogram, Image, SessionStatus, Value,
+    AttrValue, Graph, HParamValue, HParams, Histogram, Image, SessionPart, SessionStatus, Value,
 };
 use crate::wire;
 
@@ -188,7 +188,10 @@ pub(crate) fn check<'a>(
         }
         Value::Image(img) => Plan::Image(img, image::check(Format::TensorBoard, img)?),
         Value::Text(text) => Plan::Text(text),
-        Value::HParams(h) => Plan::HParams(h),
+        Value::HParams(h) => {
+            h.check()?;
+            Plan::HParams(h)
+        }
         Value::Graph(g) => Plan::Graph(g),
         Value::Export(t) => Plan::Export(t, npy::check(t)?),
         Value::Lineage(_) | Value::Explain(_) => {
@@ -348,7 +351,8 @@ fn buckets_proto(b: &crate::value::HistogramBuckets) -> tbp::HistogramProto {
     }
 }
 
-/// The hparams plugin's values: experiment, session start info and, with a status, end info.
+/// The hparams plugin's values that `h.part` selects: experiment and session start info, and
+/// session end info when there is a status.
 fn hparams(h: &HParams, wall_time: f64) -> Vec<Part<'static>> {
     use hp::h_params_plugin_data::Data;
     let part = |tag: &str, data: Data| {
@@ -371,6 +375,31 @@ fn hparams(h: &HParams, wall_time: f64) -> Vec<Part<'static>> {
             tbp::summary::value::Value::Tensor(null),
         )
     };
+    let mut parts = Vec::new();
+    if h.part != SessionPart::End {
+        parts.extend(session_start(h, wall_time).map(|(tag, data)| part(tag, data)));
+    }
+    if let Some(status) = h.status.filter(|_| h.part != SessionPart::Start) {
+        let status = match status {
+            SessionStatus::Success => hp::Status::Success,
+            SessionStatus::Failure => hp::Status::Failure,
+            SessionStatus::Running => hp::Status::Running,
+        };
+        let end = hp::SessionEndInfo {
+            status: status as i32,
+            end_time_secs: wall_time,
+        };
+        parts.push(part(HPARAMS_SESSION_END_TAG, Data::SessionEndInfo(end)));
+    }
+    parts
+}
+
+/// The experiment (every hyper-parameter and metric) and the session start info.
+fn session_start(
+    h: &HParams,
+    wall_time: f64,
+) -> [(&'static str, hp::h_params_plugin_data::Data); 2] {
+    use hp::h_params_plugin_data::Data;
     let experiment = hp::Experiment {
         hparam_infos: h
             .hparams
@@ -379,7 +408,7 @@ fn hparams(h: &HParams, wall_time: f64) -> Vec<Part<'static>> {
                 name: name.clone(),
                 r#type: match v {
                     HParamValue::Bool(_) => hp::DataType::Bool,
-                    HParamValue::Number(_) => hp::DataType::Float64,
+                    HParamValue::Int(_) | HParamValue::Number(_) => hp::DataType::Float64,
                     HParamValue::Str(_) => hp::DataType::String,
                 } as i32,
                 ..Default::default()
@@ -406,6 +435,7 @@ fn hparams(h: &HParams, wall_time: f64) -> Vec<Part<'static>> {
             .map(|(name, v)| {
                 let kind = match v {
                     HParamValue::Bool(b) => pb::value::Kind::BoolValue(*b),
+                    HParamValue::Int(i) => pb::value::Kind::NumberValue(*i as f64),
                     HParamValue::Number(n) => pb::value::Kind::NumberValue(*n),
                     HParamValue::Str(s) => pb::value::Kind::StringValue(s.clone()),
                 };
@@ -415,23 +445,10 @@ fn hparams(h: &HParams, wall_time: f64) -> Vec<Part<'static>> {
         start_time_secs: wall_time,
         ..Default::default()
     };
-    let mut parts = vec![
-        part(HPARAMS_EXPERIMENT_TAG, Data::Experiment(experiment)),
-        part(HPARAMS_SESSION_START_TAG, Data::SessionStartInfo(start)),
-    ];
-    if let Some(status) = h.status {
-        let status = match status {
-            SessionStatus::Success => hp::Status::Success,
-            SessionStatus::Failure => hp::Status::Failure,
-            SessionStatus::Running => hp::Status::Running,
-        };
-        let end = hp::SessionEndInfo {
-            status: status as i32,
-            end_time_secs: wall_time,
-        };
-        parts.push(part(HPARAMS_SESSION_END_TAG, Data::SessionEndInfo(end)));
-    }
-    parts
+    [
+        (HPARAMS_EXPERIMENT_TAG, Data::Experiment(experiment)),
+        (HPARAMS_SESSION_START_TAG, Data::SessionStartInfo(start)),
+    ]
 }
 
 /// TensorFlow's `GraphDef` of a graph: one `NodeDef` per node, the `/` scopes making the tree.

@@ -212,10 +212,16 @@ impl Image {
 }
 
 /// A hyper-parameter value.
+///
+/// TensorBoard stores integers and numbers alike (`number_value`, a double); MindInsight keeps
+/// them apart, as MindSpore's `SummaryCollector` does: integers in `map_int32` (when they fit),
+/// numbers in `map_double`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HParamValue {
     /// A boolean.
     Bool(bool),
+    /// An integer.
+    Int(i64),
     /// A number.
     Number(f64),
     /// A string.
@@ -234,7 +240,17 @@ impl From<f64> for HParamValue {
 }
 impl From<i64> for HParamValue {
     fn from(v: i64) -> HParamValue {
-        HParamValue::Number(v as f64)
+        HParamValue::Int(v)
+    }
+}
+impl From<i32> for HParamValue {
+    fn from(v: i32) -> HParamValue {
+        HParamValue::Int(v.into())
+    }
+}
+impl From<u32> for HParamValue {
+    fn from(v: u32) -> HParamValue {
+        HParamValue::Int(v.into())
     }
 }
 impl From<&str> for HParamValue {
@@ -259,11 +275,31 @@ pub enum SessionStatus {
     Running,
 }
 
+/// Which records of a run's hyper-parameter session an [`HParams`] value writes.
+///
+/// TensorBoard's loaders keep the first value of each hparams tag in a run, so a run that
+/// learns its status only at the end writes [`SessionPart::Start`] first (with every metric it
+/// will have) and [`SessionPart::End`] last: writing the whole session twice would leave the
+/// first experiment, and its metric columns, in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SessionPart {
+    /// The experiment, the session start and, when [`HParams::status`] is set, the session end.
+    #[default]
+    Whole,
+    /// The experiment and the session start; [`HParams::status`] is not used.
+    Start,
+    /// The session end alone, with [`HParams::status`], which must be set; the
+    /// hyper-parameters and metrics are not used.
+    End,
+}
+
 /// The hyper-parameters of a run and the scalar tags that measure it.
 ///
-/// TensorBoard gets the hparams plugin's three values (experiment, session start info and, when
-/// [`HParams::status`] is set, session end info); MindInsight gets a `UserDefinedInfo` lineage
-/// record. The record tag is not used: the hparams plugin has fixed tags.
+/// TensorBoard gets the hparams plugin's values (experiment, session start info and, when
+/// [`HParams::status`] is set, session end info), as [`HParams::part`] selects; MindInsight gets
+/// a `UserDefinedInfo` lineage record in MindSpore's `SummaryCollector` layout (one `user_info`
+/// entry per hyper-parameter, the status as `session_status`). The record tag is not used: the
+/// hparams plugin has fixed tags.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct HParams {
     /// Name and value of every hyper-parameter, in display order.
@@ -272,6 +308,8 @@ pub struct HParams {
     pub metrics: Vec<String>,
     /// When set, also write how the session ended.
     pub status: Option<SessionStatus>,
+    /// Which records of the session to write.
+    pub part: SessionPart,
 }
 
 impl HParams {
@@ -290,6 +328,25 @@ impl HParams {
     pub fn metric(mut self, tag: impl Into<String>) -> HParams {
         self.metrics.push(tag.into());
         self
+    }
+
+    /// The tests both formats make: a session end needs a status.
+    pub(crate) fn check(&self) -> Result<(), crate::PackErrorKind> {
+        if self.part == SessionPart::End && self.status.is_none() {
+            return Err(crate::PackErrorKind::InvalidHParams(
+                "a session end needs a status",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The end of a session whose start was written before: its status alone.
+    pub fn end(status: SessionStatus) -> HParams {
+        HParams {
+            status: Some(status),
+            part: SessionPart::End,
+            ..HParams::default()
+        }
     }
 }
 

@@ -337,8 +337,12 @@ fn mindinsight_every_kind() {
     let graph = Graph {
         name: "g".into(),
         nodes: vec![
+            GraphNode::new("x", "Placeholder"),
+            GraphNode::new("Default/net/conv1/weight", "Parameter")
+                .attr("shape", AttrValue::Ints(vec![8, 3])),
             GraphNode::new("Default/net/conv1", "Conv2D")
                 .input("x")
+                .input("Default/net/conv1/weight")
                 .attr("k", AttrValue::Int(3)),
         ],
     };
@@ -355,6 +359,7 @@ fn mindinsight_every_kind() {
             tag("hp"),
             HParams::new()
                 .with("lr", 0.5)
+                .with("epochs", 7i64)
                 .with("opt", "sgd")
                 .with("bn", HParamValue::Bool(false)),
         )
@@ -390,21 +395,60 @@ fn mindinsight_every_kind() {
         panic!()
     };
     assert_eq!(gp.name.as_deref(), Some("g"));
-    let node = &gp.node[0];
+    // MindSpore's layout: operators named by numeric id, `full_name` `<scope>/<Op>-op<id>`,
+    // inputs by id; parameters apart, named in MindSpore's dotted style.
+    let summary: Vec<_> = gp
+        .node
+        .iter()
+        .map(|n| {
+            (
+                n.name.as_deref().unwrap(),
+                n.op_type.as_deref().unwrap(),
+                n.scope.as_deref().unwrap(),
+                n.full_name.as_deref().unwrap(),
+                n.input
+                    .iter()
+                    .map(|i| i.name.as_deref().unwrap())
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
     assert_eq!(
-        (
-            node.name.as_deref(),
-            node.op_type.as_deref(),
-            node.scope.as_deref()
-        ),
-        (
-            Some("Default/net/conv1"),
-            Some("Conv2D"),
-            Some("Default/net")
-        )
+        summary,
+        [
+            ("1", "Placeholder", "x", "x/Placeholder-op1", vec![]),
+            (
+                "2",
+                "Conv2D",
+                "Default/net/conv1",
+                "Default/net/conv1/Conv2D-op2",
+                vec!["1", "Default.net.conv1.weight"]
+            ),
+        ]
     );
-    assert_eq!(node.input[0].name.as_deref(), Some("x"));
-    assert_eq!(node.attribute[0].value.as_ref().unwrap().int_val, Some(3));
+    assert_eq!(
+        gp.node[1].attribute[0].value.as_ref().unwrap().int_val,
+        Some(3)
+    );
+    assert_eq!(gp.parameters.len(), 1);
+    assert_eq!(
+        gp.parameters[0].name.as_deref(),
+        Some("Default.net.conv1.weight")
+    );
+    let Some(msp::type_proto::Value::TensorType(t)) =
+        gp.parameters[0].r#type.as_ref().unwrap().value.as_ref()
+    else {
+        panic!()
+    };
+    let dims: Vec<i64> = t
+        .shape
+        .as_ref()
+        .unwrap()
+        .dim
+        .iter()
+        .map(|d| d.size.unwrap())
+        .collect();
+    assert_eq!(dims, [8, 3]);
 
     let e = ms_event(&packed.items[2].bytes);
     assert_eq!(e.what, Some(msp::event::What::Explain(explain)));
@@ -413,9 +457,18 @@ fn mindinsight_every_kind() {
     let Some(msp::lineage_event::What::UserDefinedInfo(info)) = hp.what else {
         panic!()
     };
-    assert_eq!(info.map_double["lr"], 0.5);
-    assert_eq!(info.map_str["opt"], "sgd");
-    assert_eq!(info.map_str["bn"], "false");
+    // MindSpore's `SummaryCollector` layout: nothing at the top level, one `user_info` entry
+    // per key holding one single-key map.
+    assert!(info.map_double.is_empty() && info.map_str.is_empty() && info.map_int32.is_empty());
+    let mut lr = msp::UserDefinedInfo::default();
+    lr.map_double.insert("lr".into(), 0.5);
+    let mut epochs = msp::UserDefinedInfo::default();
+    epochs.map_int32.insert("epochs".into(), 7);
+    let mut opt = msp::UserDefinedInfo::default();
+    opt.map_str.insert("opt".into(), "sgd".into());
+    let mut bn = msp::UserDefinedInfo::default();
+    bn.map_str.insert("bn".into(), "false".into());
+    assert_eq!(info.user_info, [lr, epochs, opt, bn]);
 
     let event = ms_event(&packed.items[4].bytes);
     assert_eq!((event.wall_time, event.step), (12.5, Some(3)));

@@ -383,6 +383,11 @@ impl SummaryRecord {
         (self.rank, self.world_size)
     }
 
+    /// The format this record writes.
+    pub fn format(&self) -> Format {
+        self.packer.format()
+    }
+
     /// Whether this record writes files (false on ranks other than 0 with `rank_zero_only`).
     pub fn is_active(&self) -> bool {
         self.pool.is_some()

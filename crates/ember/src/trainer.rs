@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoader, DataLoaderIterator};
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use burn::optim::GradientsParams;
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
@@ -17,7 +17,8 @@ use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
 use ember_pool::step::{Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
 use ember_write::ErrorPolicy;
-use ember_write::pack::{HParams, SessionStatus, Value};
+use ember_write::pack::proto::mindspore as msp;
+use ember_write::pack::{Format, HParamValue, HParams, Lineage, SessionPart, SessionStatus, Value};
 
 use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_gradients, named_parameters};
@@ -33,6 +34,9 @@ pub trait TrainingItem {
     }
     /// Examples in the batch.
     fn examples(&self) -> usize;
+    /// Whether [`correct`](Self::correct) gives `Some`: the trainer then declares the accuracy
+    /// metrics in the hyper-parameter session it starts, before any value exists.
+    const CLASSIFIES: bool = false;
 }
 
 impl TrainingItem for RegressionOutput {
@@ -45,6 +49,7 @@ impl TrainingItem for RegressionOutput {
 }
 
 impl TrainingItem for ClassificationOutput {
+    const CLASSIFIES: bool = true;
     fn loss(&self) -> &Tensor<1> {
         &self.loss
     }
@@ -225,7 +230,7 @@ impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
 impl<M, O, V> Trainer<M>
 where
     M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
-    M: Module + Display + 'static,
+    M: Module + ModuleDisplay + Display + 'static,
     <M as TrainStep>::Input: Send + 'static,
     O: TrainingItem + Send + 'static,
     TrainOutput<O>: Send,
@@ -348,7 +353,10 @@ where
         }
     }
 
-    /// Records how the run ended, with the final metrics known so far, and flushes.
+    /// Records how the run ended, with the final metrics known so far, and flushes: the end of
+    /// the hyper-parameter session started at step 0 (its status), the final metrics as
+    /// scalars and, for MindInsight, MindSpore's train lineage and, when the run validated, its
+    /// evaluation lineage, which its lineage page needs to list the run.
     fn finish(
         &self,
         summary: &mut SummaryRecord,
@@ -360,12 +368,78 @@ where
         if state.report.interrupted {
             faults.check(summary.add_scalar("run/interrupted", 1.0, step))?;
         }
-        let hparams = HParams {
-            status: Some(status),
-            ..self.hparams.clone()
-        };
-        faults.check(summary.add_hparams(hparams, &state.final_metrics(), step))?;
+        faults.check(summary.add_value(crate::Plugin::HParams, "hparams", HParams::end(status)))?;
+        for (tag, value) in state.final_metrics() {
+            faults.check(summary.add_value(crate::Plugin::Scalar, tag, value))?;
+        }
+        if summary.format() == Format::MindInsight {
+            faults.check(summary.add_value(
+                crate::Plugin::TrainLineage,
+                "train_lineage",
+                self.train_lineage(state),
+            ))?;
+            if let Some(eval) = eval_lineage(state) {
+                faults.check(summary.add_value(
+                    crate::Plugin::EvalLineage,
+                    "eval_lineage",
+                    eval,
+                ))?;
+            }
+        }
+        faults.check(summary.record(step))?;
         faults.check(summary.flush())
+    }
+
+    /// MindSpore's `TrainLineage` of the run, filled as `SummaryCollector._collect_train_lineage`
+    /// fills it: the network's type and final loss, the optimizer (the `optimizer` string
+    /// hyper-parameter, when given: a Burn optimizer has no name), the learning rate last used,
+    /// the epochs asked for, the parallel mode and device count, the per-device batch size, the
+    /// examples per epoch, and the model as `{"ckpt": null}` of size 0 (ember saves no
+    /// checkpoint), which MindSpore writes when there is none.
+    fn train_lineage(&self, state: &RunState) -> Lineage {
+        let optimizer = self.hparams.hparams.iter().find_map(|(name, v)| match v {
+            HParamValue::Str(s) if name == "optimizer" => Some(s.clone()),
+            _ => None,
+        });
+        let parallel_mode = if self.devices.len() > 1 {
+            "data_parallel"
+        } else {
+            "stand_alone"
+        };
+        let to_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+        msp::TrainLineage {
+            hyper_parameters: Some(msp::train_lineage::HyperParameters {
+                optimizer,
+                learning_rate: state.learning_rate.map(|lr| lr as f32),
+                loss_function: None,
+                epoch: Some(to_i32(self.config.epochs)),
+                parallel_mode: Some(parallel_mode.into()),
+                device_num: Some(to_i32(self.devices.len())),
+                batch_size: state.batch_size.map(to_i32),
+            }),
+            train_dataset: state
+                .train_examples
+                .map(|n| msp::train_lineage::TrainDataset {
+                    train_dataset_path: None,
+                    train_dataset_size: Some(to_i32(n)),
+                }),
+            algorithm: Some(msp::train_lineage::Algorithm {
+                network: Some(
+                    std::any::type_name::<M>()
+                        .split('<')
+                        .next()
+                        .and_then(|base| base.rsplit("::").next())
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+                loss: state.latest_train_loss.map(|loss| loss as f32),
+            }),
+            model: Some(msp::train_lineage::Model {
+                path: Some(r#"{"ckpt": null}"#.into()),
+                size: Some(0),
+            }),
+        }
+        .into()
     }
 
     fn stop_requested(&self) -> bool {
@@ -400,11 +474,12 @@ where
         let splits = split_dataloader(train, &self.devices);
 
         if let Some(summary) = summary.as_deref_mut() {
-            let hparams = self
+            let as_int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            let mut hparams = self
                 .hparams
                 .clone()
-                .with("devices", self.devices.len() as f64)
-                .with("epochs", self.config.epochs as f64)
+                .with("devices", as_int(self.devices.len()))
+                .with("epochs", as_int(self.config.epochs))
                 .with(
                     "reduction",
                     match self.config.reduction {
@@ -412,9 +487,16 @@ where
                         Reduction::Sum => "sum",
                     },
                 )
-                .with("grad_accumulation", self.config.grad_accumulation as f64)
-                .metric("train/loss")
-                .metric("valid/loss");
+                .with("grad_accumulation", as_int(self.config.grad_accumulation));
+            // The session starts once, with every metric the run will record: TensorBoard keeps
+            // the first experiment of a run, so a metric declared later never becomes a column.
+            hparams.part = SessionPart::Start;
+            hparams.status = None;
+            for metric in RunState::metric_tags(valid.is_some(), V::CLASSIFIES) {
+                if !hparams.metrics.iter().any(|m| m == metric) {
+                    hparams.metrics.push(metric.to_string());
+                }
+            }
             faults.check(summary.add_value(crate::Plugin::HParams, "hparams", hparams))?;
             faults.check(summary.add_value(
                 crate::Plugin::Graph,
@@ -458,6 +540,7 @@ where
                 let mut step_times = Vec::with_capacity(device_count);
                 for output in outputs.outputs {
                     let item = &output.output.item;
+                    state.batch_size.get_or_insert(item.examples());
                     let loss = scalar(item.loss());
                     step_loss += loss;
                     examples += item.examples();
@@ -480,7 +563,10 @@ where
                         && self.config.histogram_every.is_some_and(|every| {
                             every > 0 && report.optimizer_steps.is_multiple_of(every)
                         });
-                    stepped = Some(self.optimize(&mut model, &mut window, &main, histograms_due));
+                    let (lr, gradients) =
+                        self.optimize(&mut model, &mut window, &main, histograms_due);
+                    state.learning_rate = Some(lr);
+                    stepped = Some((lr, gradients));
                     window_steps = 0;
                 }
 
@@ -548,7 +634,8 @@ where
             // A partial accumulation window still updates the model, as burn-train does; a
             // stopped run too, so the model returned reflects every step it ran.
             if window_steps > 0 {
-                self.optimize(&mut model, &mut window, &main, false);
+                let (lr, _) = self.optimize(&mut model, &mut window, &main, false);
+                state.learning_rate = Some(lr);
                 window_steps = 0;
                 report.optimizer_steps += 1;
             }
@@ -556,9 +643,11 @@ where
                 break;
             }
             let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+            state.train_examples = Some(examples);
             let (valid_loss, valid_accuracy) = match &valid {
                 Some(valid) => {
-                    let (loss, accuracy) = validate(&model, valid.as_ref());
+                    let (loss, accuracy, valid_examples) = validate(&model, valid.as_ref());
+                    state.valid_examples = Some(valid_examples);
                     (Some(loss), accuracy)
                 }
                 None => (None, None),
@@ -629,9 +718,30 @@ struct RunState {
     report: TrainReport,
     /// Mean train loss of the latest epoch that ran a step, finished or not.
     latest_train_loss: Option<f64>,
+    /// The learning rate of the latest optimizer step.
+    learning_rate: Option<f64>,
+    /// Examples in the first device batch.
+    batch_size: Option<usize>,
+    /// Training examples of the latest finished epoch.
+    train_examples: Option<usize>,
+    /// Validation examples of the latest validation.
+    valid_examples: Option<usize>,
 }
 
 impl RunState {
+    /// The tags of the metrics a run records: those [`final_metrics`](Self::final_metrics)
+    /// can give, and the per-step loss and per-epoch validation loss.
+    fn metric_tags(validates: bool, classifies: bool) -> Vec<&'static str> {
+        let mut tags = vec!["train/loss", "final/train_loss"];
+        if validates {
+            tags.extend(["valid/loss", "final/valid_loss"]);
+            if classifies {
+                tags.push("final/valid_accuracy");
+            }
+        }
+        tags
+    }
+
     /// The final metrics known so far: the latest train loss, and the latest validation.
     fn final_metrics(&self) -> Vec<(&'static str, f64)> {
         let mut metrics = Vec::new();
@@ -650,18 +760,64 @@ impl RunState {
     }
 }
 
-/// Mean loss and accuracy of the validation set, on the model without autodiff.
-fn validate<M, V>(model: &M, valid: &dyn DataLoader<<M as TrainStep>::Input>) -> (f64, Option<f64>)
+/// MindSpore's `EvaluationLineage` of the latest validation, as
+/// `SummaryCollector._collect_eval_lineage` fills it: the metrics as a JSON object (here
+/// `valid_loss` and, for classifiers, `valid_accuracy`, written as Python's `json.dumps` writes
+/// numbers) and the size of the validation set. `None` when the run never validated.
+fn eval_lineage(state: &RunState) -> Option<Lineage> {
+    let last = state.report.last()?;
+    let loss = last.valid_loss?;
+    let mut metrics = vec![("valid_loss", loss)];
+    if let Some(accuracy) = last.valid_accuracy {
+        metrics.push(("valid_accuracy", accuracy));
+    }
+    let fields: Vec<String> = metrics
+        .iter()
+        .map(|(name, value)| format!("\"{name}\": {}", json_number(*value)))
+        .collect();
+    Some(
+        msp::EvaluationLineage {
+            metric: Some(format!("{{{}}}", fields.join(", "))),
+            valid_dataset: state
+                .valid_examples
+                .map(|n| msp::evaluation_lineage::ValidDataset {
+                    valid_dataset_path: None,
+                    valid_dataset_size: Some(i32::try_from(n).unwrap_or(i32::MAX)),
+                }),
+        }
+        .into(),
+    )
+}
+
+/// A number as Python's `json.dumps` writes it (which MindInsight's `json.loads` reads):
+/// `NaN`, `Infinity` and `-Infinity` for the values JSON lacks.
+fn json_number(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else {
+        format!("{x:?}")
+    }
+}
+
+/// Mean loss, accuracy and example count of the validation set, on the model without autodiff.
+fn validate<M, V>(
+    model: &M,
+    valid: &dyn DataLoader<<M as TrainStep>::Input>,
+) -> (f64, Option<f64>, usize)
 where
     M: TrainStep + InferenceStep<Input = <M as TrainStep>::Input, Output = V> + Module,
     V: TrainingItem,
 {
     let inner = model.valid();
     let (mut loss, mut batches, mut correct, mut judged) = (0.0, 0usize, 0usize, 0usize);
+    let mut examples = 0usize;
     for batch in valid.iter().flatten() {
         let output = InferenceStep::step(&inner, batch);
         loss += scalar(output.loss());
         batches += 1;
+        examples += output.examples();
         if let Some((hits, total)) = output.correct() {
             correct += hits;
             judged += total;
@@ -670,6 +826,7 @@ where
     (
         loss / batches.max(1) as f64,
         (judged > 0).then(|| correct as f64 / judged as f64),
+        examples,
     )
 }
 
