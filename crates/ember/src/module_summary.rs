@@ -1,7 +1,7 @@
 //! Summaries of a whole Burn module: a histogram of every parameter, and its structure as a
 //! graph, each in one call.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use ember_write::pack::Value;
 
 use crate::model_info::{module_graph, named_parameters};
@@ -25,7 +25,7 @@ impl SummaryRecord {
 
     /// Records `module`'s structure at `step`: a node per submodule and parameter, named by
     /// its path under `model`, with its type as the op.
-    pub fn add_module_graph<M: Module>(
+    pub fn add_module_graph<M: Module + ModuleDisplay>(
         &mut self,
         module: &M,
         step: i64,
