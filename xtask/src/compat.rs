@@ -191,13 +191,10 @@ fn reader_venv(
     target: &Path,
     name: &str,
     requirements: &[&str],
-) -> anyhow::Result<Option<PathBuf>> {
+) -> anyhow::Result<Result<PathBuf, String>> {
     match ensure_venv(&target.join(name), requirements) {
-        Ok(python) => Ok(Some(python)),
-        Err(VenvError::Unavailable(why)) => {
-            skip_or_fail("compat", &format!("{} reader: {why}", requirements[0]))?;
-            Ok(None)
-        }
+        Ok(python) => Ok(Ok(python)),
+        Err(VenvError::Unavailable(why)) => Ok(Err(why)),
         Err(VenvError::Failed(e)) => Err(e),
     }
 }
@@ -249,9 +246,19 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let target = target_dir(root);
     let tensorboard = reader_venv(&target, "compat-venv", COMPAT_REQUIREMENTS)?;
     let mindinsight = reader_venv(&target, "compat-mi-venv", MINDINSIGHT_REQUIREMENTS)?;
-    if tensorboard.is_none() && mindinsight.is_none() {
-        return Ok(());
-    }
+    // Without Python or PyPI both readers are missing for the same reason: one line says so.
+    let (tensorboard, mindinsight) = match (tensorboard, mindinsight) {
+        (Err(why), Err(_)) => return skip_or_fail("compat", &why),
+        (Err(why), Ok(mi)) => {
+            skip_or_fail("compat", &format!("the TensorBoard reader: {why}"))?;
+            (None, Some(mi))
+        }
+        (Ok(tb), Err(why)) => {
+            skip_or_fail("compat", &format!("the MindInsight reader: {why}"))?;
+            (Some(tb), None)
+        }
+        (Ok(tb), Ok(mi)) => (Some(tb), Some(mi)),
+    };
 
     let dir = target.join("compat").join("run");
     if dir.exists() {
