@@ -1,6 +1,6 @@
 """Checks an ember log directory with TensorBoard's own loading code (`cargo xtask compat`).
 
-Usage: check_tensorboard.py <log dir written by the compat_writer example>
+Usage: check_tensorboard.py <log dir written by the compat_writer example> [<ember train log dir>]
 
 The directory holds one TensorBoard event file and `manifest.json`, the *raw inputs* the writer
 gave ember. Every expectation below is computed here from those inputs and the documented rules
@@ -15,6 +15,10 @@ gave ember. Every expectation below is computed here from those inputs and the d
 
 Then the event file is cut mid-record at several places, and TensorBoard must read every whole
 record before the cut and nothing else.
+
+With an `ember train --format tensorboard` log dir, the hparams plugin's own handlers (what its
+dashboard requests) must give one session, ended with success, whose metric columns include the
+final metrics, each equal to the last value of the scalar it summarises.
 
 Exit status 0 when everything matches; 1 with every mismatch listed otherwise.
 """
@@ -473,8 +477,54 @@ def check_truncation(path, event_file, full_snapshot):
     return len(cuts), n
 
 
+def check_train_hparams(train_dir):
+    """The hparams dashboard's view of an `ember train` run: its experiment (metric columns) and
+    session groups (values, status), through the plugin's handlers over the data provider."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import backend_context, get_experiment, list_session_groups
+
+    mux = pem.EventMultiplexer(tensor_size_guidance={"scalars": 0, "hparams": 0})
+    mux.AddRunsFromDirectory(train_dir)
+    mux.Reload()
+    tb_context = base_plugin.TBContext(
+        data_provider=data_provider.MultiplexerDataProvider(mux, train_dir),
+        logdir=train_dir,
+        multiplexer=mux,
+    )
+    backend = backend_context.Context(tb_context)
+    ctx = context.RequestContext()
+    experiment = get_experiment.Handler(ctx, backend, "", api_pb2.GetExperimentRequest()).run()
+    columns = [m.name.tag for m in experiment.metric_infos]
+    finals = ["final/train_loss", "final/valid_loss", "final/valid_accuracy"]
+    for tag in finals:
+        expect(tag in columns, f"train run: {tag} is not a metric column of {columns}")
+    request = api_pb2.ListSessionGroupsRequest(
+        start_index=0,
+        slice_size=10,
+        allowed_statuses=[api_pb2.STATUS_SUCCESS, api_pb2.STATUS_FAILURE, api_pb2.STATUS_RUNNING, api_pb2.STATUS_UNKNOWN],
+    )
+    groups = list_session_groups.Handler(ctx, backend, "", request).run().session_groups
+    if not expect(len(groups) == 1 and len(groups[0].sessions) == 1, f"train run: session groups {groups}"):
+        return 0
+    session = groups[0].sessions[0]
+    expect(session.status == api_pb2.STATUS_SUCCESS, f"train run: session status {session.status}")
+    values = {m.name.tag: m.value for m in session.metric_values}
+    acc, _ = load(train_dir)
+    last = {tag: acc.Scalars(tag)[-1].value for tag in ("train/loss", "valid/loss", "valid/accuracy")}
+    for final, source in (("final/valid_loss", "valid/loss"), ("final/valid_accuracy", "valid/accuracy")):
+        expect(
+            values.get(final) == last[source],
+            f"train run: {final} column {values.get(final)}, expected the last {source} {last[source]}",
+        )
+    expect(values.get("final/train_loss", math.nan) > 0, f"train run: final/train_loss {values}")
+    return sum(1 for tag in finals if tag in values)
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
     path = sys.argv[1]
@@ -494,8 +544,11 @@ def main():
         "hparams": check_hparams(manifest, plugin_acc),
         "graph nodes": check_graph(manifest, acc, plugin_acc),
     }
+    counts["graph edges"] = sum(len(n["inputs"]) for n in manifest["graph"]["nodes"])
     cuts, records = check_truncation(path, event_files[0], snapshot(plugin_acc))
     counts[f"truncations (of {records} records)"] = cuts
+    if len(sys.argv) == 3:
+        counts["final metric columns of an ember train run"] = check_train_hparams(sys.argv[2])
     if FAILURES:
         for message in FAILURES:
             print(f"FAIL: {message}")

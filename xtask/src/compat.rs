@@ -1,15 +1,25 @@
-//! `cargo xtask compat`: ember's TensorBoard files, read back by TensorBoard itself.
+//! `cargo xtask compat`: ember's files, read back by TensorBoard and MindInsight themselves.
 //!
-//! 1. Makes (or reuses) a Python virtual environment under `<target>/compat-venv` with pinned
-//!    `tensorboard` and the few packages the checker imports.
+//! 1. Makes (or reuses) two Python virtual environments under the target directory, each with
+//!    pinned packages: `compat-venv` with `tensorboard`, `compat-mi-venv` with `mindinsight`
+//!    (apart, because MindInsight 2.3.1 needs `numpy<2`).
 //! 2. Runs `cargo run -p ember --example compat_writer -- <dir>`, which writes every value kind
-//!    with ember and a manifest of its raw inputs (xtask does not depend on ember crates).
-//! 3. Runs `xtask/compat/check_tensorboard.py <dir>` in the venv: TensorBoard's event
-//!    accumulators must read every tag back with the right kind, steps and values, and read every
-//!    whole record of copies of the file cut mid-record.
+//!    with ember and a manifest of its raw inputs (xtask does not depend on ember crates), in
+//!    TensorBoard format in `<dir>` and in MindInsight format in the base directory
+//!    `<dir>/mindinsight` (with a job laid out as MindSpore writes one), then two short
+//!    `ember train` runs: `--format tensorboard` into `<dir>/train-tb` and `--format
+//!    mindinsight` into `<dir>/mindinsight/ember-train`.
+//! 3. Runs `xtask/compat/check_tensorboard.py <dir> <dir>/train-tb` in the first venv:
+//!    TensorBoard's event accumulators must read every tag back with the right kind, steps and
+//!    values, read every whole record of copies of the file cut mid-record, and its hparams data
+//!    provider must give the train run's final metrics as columns. Then
+//!    `xtask/compat/check_mindinsight.py <dir>/mindinsight` in the second: MindInsight's data
+//!    manager must read every kind back, resolve every graph edge, and list all three jobs in
+//!    its lineage query.
 //!
-//! Where Python, its `venv` module or PyPI is unavailable, it says so in one line and succeeds,
-//! except under `CI=true`, where that is a failure.
+//! Each checker prints one line with its counts. Where Python, its `venv` module or PyPI is
+//! unavailable, a reader is skipped in one line and the task succeeds, except under `CI=true`,
+//! where that is a failure.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,6 +37,22 @@ pub(crate) const COMPAT_REQUIREMENTS: &[&str] = &[
     "numpy==2.4.6",
     "pillow==12.0.0",
 ];
+
+/// MindInsight's checker packages, pinned as resolved with Python 3.11 and tested.
+/// `mindinsight` 2.3.1 is the last release; it calls `np.PINF` and `np.NINF`, which numpy 2
+/// removed (every tensor value then fails to load), hence `numpy` 1.26. `protobuf` 3.20.1 is
+/// the newest it accepts; `pandas` and `pillow` are what it resolved to.
+pub(crate) const MINDINSIGHT_REQUIREMENTS: &[&str] = &[
+    "mindinsight==2.3.1",
+    "numpy==1.26.4",
+    "protobuf==3.20.1",
+    "pandas==3.0.6",
+    "pillow==13.0.0",
+];
+
+/// Epochs and examples of the `ember train` runs the checkers read: enough for validation
+/// and a few steps, a few seconds in a debug build.
+const TRAIN_ARGS: &[&str] = &["--epochs", "2", "--subset", "400", "--devices", "2"];
 
 /// Why a Python environment could not be made: the machine lacks something, which is a skip
 /// outside CI, or something broke, which is always an error.
@@ -160,12 +186,78 @@ pub(crate) fn skip_or_fail(task: &str, why: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A venv for one reader, or why there is none (then the reader is skipped).
+fn reader_venv(
+    target: &Path,
+    name: &str,
+    requirements: &[&str],
+) -> anyhow::Result<Result<PathBuf, String>> {
+    match ensure_venv(&target.join(name), requirements) {
+        Ok(python) => Ok(Ok(python)),
+        Err(VenvError::Unavailable(why)) => Ok(Err(why)),
+        Err(VenvError::Failed(e)) => Err(e),
+    }
+}
+
+/// Runs `cargo run --quiet <args>` in `root`, failing with `what` and its output when it fails
+/// (a passing run's progress output would only bury the checkers' lines).
+fn cargo_run(root: &Path, args: &[&str], what: &str) -> anyhow::Result<()> {
+    let out = cargo()
+        .args(["run", "--quiet"])
+        .args(args)
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("starting {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Runs a checker script in its venv; its last line (the counts) is printed by the script.
+fn check(
+    python: &Path,
+    root: &Path,
+    script: &str,
+    args: &[&Path],
+    reader: &str,
+) -> anyhow::Result<()> {
+    let script = root.join(script);
+    let status = Command::new(python)
+        .arg(&script)
+        .args(args)
+        .current_dir(root)
+        // TensorBoard warns that TensorFlow is missing; the stub is what we test against.
+        .env("TF_CPP_MIN_LOG_LEVEL", "3")
+        .status()
+        .with_context(|| format!("starting {}", script.display()))?;
+    if !status.success() {
+        bail!("{reader} does not read ember's files back as written ({status})");
+    }
+    Ok(())
+}
+
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let target = target_dir(root);
-    let python = match ensure_venv(&target.join("compat-venv"), COMPAT_REQUIREMENTS) {
-        Ok(python) => python,
-        Err(VenvError::Unavailable(why)) => return skip_or_fail("compat", &why),
-        Err(VenvError::Failed(e)) => return Err(e),
+    let tensorboard = reader_venv(&target, "compat-venv", COMPAT_REQUIREMENTS)?;
+    let mindinsight = reader_venv(&target, "compat-mi-venv", MINDINSIGHT_REQUIREMENTS)?;
+    // Without Python or PyPI both readers are missing for the same reason: one line says so.
+    let (tensorboard, mindinsight) = match (tensorboard, mindinsight) {
+        (Err(why), Err(_)) => return skip_or_fail("compat", &why),
+        (Err(why), Ok(mi)) => {
+            skip_or_fail("compat", &format!("the TensorBoard reader: {why}"))?;
+            (None, Some(mi))
+        }
+        (Ok(tb), Err(why)) => {
+            skip_or_fail("compat", &format!("the MindInsight reader: {why}"))?;
+            (Some(tb), None)
+        }
+        (Ok(tb), Ok(mi)) => (Some(tb), Some(mi)),
     };
 
     let dir = target.join("compat").join("run");
@@ -176,35 +268,41 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         "compat: writing every value kind with ember into {}",
         dir.display()
     );
-    let status = cargo()
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "ember",
-            "--example",
-            "compat_writer",
-            "--",
-        ])
-        .arg(&dir)
-        .current_dir(root)
-        .status()
-        .context("starting cargo run --example compat_writer")?;
-    if !status.success() {
-        bail!("the compat_writer example failed ({status})");
+    let dir_str = dir.to_str().context("the target directory is not UTF-8")?;
+    cargo_run(
+        root,
+        &["-p", "ember", "--example", "compat_writer", "--", dir_str],
+        "the compat_writer example",
+    )?;
+    let train_tb = dir.join("train-tb");
+    let train_mi = dir.join("mindinsight").join("ember-train");
+    for (format, logdir) in [("tensorboard", &train_tb), ("mindinsight", &train_mi)] {
+        let logdir = logdir
+            .to_str()
+            .context("the target directory is not UTF-8")?;
+        let mut args = vec!["-p", "ember-cli", "--", "train", "--format", format];
+        args.extend(TRAIN_ARGS);
+        args.extend(["--logdir", logdir]);
+        cargo_run(root, &args, &format!("ember train --format {format}"))?;
     }
 
-    let script = root.join("xtask/compat/check_tensorboard.py");
-    let status = Command::new(&python)
-        .arg(&script)
-        .arg(&dir)
-        .current_dir(root)
-        // TensorBoard warns that TensorFlow is missing; the stub is what we test against.
-        .env("TF_CPP_MIN_LOG_LEVEL", "3")
-        .status()
-        .with_context(|| format!("starting {}", script.display()))?;
-    if !status.success() {
-        bail!("TensorBoard does not read ember's files back as written ({status})");
+    if let Some(python) = &tensorboard {
+        check(
+            python,
+            root,
+            "xtask/compat/check_tensorboard.py",
+            &[&dir, &train_tb],
+            "TensorBoard",
+        )?;
+    }
+    if let Some(python) = &mindinsight {
+        check(
+            python,
+            root,
+            "xtask/compat/check_mindinsight.py",
+            &[&dir.join("mindinsight")],
+            "MindInsight",
+        )?;
     }
     Ok(())
 }
@@ -215,7 +313,7 @@ mod tests {
 
     #[test]
     fn requirements_are_pinned() {
-        for req in COMPAT_REQUIREMENTS {
+        for req in COMPAT_REQUIREMENTS.iter().chain(MINDINSIGHT_REQUIREMENTS) {
             let (name, version) = req.split_once("==").expect("pinned with ==");
             assert!(!name.is_empty() && !version.is_empty(), "{req}");
         }
@@ -224,6 +322,9 @@ mod tests {
                 .iter()
                 .any(|r| r.starts_with("tensorboard=="))
         );
+        // MindInsight 2.3.1 calls np.PINF, which numpy 2 removed.
+        assert!(MINDINSIGHT_REQUIREMENTS.contains(&"mindinsight==2.3.1"));
+        assert!(MINDINSIGHT_REQUIREMENTS.contains(&"numpy==1.26.4"));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //!   `ember bench write` workloads (with `--peers`, tensorboardX's too), reported in
 //!   `target/bench/report.{md,json}`.
 //! - `ci`: runs what `.ci/run` runs, cheapest checks first.
-//! - `compat`: checks with TensorBoard's own loaders (pinned, in a venv under `target/`) that
-//!   every value kind ember writes reads back as written, truncated files included.
+//! - `compat`: checks with TensorBoard's and MindInsight's own loaders (pinned, in venvs under
+//!   `target/`) that every value kind ember writes reads back as written, truncated files,
+//!   graph edges, hparams columns and lineage rows included.
 //! - `codegen [--check]`: regenerates ember-pack's protobuf code (`--check` only verifies it).
 //! - `features`: checks that `ember` without its `burn` feature builds no Burn, that the logging
 //!   example builds and runs that way in a crate of its own, and that the docs of both feature
@@ -35,7 +36,7 @@ fn main() -> anyhow::Result<()> {
         Some("layers") => layers::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard reads back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  features logging-only ember builds no Burn; docs of both feature sets build\n  layers   check the crate layering against docs/architecture.md"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  features logging-only ember builds no Burn; docs of both feature sets build\n  layers   check the crate layering against docs/architecture.md"
             );
             Ok(())
         }
