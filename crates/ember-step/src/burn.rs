@@ -76,22 +76,73 @@ where
     M: Module,
     I: IntoIterator<Item = GradientsParams>,
 {
-    let mut accumulator = GradientsAccumulator::<M>::new();
-    let mut count = 0usize;
+    let mut window = GradientWindow::new(reduction);
     for grads in gradients {
-        accumulator.accumulate(model, grads.to_device(main, model));
-        count += 1;
+        window.add(grads, main, model);
     }
-    let mut sum = accumulator.grads();
-    if reduction == Reduction::Mean && count > 1 {
-        let mut scale = ScaleGradients::<M> {
-            grads: &mut sum,
-            factor: 1.0 / count as f64,
-            model: PhantomData,
-        };
-        model.visit(&mut scale);
+    window.take(model)
+}
+
+/// Gradients reduced as they arrive: each set is moved to the main device and added to one
+/// running sum at once, so a window of `devices × accumulation steps` sets holds one reduced set
+/// (plus the one being added), not all of them. Adding in the pool's device order, step after
+/// step, gives the same bits as [`reduce_gradients`] over the same sets.
+pub struct GradientWindow<M: Module> {
+    sum: GradientsAccumulator<M>,
+    count: usize,
+    reduction: Reduction,
+}
+
+impl<M: Module> std::fmt::Debug for GradientWindow<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GradientWindow")
+            .field("count", &self.count)
+            .field("reduction", &self.reduction)
+            .finish()
     }
-    sum
+}
+
+impl<M: Module> GradientWindow<M> {
+    /// An empty window reducing by `reduction`.
+    pub fn new(reduction: Reduction) -> Self {
+        Self {
+            sum: GradientsAccumulator::new(),
+            count: 0,
+            reduction,
+        }
+    }
+
+    /// Moves `grads` to `main` and adds them to the sum.
+    pub fn add(&mut self, grads: GradientsParams, main: &Device, model: &M) {
+        self.sum.accumulate(model, grads.to_device(main, model));
+        self.count += 1;
+    }
+
+    /// How many gradient sets were added since the last [`take`](Self::take).
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when no set was added since the last [`take`](Self::take).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The reduced gradients (the sum, divided by the count for [`Reduction::Mean`]); the
+    /// window starts empty again.
+    pub fn take(&mut self, model: &M) -> GradientsParams {
+        let mut sum = self.sum.grads();
+        if self.reduction == Reduction::Mean && self.count > 1 {
+            let mut scale = ScaleGradients::<M> {
+                grads: &mut sum,
+                factor: 1.0 / self.count as f64,
+                model: PhantomData,
+            };
+            model.visit(&mut scale);
+        }
+        self.count = 0;
+        sum
+    }
 }
 
 struct ScaleGradients<'a, M> {

@@ -44,6 +44,8 @@
 #[cfg(feature = "burn")]
 pub mod burn_train;
 mod convert;
+#[cfg(feature = "burn")]
+mod driver;
 mod error;
 #[cfg(feature = "burn")]
 mod faults;
@@ -57,6 +59,8 @@ mod summary;
 mod trainer;
 
 pub use convert::{ToScalar, ToTensorValue};
+#[cfg(feature = "burn")]
+pub use driver::ValidationError;
 pub use error::SummaryError;
 pub use summary::{Mode, Plugin, RankLayout, SummaryRecord, SummaryRecordBuilder, SummaryTap};
 #[cfg(feature = "burn")]

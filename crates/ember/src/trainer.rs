@@ -5,21 +5,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use burn::data::dataloader::split::split_dataloader;
-use burn::data::dataloader::{DataLoader, DataLoaderIterator};
+use burn::data::dataloader::DataLoader;
 use burn::module::{Module, ModuleDisplay};
 use burn::optim::GradientsParams;
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::{Device, Tensor};
 use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOutput, TrainStep};
-use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
-use ember_pool::step::{Step, StepError};
-use ember_pool::{DevicePool, PoolOptions, SpawnError};
+use ember_pool::step::StepError;
+use ember_pool::step::burn::Reduction;
+use ember_pool::{PoolOptions, SpawnError};
 use ember_write::ErrorPolicy;
 use ember_write::pack::proto::mindspore as msp;
 use ember_write::pack::{Format, HParamValue, HParams, Lineage, SessionPart, SessionStatus, Value};
 
+use crate::driver::{self, Driver, Optimize, ValidationError};
 use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_gradients, named_parameters};
 use crate::{SummaryError, SummaryRecord};
@@ -182,6 +182,14 @@ pub enum TrainError {
     /// Recording summaries failed, and the record's policy is [`ErrorPolicy::Raise`].
     #[error(transparent)]
     Summary(#[from] SummaryError),
+    /// Validation could not run through: a batch could not be loaded, or the step panicked.
+    #[error("validation of epoch {epoch} failed: {source}")]
+    Validation {
+        /// The epoch, from 1.
+        epoch: usize,
+        /// Which device and batch, and what happened.
+        source: ValidationError,
+    },
     /// The configuration cannot work.
     #[error("invalid trainer configuration: {0}")]
     Config(String),
@@ -442,26 +450,15 @@ where
         .into()
     }
 
-    fn stop_requested(&self) -> bool {
-        self.stop
-            .as_ref()
-            .is_some_and(|flag| flag.load(Ordering::Acquire))
-    }
-
     fn run(
         &mut self,
-        mut model: M,
+        model: M,
         train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
         valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
         mut summary: Option<&mut SummaryRecord>,
         faults: &mut SummaryFaults,
         state: &mut RunState,
     ) -> Result<M, TrainError> {
-        let main = self
-            .devices
-            .first()
-            .cloned()
-            .ok_or_else(|| TrainError::Config("no devices".into()))?;
         if self.config.grad_accumulation == 0 {
             return Err(TrainError::Config(
                 "gradient accumulation must be at least 1".into(),
@@ -469,9 +466,16 @@ where
         }
         let options = PoolOptions {
             step_timeout: self.config.step_timeout,
+            ..PoolOptions::default()
         };
-        let mut pool = DevicePool::<BurnStep<M>>::new(self.devices.clone(), options)?;
-        let splits = split_dataloader(train, &self.devices);
+        let mut driver = Driver::new(
+            &self.devices,
+            train,
+            options,
+            self.config.reduction,
+            self.config.grad_accumulation,
+        )?
+        .ok_or_else(|| TrainError::Config("no devices".into()))?;
 
         if let Some(summary) = summary.as_deref_mut() {
             let as_int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
@@ -507,115 +511,97 @@ where
         }
 
         let report = &mut state.report;
-        let mut window: Vec<GradientsParams> = Vec::new();
-        let mut window_steps = 0usize;
+        let mut stepper = Stepper {
+            model,
+            optimizer: &mut self.optimizer,
+            scheduler: &mut self.scheduler,
+            want_gradients: false,
+            gradients: None,
+        };
+        let histogram_every = self.config.histogram_every.filter(|every| *every > 0);
         for epoch in 1..=self.config.epochs {
             let started = Instant::now();
-            let mut sources: Vec<Box<dyn DataLoaderIterator<_> + '_>> =
-                splits.iter().map(|loader| loader.iter()).collect();
+            let mut run = driver.epoch();
             let (mut loss_sum, mut loss_count, mut examples) = (0.0f64, 0usize, 0usize);
             let (mut correct, mut judged) = (0usize, 0usize);
-            let mut step_in_epoch = 0usize;
             loop {
-                if self.stop_requested() {
+                if self
+                    .stop
+                    .as_ref()
+                    .is_some_and(|flag| flag.load(Ordering::Acquire))
+                {
                     report.interrupted = true;
                     break;
                 }
-                step_in_epoch += 1;
-                let outputs = match pool.step(&mut sources, &BurnStep(model.clone())) {
-                    Ok(Step::Ran(outputs)) => outputs,
-                    Ok(Step::EpochOver(_)) => break,
-                    Err(source) => {
+                // Gradient histograms are taken inside the optimizer step they are due at.
+                stepper.want_gradients = summary.is_some()
+                    && histogram_every
+                        .is_some_and(|every| (report.optimizer_steps + 1).is_multiple_of(every));
+                let done = match run.step(&mut stepper) {
+                    Ok(Some(done)) => done,
+                    Ok(None) => break,
+                    Err(failure) => {
                         return Err(TrainError::Step {
                             epoch,
-                            step: step_in_epoch,
-                            source,
+                            step: failure.step,
+                            source: failure.source,
                         });
                     }
                 };
                 report.steps += 1;
                 let global_step = report.steps as i64;
                 let mut step_loss = 0.0;
-                let device_count = outputs.outputs.len();
-                let mut step_times = Vec::with_capacity(device_count);
-                for output in outputs.outputs {
-                    let item = &output.output.item;
+                let device_count = done.items.len();
+                for output in &done.items {
+                    let item = &output.item;
                     state.batch_size.get_or_insert(item.examples());
-                    let loss = scalar(item.loss());
-                    step_loss += loss;
+                    step_loss += scalar(item.loss());
                     examples += item.examples();
                     if let Some((hits, total)) = item.correct() {
                         correct += hits;
                         judged += total;
                     }
-                    step_times.push((output.device, output.elapsed));
-                    window.push(output.output.grads);
                 }
                 loss_sum += step_loss;
                 loss_count += device_count;
                 state.latest_train_loss = Some(loss_sum / loss_count.max(1) as f64);
-                window_steps += 1;
-
-                let mut stepped = None;
-                if window_steps == self.config.grad_accumulation {
+                let gradients = stepper.gradients.take();
+                if let Some(lr) = done.learning_rate {
                     report.optimizer_steps += 1;
-                    let histograms_due = summary.is_some()
-                        && self.config.histogram_every.is_some_and(|every| {
-                            every > 0 && report.optimizer_steps.is_multiple_of(every)
-                        });
-                    let (lr, gradients) =
-                        self.optimize(&mut model, &mut window, &main, histograms_due);
                     state.learning_rate = Some(lr);
-                    stepped = Some((lr, gradients));
-                    window_steps = 0;
                 }
 
                 if let Some(summary) = summary.as_deref_mut() {
                     let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
-                    let mut values: Vec<(crate::Plugin, String, Value)> = vec![
+                    let mut values: Vec<(String, Value)> = vec![
                         (
-                            crate::Plugin::Scalar,
                             "train/loss".into(),
                             Value::Scalar(step_loss / device_count as f64),
                         ),
                         (
-                            crate::Plugin::Scalar,
                             "train/examples_per_second".into(),
                             Value::Scalar(examples as f64 / elapsed),
                         ),
                     ];
-                    for (device, time) in &step_times {
+                    for output in &done.items {
                         values.push((
-                            crate::Plugin::Scalar,
-                            format!("device/{device}/step_seconds"),
-                            Value::Scalar(time.as_secs_f64()),
+                            format!("device/{}/step_seconds", output.device),
+                            Value::Scalar(output.elapsed.as_secs_f64()),
                         ));
                     }
-                    if let Some((lr, gradient_histograms)) = stepped {
-                        values.push((
-                            crate::Plugin::Scalar,
-                            "train/learning_rate".into(),
-                            Value::Scalar(lr),
-                        ));
-                        if let Some(gradients) = gradient_histograms {
-                            for (name, _, weights) in named_parameters(&model) {
-                                values.push((
-                                    crate::Plugin::Histogram,
-                                    format!("weights/{name}"),
-                                    Value::histogram(weights),
-                                ));
-                            }
-                            for (name, gradient) in gradients {
-                                values.push((
-                                    crate::Plugin::Histogram,
-                                    format!("gradients/{name}"),
-                                    Value::histogram(gradient),
-                                ));
-                            }
+                    if let Some(lr) = done.learning_rate {
+                        values.push(("train/learning_rate".into(), Value::Scalar(lr)));
+                    }
+                    if let Some(gradients) = gradients {
+                        for (name, _, weights) in named_parameters(&stepper.model) {
+                            values.push((format!("weights/{name}"), Value::histogram(weights)));
+                        }
+                        for (name, gradient) in gradients {
+                            values.push((format!("gradients/{name}"), Value::histogram(gradient)));
                         }
                     }
-                    for (plugin, tag, value) in values {
-                        faults.check(summary.add_value(plugin, &tag, value))?;
+                    for (tag, value) in values {
+                        faults.check(summary.add(&tag, value))?;
                     }
                     faults.check(summary.record(global_step))?;
                 }
@@ -623,7 +609,7 @@ where
                     let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
                     hook(&StepReport {
                         epoch,
-                        step_in_epoch,
+                        step_in_epoch: done.step,
                         step: global_step,
                         loss: step_loss / device_count as f64,
                         examples,
@@ -633,10 +619,9 @@ where
             }
             // A partial accumulation window still updates the model, as burn-train does; a
             // stopped run too, so the model returned reflects every step it ran.
-            if window_steps > 0 {
-                let (lr, _) = self.optimize(&mut model, &mut window, &main, false);
+            stepper.want_gradients = false;
+            if let Some(lr) = run.finish(&mut stepper) {
                 state.learning_rate = Some(lr);
-                window_steps = 0;
                 report.optimizer_steps += 1;
             }
             if report.interrupted {
@@ -646,9 +631,10 @@ where
             state.train_examples = Some(examples);
             let (valid_loss, valid_accuracy) = match &valid {
                 Some(valid) => {
-                    let (loss, accuracy, valid_examples) = validate(&model, valid.as_ref());
-                    state.valid_examples = Some(valid_examples);
-                    (Some(loss), accuracy)
+                    let totals = validate(&stepper.model, valid.as_ref())
+                        .map_err(|source| TrainError::Validation { epoch, source })?;
+                    state.valid_examples = Some(totals.examples);
+                    (Some(totals.loss), totals.accuracy)
                 }
                 None => (None, None),
             };
@@ -679,7 +665,7 @@ where
             }
             if let Some(hook) = self.on_epoch.as_mut() {
                 faults.check(hook(
-                    &model,
+                    &stepper.model,
                     &epoch_report,
                     report.steps as i64,
                     summary.as_deref_mut(),
@@ -687,27 +673,7 @@ where
             }
             report.epochs.push(epoch_report);
         }
-        Ok(model)
-    }
-
-    /// Reduces the window's gradients (every device of every step in it, so a mean window is the
-    /// gradient of all its batches together) and steps the optimizer. Returns the learning rate
-    /// used and, when asked, each parameter's reduced gradient for histograms.
-    #[allow(clippy::type_complexity)]
-    fn optimize(
-        &mut self,
-        model: &mut M,
-        window: &mut Vec<GradientsParams>,
-        main: &Device,
-        want_gradients: bool,
-    ) -> (f64, Option<Vec<(String, Vec<f32>)>>) {
-        let grads = reduce_gradients(window.drain(..), main, model, self.config.reduction);
-        let gradients = want_gradients.then(|| named_gradients(model, &grads));
-        let lr = self.scheduler.step();
-        let base = lr.base();
-        let current = model.clone();
-        *model = self.optimizer.step(lr, current, grads);
-        (base, gradients)
+        Ok(stepper.model)
     }
 }
 
@@ -801,20 +767,53 @@ fn json_number(x: f64) -> String {
     }
 }
 
-/// Mean loss, accuracy and example count of the validation set, on the model without autodiff.
+/// The Trainer's side of the driver's optimizer step: Burn's optimizer and scheduler on the
+/// model it owns, and, when asked, each parameter's reduced gradient for histograms.
+struct Stepper<'a, M> {
+    model: M,
+    optimizer: &'a mut ModuleOptimizer,
+    scheduler: &'a mut ModuleLrScheduler,
+    /// Whether the next optimizer step keeps the gradients for histograms.
+    want_gradients: bool,
+    gradients: Option<Vec<(String, Vec<f32>)>>,
+}
+
+impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
+    fn model(&self) -> M {
+        self.model.clone()
+    }
+
+    fn step(&mut self, grads: GradientsParams) -> f64 {
+        if self.want_gradients {
+            self.gradients = Some(named_gradients(&self.model, &grads));
+        }
+        let lr = self.scheduler.step();
+        let base = lr.base();
+        self.model = self.optimizer.step(lr, self.model.clone(), grads);
+        base
+    }
+}
+
+/// What a validation pass adds up to.
+struct ValidTotals {
+    loss: f64,
+    accuracy: Option<f64>,
+    examples: usize,
+}
+
+/// Mean loss, accuracy and example count of the validation set, on the main device through the
+/// driver: a batch that cannot be loaded, or a panicking step, is a [`ValidationError`].
 fn validate<M, V>(
     model: &M,
     valid: &dyn DataLoader<<M as TrainStep>::Input>,
-) -> (f64, Option<f64>, usize)
+) -> Result<ValidTotals, ValidationError>
 where
     M: TrainStep + InferenceStep<Input = <M as TrainStep>::Input, Output = V> + Module,
     V: TrainingItem,
 {
-    let inner = model.valid();
     let (mut loss, mut batches, mut correct, mut judged) = (0.0, 0usize, 0usize, 0usize);
     let mut examples = 0usize;
-    for batch in valid.iter().flatten() {
-        let output = InferenceStep::step(&inner, batch);
+    driver::validate(model, valid, |_, output: V, _| {
         loss += scalar(output.loss());
         batches += 1;
         examples += output.examples();
@@ -822,12 +821,13 @@ where
             correct += hits;
             judged += total;
         }
-    }
-    (
-        loss / batches.max(1) as f64,
-        (judged > 0).then(|| correct as f64 / judged as f64),
+        Ok::<(), ValidationError>(())
+    })?;
+    Ok(ValidTotals {
+        loss: loss / batches.max(1) as f64,
+        accuracy: (judged > 0).then(|| correct as f64 / judged as f64),
         examples,
-    )
+    })
 }
 
 fn scalar(tensor: &Tensor<1>) -> f64 {

@@ -3,22 +3,21 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use burn::data::dataloader::split::split_dataloader;
-use burn::data::dataloader::{DataLoaderIterator, Progress};
 use burn::data::dataset::DatasetError;
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use burn::train::train::WorkerFailure;
 use burn::train::{
-    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearnerModel,
+    EventProcessorTraining, Interrupter, Learner, LearnerEvent, LearnerModel,
     SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainOutput,
     TrainStep, TrainingComponents, TrainingError, TrainingItem, ValidLoader,
 };
-use ember_pool::step::burn::{BurnStep, Reduction, reduce_gradients};
-use ember_pool::step::{Step, StepError};
-use ember_pool::{DevicePool, PoolOptions, SpawnError};
+use ember_pool::step::StepError;
+use ember_pool::step::burn::Reduction;
+use ember_pool::{PoolOptions, SpawnError};
 
 use super::EmberFailure;
+use crate::driver::{self, Driver, Optimize, ValidationError};
 
 /// Why a [`PoolStrategy`] stopped training.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +38,14 @@ pub enum PoolStrategyError {
         step: usize,
         /// Every failed device.
         source: StepError,
+    },
+    /// Validation could not run through: a batch could not be loaded, or the step panicked.
+    #[error("validation of epoch {epoch} failed: {source}")]
+    Validation {
+        /// The epoch, from burn's numbering (from 1).
+        epoch: usize,
+        /// Which device and batch, and what happened.
+        source: ValidationError,
     },
 }
 
@@ -175,110 +182,86 @@ impl PoolStrategy {
     }
 }
 
-/// What one training epoch on the pool needs.
-struct TrainEpoch<'a, M: LearnerModel> {
-    strategy: &'a PoolStrategy,
-    pool: &'a mut DevicePool<BurnStep<M>>,
-    loaders: &'a [TrainLoader<M>],
-    main: &'a Device,
-    accumulation: usize,
-    interrupter: &'a Interrupter,
+/// burn-train's `Learner` as the driver's optimizer step: the learning-rate schedule steps, then
+/// the optimizer, as burn's own strategies do.
+struct LearnerStep<'a, M: LearnerModel>(&'a mut Learner<M>);
+
+impl<M: LearnerModel> Optimize<M> for LearnerStep<'_, M> {
+    fn model(&self) -> M {
+        self.0.model()
+    }
+
+    fn step(&mut self, grads: GradientsParams) -> f64 {
+        self.0.lr_step();
+        let lr = self.0.lr_current().base();
+        self.0.optimizer_step(grads);
+        lr
+    }
 }
 
-impl<M> TrainEpoch<'_, M>
-where
+/// One training epoch on the pool, through the driver, sending burn's events.
+fn train_epoch<M>(
+    strategy: &PoolStrategy,
+    driver: &mut Driver<M>,
+    learner: &mut Learner<M>,
+    epoch: usize,
+    events: &mut SupervisedTrainingEventProcessor<M>,
+    interrupter: &Interrupter,
+) where
     M: LearnerModel,
     TrainOutput<<M as TrainStep>::Output>: Send,
 {
-    fn run(
-        &mut self,
-        learner: &mut Learner<M>,
-        epoch: usize,
-        events: &mut SupervisedTrainingEventProcessor<M>,
-    ) {
-        let interrupter = self.interrupter;
-        log::info!(
-            "executing training epoch {epoch} on {} pool devices",
-            self.loaders.len()
-        );
-        let mut iterators: Vec<Box<dyn DataLoaderIterator<<M as TrainStep>::Input> + '_>> =
-            self.loaders.iter().map(|loader| loader.iter()).collect();
-        interrupter.fail_on_error(events.process_train(LearnerEvent::StartSplit {
-            epoch_number: epoch,
-            progress: Progress::aggregate(iterators.iter().map(|it| it.progress())),
-        }));
-
-        let mut iteration = 0usize;
-        let mut window: Vec<GradientsParams> = Vec::new();
-        let mut window_steps = 0usize;
-        let mut step = 0usize;
-        while !interrupter.should_stop() {
-            step += 1;
-            let outputs = match self
-                .pool
-                .step(iterators.as_mut_slice(), &BurnStep(learner.model()))
-            {
-                Ok(Step::Ran(outputs)) => outputs,
-                Ok(Step::EpochOver(_)) => break,
-                Err(source) => {
-                    self.strategy.fail(
-                        interrupter,
-                        PoolStrategyError::Step {
-                            epoch,
-                            step,
-                            source,
-                        },
-                    );
-                    break;
-                }
-            };
-            let progress = Progress::aggregate(iterators.iter().map(|it| it.progress()));
-            let mut items = Vec::with_capacity(outputs.outputs.len());
-            for output in outputs.outputs {
-                window.push(output.output.grads);
-                items.push(output.output.item);
-            }
-            window_steps += 1;
-            if window_steps >= self.accumulation {
-                self.optimize(learner, &mut window);
-                window_steps = 0;
-            }
-            for item in items {
-                iteration += 1;
-                let item = TrainingItem::new(
-                    item,
-                    progress.clone(),
-                    Some(iteration),
-                    Some(learner.lr_current()),
+    log::info!("executing training epoch {epoch} on the pool");
+    let mut run = driver.epoch();
+    interrupter.fail_on_error(events.process_train(LearnerEvent::StartSplit {
+        epoch_number: epoch,
+        progress: run.progress(),
+    }));
+    let mut iteration = 0usize;
+    while !interrupter.should_stop() {
+        let done = match run.step(&mut LearnerStep(learner)) {
+            Ok(Some(done)) => done,
+            Ok(None) => break,
+            Err(failure) => {
+                strategy.fail(
+                    interrupter,
+                    PoolStrategyError::Step {
+                        epoch,
+                        step: failure.step,
+                        source: failure.source,
+                    },
                 );
-                interrupter.fail_on_error(events.process_train(LearnerEvent::ProcessedItem(item)));
+                break;
             }
+        };
+        let progress = run.progress();
+        for output in done.items {
+            iteration += 1;
+            let item = TrainingItem::new(
+                output.item,
+                progress.clone(),
+                Some(iteration),
+                Some(learner.lr_current()),
+            );
+            interrupter.fail_on_error(events.process_train(LearnerEvent::ProcessedItem(item)));
         }
-        interrupter.fail_on_error(events.flush());
-        // A partial accumulation window still updates the model, as burn-train does.
-        if window_steps > 0 && !interrupter.should_stop() {
-            self.optimize(learner, &mut window);
-        }
-
-        let mut progress = Progress::aggregate(iterators.iter().map(|it| it.progress()));
-        if !interrupter.should_stop() {
-            progress.resolve_total();
-        }
-        interrupter.fail_on_error(events.process_train(LearnerEvent::EndSplit { epoch, progress }));
-        interrupter.fail_on_error(events.flush());
     }
-
-    /// Reduces the window's gradients in order on the main device and steps the optimizer.
-    fn optimize(&self, learner: &mut Learner<M>, window: &mut Vec<GradientsParams>) {
-        let model = learner.model();
-        let grads = reduce_gradients(window.drain(..), self.main, &model, self.strategy.reduction);
-        learner.lr_step();
-        learner.optimizer_step(grads);
+    interrupter.fail_on_error(events.flush());
+    let mut progress = run.progress();
+    // A partial accumulation window still updates the model, as burn-train does.
+    if !interrupter.should_stop() {
+        run.finish(&mut LearnerStep(learner));
+        progress.resolve_total();
     }
+    interrupter.fail_on_error(events.process_train(LearnerEvent::EndSplit { epoch, progress }));
+    interrupter.fail_on_error(events.flush());
 }
 
-/// One validation pass on the main device, as burn's single-device validation epoch does.
+/// One validation pass on the main device through the driver, as burn's single-device
+/// validation epoch does; a batch that cannot be loaded, or a panicking step, fails training
+/// with a [`ValidationError`] naming the device and batch.
 fn valid_epoch<M: LearnerModel>(
+    strategy: &PoolStrategy,
     learner: &Learner<M>,
     loader: &ValidLoader<M>,
     epoch: usize,
@@ -286,30 +269,27 @@ fn valid_epoch<M: LearnerModel>(
     interrupter: &Interrupter,
 ) {
     log::info!("executing validation epoch {epoch}");
-    let model = learner.model().valid();
-    let mut iterator = loader.iter();
+    let model = learner.model();
     interrupter.fail_on_error(events.process_valid(LearnerEvent::StartSplit {
         epoch_number: epoch,
-        progress: iterator.progress(),
+        progress: loader.iter().progress(),
     }));
-    let mut iteration = 0usize;
-    while !interrupter.should_stop() {
-        let batch = match iterator.next() {
-            Some(Ok(batch)) => batch,
-            Some(Err(error)) => {
-                interrupter.fail(error);
-                break;
-            }
-            None => break,
-        };
-        let progress = iterator.progress();
-        iteration += 1;
-        let item = InferenceStep::step(&model, batch);
-        let item = TrainingItem::new(item, progress, Some(iteration), None);
+    let mut last = None;
+    let result = driver::validate(&model, loader.as_ref(), |batch, item, progress| {
+        if interrupter.should_stop() {
+            return Ok(());
+        }
+        last = Some(progress.clone());
+        let item = TrainingItem::new(item, progress, Some(batch), None);
         interrupter.fail_on_error(events.process_valid(LearnerEvent::ProcessedItem(item)));
+        Ok::<(), ValidationError>(())
+    });
+    if let Err(source) = result {
+        strategy.fail(interrupter, PoolStrategyError::Validation { epoch, source });
+        return;
     }
     interrupter.fail_on_error(events.flush());
-    let mut progress = iterator.progress();
+    let mut progress = last.unwrap_or_else(|| loader.iter().progress());
     if !interrupter.should_stop() {
         progress.resolve_total();
     }
@@ -335,38 +315,38 @@ where
         if let Ok(mut slot) = self.error.lock() {
             *slot = None;
         }
-        let Some(main) = self.devices.first().cloned() else {
-            self.fail(&interrupter, PoolStrategyError::NoDevices);
-            return (learner.model(), events);
-        };
         let options = match self.step_timeout {
             Some(timeout) => PoolOptions::default().step_timeout(timeout),
             None => PoolOptions::default(),
         };
-        let mut pool = match DevicePool::<BurnStep<M>>::new(self.devices.clone(), options) {
-            Ok(pool) => pool,
-            Err(error) => {
-                self.fail(&interrupter, error.into());
-                return (learner.model(), events);
-            }
-        };
-
-        let loaders = split_dataloader(train, &self.devices);
+        let accumulation = components.grad_accumulation.unwrap_or(1);
+        let mut driver =
+            match Driver::new(&self.devices, train, options, self.reduction, accumulation) {
+                Ok(Some(driver)) => driver,
+                Ok(None) => {
+                    self.fail(&interrupter, PoolStrategyError::NoDevices);
+                    return (learner.model(), events);
+                }
+                Err(error) => {
+                    self.fail(&interrupter, error.into());
+                    return (learner.model(), events);
+                }
+            };
+        let main = driver.main().clone();
         let valid = valid.to_device(&main.clone().inner());
         learner.fork(&main);
         let mut checkpointer = components.checkpointer;
         let mut early_stopping = components.early_stopping;
-        let mut epoch_train = TrainEpoch {
-            strategy: self,
-            pool: &mut pool,
-            loaders: &loaders,
-            main: &main,
-            accumulation: components.grad_accumulation.unwrap_or(1).max(1),
-            interrupter: &interrupter,
-        };
 
         for epoch in starting_epoch..=components.num_epochs {
-            epoch_train.run(&mut learner, epoch, &mut events);
+            train_epoch(
+                self,
+                &mut driver,
+                &mut learner,
+                epoch,
+                &mut events,
+                &interrupter,
+            );
             if interrupter.should_stop() {
                 if let Some(interruption) = interrupter.interruption() {
                     let reason = interruption.reason.as_deref().unwrap_or("reason unknown");
@@ -375,7 +355,7 @@ where
                 break;
             }
 
-            valid_epoch(&learner, &valid, epoch, &mut events, &interrupter);
+            valid_epoch(self, &learner, &valid, epoch, &mut events, &interrupter);
             if interrupter.should_stop() {
                 break;
             }

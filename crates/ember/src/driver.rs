@@ -1,0 +1,284 @@
+//! The one data-parallel epoch both the [`Trainer`](crate::Trainer) and burn-train's
+//! [`PoolStrategy`](crate::burn_train::PoolStrategy) run on a [`DevicePool`].
+//!
+//! Each epoch gives every device a contiguous slice of the training loader (burn's
+//! `split_dataloader`, as burn-train's multi-device strategy does); each step runs one batch per
+//! device. Gradients are reduced as they arrive, in device order, into one
+//! [`GradientWindow`] on the main device, so accumulating `devices × accumulation` steps holds
+//! one reduced gradient set plus the one being added, never all of them; when the window is
+//! full (or the epoch ends with a partial one, as burn-train does) the caller's [`Optimize`]
+//! steps the model. What to record and report stays with the callers, which see every step's
+//! device outputs.
+//!
+//! Validation runs on the main device, batch by batch; a batch the loader fails to give and a
+//! panicking inference step are [`ValidationError`]s naming the device and the batch, never
+//! skipped and never retried.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use burn::data::dataloader::split::split_dataloader;
+use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use burn::tensor::Device;
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use ember_pool::step::burn::{BurnStep, GradientWindow, Reduction};
+use ember_pool::step::{Step, StepError};
+use ember_pool::{DevicePool, PoolOptions, SpawnError};
+
+/// What steps a model with reduced gradients: the Trainer's optimizer and scheduler, or
+/// burn-train's `Learner`.
+pub(crate) trait Optimize<M> {
+    /// The model the next step runs (a cheap handle copy for Burn modules).
+    fn model(&self) -> M;
+    /// Steps the optimizer with `grads`, reduced over the window; returns the learning rate
+    /// used.
+    fn step(&mut self, grads: GradientsParams) -> f64;
+}
+
+/// One device's part of a step.
+pub(crate) struct DeviceItem<O> {
+    /// The device's public index.
+    pub(crate) device: usize,
+    /// Its step's wall time.
+    pub(crate) elapsed: Duration,
+    /// The train step's output item (loss, predictions, ...).
+    pub(crate) item: O,
+}
+
+/// A step that ran on the pool.
+pub(crate) struct StepDone<O> {
+    /// The step within the epoch, from 1.
+    pub(crate) step: usize,
+    /// Every device's output, in device order.
+    pub(crate) items: Vec<DeviceItem<O>>,
+    /// The learning rate, when this step closed an accumulation window and the model stepped.
+    pub(crate) learning_rate: Option<f64>,
+}
+
+/// A training step that failed on the pool, with where.
+#[derive(Debug)]
+pub(crate) struct StepFailure {
+    /// The step within the epoch, from 1.
+    pub(crate) step: usize,
+    /// Every failed device.
+    pub(crate) source: StepError,
+}
+
+/// Why validation stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValidationError {
+    /// The validation loader failed to give a batch.
+    #[error("validation batch {batch} on device {device} could not be loaded: {message}")]
+    Source {
+        /// The device validation runs on (0, the main device).
+        device: usize,
+        /// The batch, from 1.
+        batch: usize,
+        /// The loader's error.
+        message: String,
+    },
+    /// The inference step panicked.
+    #[error("validation batch {batch} on device {device} panicked: {message}")]
+    Panicked {
+        /// The device validation runs on (0, the main device).
+        device: usize,
+        /// The batch, from 1.
+        batch: usize,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+/// The pool and the per-device loaders of a run.
+pub(crate) struct Driver<M: TrainStep + Module + 'static>
+where
+    M::Input: Send + 'static,
+    TrainOutput<M::Output>: Send,
+{
+    pool: DevicePool<BurnStep<M>>,
+    loaders: Vec<Arc<dyn DataLoader<M::Input>>>,
+    main: Device,
+    reduction: Reduction,
+    accumulation: usize,
+}
+
+impl<M> Driver<M>
+where
+    M: TrainStep + Module + 'static,
+    M::Input: Send + 'static,
+    TrainOutput<M::Output>: Send,
+{
+    /// A pool on `devices` (the first is the main device) and the training loader split
+    /// between them. `accumulation` is clamped to at least 1.
+    pub(crate) fn new(
+        devices: &[Device],
+        train: Arc<dyn DataLoader<M::Input>>,
+        options: PoolOptions,
+        reduction: Reduction,
+        accumulation: usize,
+    ) -> Result<Option<Self>, SpawnError> {
+        let Some(main) = devices.first().cloned() else {
+            return Ok(None);
+        };
+        let pool = DevicePool::new(devices.to_vec(), options)?;
+        Ok(Some(Self {
+            pool,
+            loaders: split_dataloader(train, devices),
+            main,
+            reduction,
+            accumulation: accumulation.max(1),
+        }))
+    }
+
+    /// The main device.
+    pub(crate) fn main(&self) -> &Device {
+        &self.main
+    }
+
+    /// Starts an epoch: a fresh iterator on every device's slice.
+    pub(crate) fn epoch(&mut self) -> Epoch<'_, M> {
+        let sources = self.loaders.iter().map(|loader| loader.iter()).collect();
+        Epoch {
+            pool: &mut self.pool,
+            sources,
+            main: &self.main,
+            window: GradientWindow::new(self.reduction),
+            window_steps: 0,
+            accumulation: self.accumulation,
+            step: 0,
+        }
+    }
+}
+
+/// One training epoch in progress; see the module docs.
+pub(crate) struct Epoch<'d, M: TrainStep + Module + 'static>
+where
+    M::Input: Send + 'static,
+    TrainOutput<M::Output>: Send,
+{
+    pool: &'d mut DevicePool<BurnStep<M>>,
+    sources: Vec<Box<dyn DataLoaderIterator<M::Input> + 'd>>,
+    main: &'d Device,
+    window: GradientWindow<M>,
+    window_steps: usize,
+    accumulation: usize,
+    step: usize,
+}
+
+impl<M> Epoch<'_, M>
+where
+    M: TrainStep + Module + 'static,
+    M::Input: Send + 'static,
+    TrainOutput<M::Output>: Send,
+{
+    /// The progress of every device's slice together.
+    pub(crate) fn progress(&self) -> Progress {
+        Progress::aggregate(self.sources.iter().map(|source| source.progress()))
+    }
+
+    /// Runs the next step on every device that still has a batch, adds their gradients to the
+    /// window and steps the model when the window is full. `None` when every slice is done.
+    pub(crate) fn step(
+        &mut self,
+        optimizer: &mut impl Optimize<M>,
+    ) -> Result<Option<StepDone<M::Output>>, StepFailure> {
+        self.step += 1;
+        let model = optimizer.model();
+        let outputs = match self
+            .pool
+            .step(self.sources.as_mut_slice(), &BurnStep(model.clone()))
+        {
+            Ok(Step::Ran(outputs)) => outputs,
+            Ok(Step::EpochOver(_)) => return Ok(None),
+            Err(source) => {
+                return Err(StepFailure {
+                    step: self.step,
+                    source,
+                });
+            }
+        };
+        let mut items = Vec::with_capacity(outputs.outputs.len());
+        for output in outputs.outputs {
+            self.window.add(output.output.grads, self.main, &model);
+            items.push(DeviceItem {
+                device: output.device,
+                elapsed: output.elapsed,
+                item: output.output.item,
+            });
+        }
+        self.window_steps += 1;
+        let learning_rate = if self.window_steps >= self.accumulation {
+            self.window_steps = 0;
+            Some(optimizer.step(self.window.take(&model)))
+        } else {
+            None
+        };
+        Ok(Some(StepDone {
+            step: self.step,
+            items,
+            learning_rate,
+        }))
+    }
+
+    /// Ends the epoch: a partial accumulation window still steps the model, as burn-train
+    /// does. Returns the learning rate when it did.
+    pub(crate) fn finish(mut self, optimizer: &mut impl Optimize<M>) -> Option<f64> {
+        if self.window.is_empty() {
+            return None;
+        }
+        let model = optimizer.model();
+        Some(optimizer.step(self.window.take(&model)))
+    }
+}
+
+/// Runs `model`'s inference step on every batch of `loader`, on the main device, handing each
+/// output (with the batch number, from 1, and the loader's progress) to `on_item`. A batch the
+/// loader cannot give, or a panicking step, ends validation with a [`ValidationError`]; an
+/// error from `on_item` ends it with that error.
+pub(crate) fn validate<M, E>(
+    model: &M,
+    loader: &dyn DataLoader<<M as InferenceStep>::Input>,
+    mut on_item: impl FnMut(usize, <M as InferenceStep>::Output, Progress) -> Result<(), E>,
+) -> Result<(), E>
+where
+    M: InferenceStep + Module,
+    E: From<ValidationError>,
+{
+    let inner = model.valid();
+    let mut batches = loader.iter();
+    let mut batch = 0usize;
+    loop {
+        batch += 1;
+        let input = match batches.next() {
+            None => return Ok(()),
+            Some(Ok(input)) => input,
+            Some(Err(error)) => {
+                return Err(ValidationError::Source {
+                    device: 0,
+                    batch,
+                    message: error.to_string(),
+                }
+                .into());
+            }
+        };
+        let output = catch_unwind(AssertUnwindSafe(|| InferenceStep::step(&inner, input)))
+            .map_err(|payload| ValidationError::Panicked {
+                device: 0,
+                batch,
+                message: panic_message(payload.as_ref()),
+            })?;
+        on_item(batch, output, batches.progress())?;
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
