@@ -109,8 +109,6 @@ pub use trainer::{
 
 pub use ember_pool::step;
 pub use ember_write::pack;
-/// The write benchmarks' workloads (`ember bench write`, `cargo bench -p ember-write`).
-pub use ember_write::workload;
 pub use ember_write::{
     Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy, PoolStats,
     SizePolicy, WriteError, WriteErrors, WriterOptions,
