@@ -1,15 +1,21 @@
 //! `cargo xtask bench [--peers] [--skip-criterion] [--rounds R]`: ember's speed, and with
-//! `--peers` tensorboardX's on the same workloads, in one report.
+//! `--peers` tensorboardX's and MindSpore's on the same workloads, with the machine's limits, in
+//! one report.
 //!
 //! 1. `cargo bench --workspace` (criterion), unless `--skip-criterion`; the mean of every
 //!    benchmark that run produced goes into the report.
-//! 2. Builds `ember-cli` in release and runs `ember bench write --workload W --n N --out <dir>`
-//!    for the five workloads of `crates/ember-write/src/workload.rs`.
-//! 3. With `--peers`, runs `xtask/bench/tbx_write.py` (pinned tensorboardX in a venv under
-//!    `<target>/bench-venv`) on the same workloads, right after ember's run of each workload, so
-//!    both see the same machine load. With `--rounds R` every pair runs `R` times and the median
-//!    time counts.
-//! 4. Writes `<target>/bench/report.json` and `report.md`: each figure and the ratio ember / peer.
+//! 2. Builds `ember-cli` in release and, each round, runs every workload on every side, in an
+//!    order that alternates between rounds: `ember bench write` (the facade's per-value API);
+//!    with `--peers`, `xtask/bench/tbx_write.py` as `pip install tensorboardX` leaves it (its
+//!    pure-Python CRC) and with its optional native `crc32c`, and `xtask/bench/ms_write.py`
+//!    (MindSpore 2.10 `SummaryRecord`), each pinned in a venv under `<target>`. A peer whose venv
+//!    cannot be made is skipped in one line.
+//! 3. Each round also measures the limits: `dd bs=<bytes per tensor step> count=<n>
+//!    conv=fsync` of ember's tensor bytes, and `ember bench memory` (read passes over the
+//!    histogram input).
+//! 4. Writes `<target>/bench/report.json` and `report.md`: per side the median steps/s with min
+//!    and max over the rounds, ember / peer ratios of medians, and ember as a fraction of the
+//!    limits.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -21,11 +27,11 @@ use serde_json::{Value, json};
 
 use crate::compat::{self, VenvError};
 
-/// The peer's packages. `tensorboardX` 2.6.5 is the newest release on PyPI (the one the
-/// reference notes describe); `crc32c` is the native CRC that tensorboardX picks up when
-/// installed, as its README advises, so the peer runs at its best rather than with the
-/// pure-Python CRC; `pillow` encodes its images; `numpy` and `protobuf` are pinned to what
-/// tensorboardX resolved to on Python 3.11, so a new release cannot move the figures.
+/// tensorboardX's venv. `tensorboardX` 2.6.5 is the newest release on PyPI (the one the
+/// reference notes describe); `crc32c` is the optional native CRC that tensorboardX picks up
+/// when installed (`tbx_write.py --crc python` hides it, for tensorboardX as pip installs it);
+/// `pillow` encodes its images; `numpy` and `protobuf` are pinned to what tensorboardX resolved
+/// to on Python 3.11, so a new release cannot move the figures.
 pub(crate) const BENCH_REQUIREMENTS: &[&str] = &[
     "tensorboardX==2.6.5",
     "protobuf==7.36.2",
@@ -34,13 +40,74 @@ pub(crate) const BENCH_REQUIREMENTS: &[&str] = &[
     "crc32c==2.9.post0",
 ];
 
-/// Each workload and its step count: enough for a few seconds of ember's time on 2 cores.
-pub(crate) const WORKLOADS: &[(&str, u64)] = &[
-    ("scalars", 1_000_000),
-    ("scalars10", 200_000),
-    ("hist", 200),
-    ("image", 2_000),
-    ("tensor", 500),
+/// MindSpore's venv: the 2.10.0 wheel (cp311, manylinux x86_64/aarch64) and the versions of its
+/// dependencies pip resolved with it.
+pub(crate) const MINDSPORE_REQUIREMENTS: &[&str] = &[
+    "mindspore==2.10.0",
+    "numpy==2.4.6",
+    "protobuf==7.36.2",
+    "pillow==13.0.0",
+    "scipy==1.17.1",
+    "psutil==7.2.2",
+];
+
+/// The sides of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Ember,
+    /// tensorboardX with its pure-Python CRC, as `pip install tensorboardX` leaves it.
+    Tbx,
+    /// tensorboardX with the native `crc32c` it picks up when installed.
+    TbxCrc,
+    MindSpore,
+}
+
+impl Side {
+    /// The name its JSON line carries.
+    fn peer(self) -> &'static str {
+        match self {
+            Side::Ember => "ember",
+            Side::Tbx => "tensorboardX",
+            Side::TbxCrc => "tensorboardX+crc32c",
+            Side::MindSpore => "MindSpore",
+        }
+    }
+
+    /// Steps of `workload` on this side, or `None` where the side has no such call: enough for
+    /// a second or more of each side's time on 2 cores, so that start-up and the final fsync
+    /// weigh little.
+    fn steps(self, workload: &str) -> Option<u64> {
+        let n = match (self, workload) {
+            (Side::Ember, "scalars") => 1_000_000,
+            (Side::Ember, "scalars10" | "scalars10-record") => 200_000,
+            (Side::Ember, "hist") => 2_000,
+            (Side::Ember, "image") => 10_000,
+            (Side::Ember, "tensor") => 1_000,
+            (Side::Tbx | Side::TbxCrc, "scalars") => 50_000,
+            (Side::Tbx | Side::TbxCrc, "scalars10") => 5_000,
+            (Side::Tbx | Side::TbxCrc, "scalars10-record") => return None,
+            (Side::Tbx | Side::TbxCrc, "hist") => 200,
+            (Side::Tbx | Side::TbxCrc, "image") => 500,
+            (Side::Tbx | Side::TbxCrc, "tensor") => 500,
+            (Side::MindSpore, "scalars" | "scalars10-record") => 2_000,
+            (Side::MindSpore, "scalars10") => 200,
+            (Side::MindSpore, "hist") => 200,
+            (Side::MindSpore, "image") => 200,
+            (Side::MindSpore, "tensor") => 50,
+            _ => return None,
+        };
+        Some(n)
+    }
+}
+
+/// The workloads of `ember bench write`, in report order.
+pub(crate) const WORKLOADS: &[&str] = &[
+    "scalars",
+    "scalars10",
+    "scalars10-record",
+    "hist",
+    "image",
+    "tensor",
 ];
 
 #[derive(Debug, Default)]
@@ -52,7 +119,7 @@ struct Options {
 
 fn parse(args: &[String]) -> anyhow::Result<Options> {
     let mut options = Options {
-        rounds: 1,
+        rounds: 5,
         ..Options::default()
     };
     let mut args = args.iter();
@@ -231,35 +298,101 @@ fn human_ns(ns: f64) -> String {
     }
 }
 
-/// The report's rows: workload, n, ember's figure, the peer's figure if measured.
-type Row = (String, u64, Figure, Option<Figure>);
+/// Median, min and max steps/s over the rounds of one side on one workload.
+#[derive(Debug, Clone, PartialEq)]
+struct Spread {
+    n: u64,
+    median: f64,
+    min: f64,
+    max: f64,
+    /// Bytes of the median round.
+    bytes: u64,
+    rounds: Vec<f64>,
+}
+
+impl Spread {
+    fn of(n: u64, figures: &[Figure]) -> Option<Spread> {
+        let m = median(figures)?;
+        let rates: Vec<f64> = figures.iter().map(|f| n as f64 / f.seconds).collect();
+        Some(Spread {
+            n,
+            median: n as f64 / m.seconds,
+            min: rates.iter().copied().fold(f64::INFINITY, f64::min),
+            max: rates.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            bytes: m.bytes,
+            rounds: rates,
+        })
+    }
+
+    fn json(&self) -> Value {
+        json!({"n": self.n, "per_second_median": self.median, "per_second_min": self.min,
+               "per_second_max": self.max, "per_second_rounds": self.rounds, "bytes": self.bytes})
+    }
+
+    fn cell(&self) -> String {
+        format!(
+            "{} ({}–{})",
+            human(self.median),
+            human(self.min),
+            human(self.max)
+        )
+    }
+}
+
+/// One workload's figures: each side that ran it, and the limit it is held against.
+#[derive(Debug, Clone)]
+struct Row {
+    workload: String,
+    sides: Vec<(Side, Spread)>,
+    /// What bounds it, and that bound in steps/s (median, min, max over rounds).
+    limit: Option<(String, Spread)>,
+}
+
+impl Row {
+    fn side(&self, side: Side) -> Option<&Spread> {
+        self.sides.iter().find(|(s, _)| *s == side).map(|(_, f)| f)
+    }
+}
 
 fn report_json(
     date: &str,
     machine: &Value,
     options: &Options,
+    peers: &[Side],
     criterion: &[(String, f64)],
     rows: &[Row],
 ) -> Value {
-    let figure = |f: &Figure, n: u64| json!({"seconds": f.seconds, "per_second": n as f64 / f.seconds, "bytes": f.bytes});
     json!({
         "date": date,
         "machine": machine,
         "rounds": options.rounds,
-        "peer_requirements": if options.peers { json!(BENCH_REQUIREMENTS) } else { Value::Null },
+        "sides": peers.iter().map(|s| s.peer()).collect::<Vec<_>>(),
+        "tensorboardX_requirements": if peers.contains(&Side::Tbx) { json!(BENCH_REQUIREMENTS) } else { Value::Null },
+        "mindspore_requirements": if peers.contains(&Side::MindSpore) { json!(MINDSPORE_REQUIREMENTS) } else { Value::Null },
         "criterion": if options.skip_criterion {
             Value::Null
         } else {
             criterion.iter().map(|(id, ns)| json!({"id": id, "mean_ns": ns})).collect()
         },
-        "write": rows.iter().map(|(workload, n, ember, peer)| {
-            let mut row = json!({"workload": workload, "n": n, "ember": figure(ember, *n)});
-            if let Some(peer) = peer {
-                row["tensorboardX"] = figure(peer, *n);
-                row["ratio_per_second"] = json!(peer.seconds / ember.seconds);
-                row["ratio_bytes"] = json!(ember.bytes as f64 / peer.bytes as f64);
+        "write": rows.iter().map(|row| {
+            let mut out = json!({"workload": row.workload});
+            for (side, spread) in &row.sides {
+                out[side.peer()] = spread.json();
             }
-            row
+            if let Some(ember) = row.side(Side::Ember) {
+                let mut ratios = json!({});
+                for (side, spread) in &row.sides {
+                    if *side != Side::Ember {
+                        ratios[side.peer()] = json!(ember.median / spread.median);
+                    }
+                }
+                out["ember_over"] = ratios;
+                if let Some((what, limit)) = &row.limit {
+                    out["limit"] = json!({"what": what, "figure": limit.json(),
+                                          "ember_fraction": ember.median / limit.median});
+                }
+            }
+            out
         }).collect::<Vec<_>>(),
     })
 }
@@ -268,6 +401,7 @@ fn report_md(
     date: &str,
     machine: &str,
     options: &Options,
+    peers: &[Side],
     criterion: &[(String, f64)],
     rows: &[Row],
 ) -> String {
@@ -276,57 +410,76 @@ fn report_md(
     let _ = writeln!(md, "- date: {date}\n- machine: {machine}");
     let _ = writeln!(
         md,
-        "- rounds: {} (the median time of each workload counts)",
+        "- rounds: {}, the order of the sides alternating between rounds; each cell is the \
+         median steps/s with the slowest and fastest round in brackets",
         options.rounds
     );
-    if options.peers {
-        let _ = writeln!(md, "- peer: {}", BENCH_REQUIREMENTS.join(", "));
+    if peers.contains(&Side::Tbx) {
+        let _ = writeln!(md, "- tensorboardX venv: {}", BENCH_REQUIREMENTS.join(", "));
+    }
+    if peers.contains(&Side::MindSpore) {
+        let _ = writeln!(
+            md,
+            "- MindSpore venv: {}",
+            MINDSPORE_REQUIREMENTS.join(", ")
+        );
     }
     let _ = writeln!(
         md,
-        "\n## Write workloads (`ember bench write`{})\n",
-        if options.peers {
-            " vs tensorboardX, side by side"
-        } else {
-            ""
-        }
+        "\n## Write workloads, end to end until close returns (steps/s)\n"
     );
-    if options.peers {
-        let _ = writeln!(
-            md,
-            "| workload | n | ember s | ember steps/s | tensorboardX s | tensorboardX steps/s | ember / tensorboardX (steps/s) | ember bytes | tensorboardX bytes |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-        );
-    } else {
-        let _ = writeln!(
-            md,
-            "| workload | n | ember s | ember steps/s | ember bytes |\n|---|---:|---:|---:|---:|"
-        );
+    let mut header = String::from("| workload |");
+    let mut rule = String::from("|---|");
+    for side in peers {
+        let _ = write!(header, " {} |", side.peer());
+        rule.push_str("---:|");
     }
-    for (workload, n, ember, peer) in rows {
-        let eps = *n as f64 / ember.seconds;
-        match peer {
-            Some(peer) => {
-                let _ = writeln!(
-                    md,
-                    "| {workload} | {n} | {:.3} | {} | {:.3} | {} | {:.2}× | {} | {} |",
-                    ember.seconds,
-                    human(eps),
-                    peer.seconds,
-                    human(*n as f64 / peer.seconds),
-                    peer.seconds / ember.seconds,
-                    ember.bytes,
-                    peer.bytes
+    for side in peers.iter().filter(|s| **s != Side::Ember) {
+        let _ = write!(header, " ember / {} |", side.peer());
+        rule.push_str("---:|");
+    }
+    header.push_str(" limit | ember / limit |");
+    rule.push_str("---|---:|");
+    let _ = writeln!(md, "{header}\n{rule}");
+    for row in rows {
+        let ember = row.side(Side::Ember);
+        let mut line = format!("| {} |", row.workload);
+        for side in peers {
+            let cell = row.side(*side).map_or("–".to_string(), Spread::cell);
+            let _ = write!(line, " {cell} |");
+        }
+        for side in peers.iter().filter(|s| **s != Side::Ember) {
+            let cell = match (ember, row.side(*side)) {
+                (Some(e), Some(p)) => format!("{:.1}×", e.median / p.median),
+                _ => "–".into(),
+            };
+            let _ = write!(line, " {cell} |");
+        }
+        match (&row.limit, ember) {
+            (Some((what, limit)), Some(e)) => {
+                let _ = write!(
+                    line,
+                    " {what}: {} | {:.0}% |",
+                    limit.cell(),
+                    100.0 * e.median / limit.median
                 );
             }
-            None => {
-                let _ = writeln!(
-                    md,
-                    "| {workload} | {n} | {:.3} | {} | {} |",
-                    ember.seconds,
-                    human(eps),
-                    ember.bytes
-                );
-            }
+            _ => line.push_str(" – | – |"),
+        }
+        let _ = writeln!(md, "{line}");
+    }
+    let _ = writeln!(md, "\nSteps per run and bytes written (median round):\n");
+    let _ = writeln!(md, "| workload | side | n | bytes |\n|---|---|---:|---:|");
+    for row in rows {
+        for (side, spread) in &row.sides {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                row.workload,
+                side.peer(),
+                spread.n,
+                spread.bytes
+            );
         }
     }
     let _ = writeln!(md, "\n## Criterion benchmarks (mean)\n");
@@ -341,27 +494,65 @@ fn report_md(
     md
 }
 
+/// `dd if=/dev/zero of=<dir>/dd.bin bs=<bs> count=<count> conv=fsync`, timed from start to
+/// exit: writing the bytes and syncing them, the most a writer of the same bytes can do.
+fn dd_limit(dir: &Path, bs: u64, count: u64) -> anyhow::Result<Figure> {
+    fresh_dir(dir)?;
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join("dd.bin");
+    let started = std::time::Instant::now();
+    let output = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", file.display()))
+        .arg(format!("bs={bs}"))
+        .arg(format!("count={count}"))
+        .arg("conv=fsync")
+        .output()
+        .context("starting dd")?;
+    let seconds = started.elapsed().as_secs_f64();
+    ensure!(
+        output.status.success(),
+        "dd failed: {}",
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    let bytes = std::fs::metadata(&file)?.len();
+    fresh_dir(dir)?;
+    Ok(Figure { seconds, bytes })
+}
+
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let mut options = parse(args)?;
+    let options = parse(args)?;
     let target = compat::target_dir(root);
     let bench_dir = target.join("bench");
     std::fs::create_dir_all(&bench_dir)
         .with_context(|| format!("creating {}", bench_dir.display()))?;
 
     // Before anything runs, so a missing Python stops a --peers run early.
-    let python = if options.peers {
+    let mut sides = vec![Side::Ember];
+    let mut tbx_python = None;
+    let mut ms_python = None;
+    if options.peers {
         match compat::ensure_venv(&target.join("bench-venv"), BENCH_REQUIREMENTS) {
-            Ok(python) => Some(python),
+            Ok(python) => {
+                tbx_python = Some(python);
+                sides.extend([Side::Tbx, Side::TbxCrc]);
+            }
             Err(VenvError::Unavailable(why)) => {
-                compat::skip_or_fail("bench --peers", &why)?;
-                options.peers = false;
-                None
+                compat::skip_or_fail("bench --peers: tensorboardX", &why)?
             }
             Err(VenvError::Failed(e)) => return Err(e),
         }
-    } else {
-        None
-    };
+        match compat::ensure_venv(&target.join("bench-venv-mindspore"), MINDSPORE_REQUIREMENTS) {
+            Ok(python) => {
+                ms_python = Some(python);
+                sides.push(Side::MindSpore);
+            }
+            Err(VenvError::Unavailable(why)) => {
+                compat::skip_or_fail("bench --peers: MindSpore", &why)?
+            }
+            Err(VenvError::Failed(e)) => return Err(e),
+        }
+    }
 
     let started = SystemTime::now();
     let mut criterion = Vec::new();
@@ -395,46 +586,113 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let ember = target
         .join("release")
         .join(format!("ember{}", std::env::consts::EXE_SUFFIX));
-    let script = root.join("xtask/bench/tbx_write.py");
+    let scripts = root.join("xtask/bench");
 
     let out = bench_dir.join("out");
-    let mut rows = Vec::new();
-    for &(workload, n) in WORKLOADS {
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        for round in 0..options.rounds {
-            let dir = out.join(format!("ember-{workload}-{round}"));
-            fresh_dir(&dir)?;
-            let mut command = Command::new(&ember);
-            command.args(["bench", "write", "--workload", workload, "--n"]);
-            command.arg(n.to_string()).arg("--out").arg(&dir);
-            let figure = run_figure(command, "ember", workload, n)?;
-            eprintln!(
-                "bench: ember        {workload:9} n={n:<8} {:8.3} s  {:>10} steps/s",
-                figure.seconds,
-                human(n as f64 / figure.seconds)
-            );
-            ours.push(figure);
-            fresh_dir(&dir)?;
-            if let Some(python) = &python {
-                let dir = out.join(format!("tbx-{workload}-{round}"));
+    // Every figure of every round: (workload, side) -> figures; and the limits per round.
+    let mut figures: Vec<((String, Side), Vec<Figure>)> = Vec::new();
+    let mut dd: Vec<Figure> = Vec::new();
+    let mut memory: Vec<Figure> = Vec::new();
+    let (mut dd_count, memory_n) = (0u64, 20_000u64);
+    for round in 0..options.rounds {
+        let mut order = sides.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for &workload in WORKLOADS {
+            for &side in &order {
+                let Some(n) = side.steps(workload) else {
+                    continue;
+                };
+                let dir = out.join(format!("{}-{workload}-{round}", side.peer()));
                 fresh_dir(&dir)?;
-                let mut command = Command::new(python);
-                command.arg(&script).args(["--workload", workload, "--n"]);
-                command.arg(n.to_string()).arg("--out").arg(&dir);
-                let figure = run_figure(command, "tensorboardX", workload, n)?;
+                let mut command = match side {
+                    Side::Ember => {
+                        let mut c = Command::new(&ember);
+                        c.args(["bench", "write", "--workload", workload]);
+                        c
+                    }
+                    Side::Tbx | Side::TbxCrc => {
+                        let mut c = Command::new(tbx_python.as_ref().context("no venv")?);
+                        c.arg(scripts.join("tbx_write.py"));
+                        c.args(["--workload", workload, "--crc"]);
+                        c.arg(if side == Side::Tbx {
+                            "python"
+                        } else {
+                            "native"
+                        });
+                        c
+                    }
+                    Side::MindSpore => {
+                        let mut c = Command::new(ms_python.as_ref().context("no venv")?);
+                        c.arg(scripts.join("ms_write.py"));
+                        c.args(["--workload", workload]);
+                        c
+                    }
+                };
+                command.arg("--n").arg(n.to_string()).arg("--out").arg(&dir);
+                let figure = run_figure(command, side.peer(), workload, n)?;
                 eprintln!(
-                    "bench: tensorboardX {workload:9} n={n:<8} {:8.3} s  {:>10} steps/s",
+                    "bench: round {round} {:20} {workload:16} n={n:<8} {:8.3} s  {:>10} steps/s",
+                    side.peer(),
                     figure.seconds,
                     human(n as f64 / figure.seconds)
                 );
-                theirs.push(figure);
                 fresh_dir(&dir)?;
+                if side == Side::Ember && workload == "tensor" {
+                    // The same bytes, written and synced by dd, right after ember's run.
+                    dd_count = n;
+                    let limit = dd_limit(&out.join("dd"), figure.bytes.div_ceil(n), n)?;
+                    eprintln!(
+                        "bench: round {round} {:20} {workload:16} n={n:<8} {:8.3} s  {:>10} steps/s",
+                        "dd conv=fsync",
+                        limit.seconds,
+                        human(n as f64 / limit.seconds)
+                    );
+                    dd.push(limit);
+                }
+                if side == Side::Ember && workload == "hist" {
+                    let mut c = Command::new(&ember);
+                    c.args(["bench", "memory", "--n", &memory_n.to_string()]);
+                    memory.push(run_figure(c, "memory", "hist", memory_n)?);
+                }
+                let key = (workload.to_string(), side);
+                match figures.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, list)) => list.push(figure),
+                    None => figures.push((key, vec![figure])),
+                }
             }
         }
-        let ember_figure = median(&ours).context("no ember figure")?;
-        rows.push((workload.to_string(), n, ember_figure, median(&theirs)));
     }
     fresh_dir(&out)?;
+
+    let rows: Vec<Row> = WORKLOADS
+        .iter()
+        .map(|&workload| {
+            let sides_figures = sides
+                .iter()
+                .filter_map(|&side| {
+                    let n = side.steps(workload)?;
+                    let list = figures
+                        .iter()
+                        .find(|((w, s), _)| w == workload && *s == side)?;
+                    Some((side, Spread::of(n, &list.1)?))
+                })
+                .collect();
+            let limit = match workload {
+                "hist" => Spread::of(memory_n, &memory)
+                    .map(|s| ("read pass over the 400 kB input".to_string(), s)),
+                "tensor" => Spread::of(dd_count, &dd)
+                    .map(|s| ("dd of the same bytes, conv=fsync".to_string(), s)),
+                _ => None,
+            };
+            Row {
+                workload: workload.to_string(),
+                sides: sides_figures,
+                limit,
+            }
+        })
+        .collect();
 
     let date = utc_date(SystemTime::now());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -443,10 +701,10 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let machine_json = json!({"cores": cores, "cpu": cpu, "os": std::env::consts::OS});
     let json_path = bench_dir.join("report.json");
     let md_path = bench_dir.join("report.md");
-    let report = report_json(&date, &machine_json, &options, &criterion, &rows);
+    let report = report_json(&date, &machine_json, &options, &sides, &criterion, &rows);
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("writing {}", json_path.display()))?;
-    let md = report_md(&date, &machine, &options, &criterion, &rows);
+    let md = report_md(&date, &machine, &options, &sides, &criterion, &rows);
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     eprintln!("{md}");
     eprintln!(
@@ -467,7 +725,7 @@ mod tests {
         let o = parse(&args(&["--peers", "--rounds", "3"])).unwrap();
         assert!(o.peers && !o.skip_criterion && o.rounds == 3);
         let o = parse(&args(&["--skip-criterion"])).unwrap();
-        assert!(!o.peers && o.skip_criterion && o.rounds == 1);
+        assert!(!o.peers && o.skip_criterion && o.rounds == 5);
         assert!(parse(&args(&["--rounds", "0"])).is_err());
         assert!(parse(&args(&["--rounds"])).is_err());
         assert!(parse(&args(&["--fast"])).is_err());
@@ -527,29 +785,48 @@ mod tests {
     }
 
     #[test]
-    fn the_report_gives_the_ratio_of_throughputs() {
+    fn the_report_gives_medians_spread_ratios_and_limits() {
         let options = Options {
             peers: true,
             skip_criterion: true,
-            rounds: 1,
+            rounds: 3,
         };
-        let rows = vec![(
-            "scalars".to_string(),
-            100,
-            Figure {
-                seconds: 1.0,
-                bytes: 10,
-            },
-            Some(Figure {
-                seconds: 4.0,
-                bytes: 20,
-            }),
-        )];
-        let report = report_json("2026-01-01", &json!({}), &options, &[], &rows);
-        assert_eq!(report["write"][0]["ratio_per_second"], 4.0);
-        assert_eq!(report["write"][0]["ratio_bytes"], 0.5);
-        assert_eq!(report["write"][0]["tensorboardX"]["per_second"], 25.0);
-        let md = report_md("2026-01-01", "m", &options, &[], &rows);
-        assert!(md.contains("| scalars | 100 | 1.000 | 100.0 | 4.000 | 25.0 | 4.00× | 10 | 20 |"));
+        let f = |seconds| Figure { seconds, bytes: 10 };
+        let rows = vec![Row {
+            workload: "tensor".to_string(),
+            sides: vec![
+                (
+                    Side::Ember,
+                    Spread::of(100, &[f(1.0), f(2.0), f(0.5)]).unwrap(),
+                ),
+                (
+                    Side::Tbx,
+                    Spread::of(10, &[f(1.0), f(1.0), f(1.0)]).unwrap(),
+                ),
+            ],
+            limit: Some(("dd".into(), Spread::of(100, &[f(0.5)]).unwrap())),
+        }];
+        let sides = [Side::Ember, Side::Tbx];
+        let report = report_json("2026-01-01", &json!({}), &options, &sides, &[], &rows);
+        let w = &report["write"][0];
+        assert_eq!(w["ember"]["per_second_median"], 100.0);
+        assert_eq!(w["ember"]["per_second_min"], 50.0);
+        assert_eq!(w["ember"]["per_second_max"], 200.0);
+        assert_eq!(w["ember_over"]["tensorboardX"], 10.0);
+        assert_eq!(w["limit"]["ember_fraction"], 0.5);
+        let md = report_md("2026-01-01", "m", &options, &sides, &[], &rows);
+        assert!(
+            md.contains("| tensor | 100.0 (50.0–200.0) | 10.0 (10.0–10.0) | 10.0× | dd: 200.0 (200.0–200.0) | 50% |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn every_side_has_steps_for_the_workloads_it_can_run() {
+        for &w in WORKLOADS {
+            assert!(Side::Ember.steps(w).is_some(), "{w}");
+            assert!(Side::MindSpore.steps(w).is_some(), "{w}");
+        }
+        assert_eq!(Side::Tbx.steps("scalars10-record"), None);
     }
 }

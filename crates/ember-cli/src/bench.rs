@@ -1,5 +1,7 @@
-//! `ember bench write`: one write workload end to end through the facade's `SummaryRecord`,
-//! reported as one JSON line.
+//! `ember bench write`: one write workload end to end through the facade's public per-value
+//! API (`SummaryRecord::add_scalar`, `add_histogram`, ...), reported as one JSON line; and
+//! `ember bench memory`, a plain read pass over the histogram workload's input, the memory
+//! bound `cargo xtask bench` sets the histogram figure against.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,35 +9,40 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use ember::SummaryRecord;
-use ember::workload::{Workload, WorkloadKind};
+use ember::pack::{ImageLayout, TensorValue};
+use ember::{Plugin, SummaryRecord};
 use serde_json::json;
 
 use crate::FormatArg;
 
-/// The write benchmark workloads (ember-write's).
+/// The write benchmark workloads. Each step makes the calls a user makes for it, and the data
+/// is that of `xtask/bench/workload.py` (see [`data`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum WorkloadArg {
-    /// One scalar a step, tag `loss`.
+    /// One `add_scalar` a step, tag `loss`.
     Scalars,
-    /// Ten scalars a step, tags `m0`..`m9`.
+    /// Ten `add_scalar` calls a step (ten events), tags `m0`..`m9`.
     Scalars10,
-    /// One histogram of 100,000 normal floats a step.
+    /// Ten `add_value` calls and one `record` a step: one event with ten values.
+    #[value(name = "scalars10-record")]
+    Scalars10Record,
+    /// One `add_histogram` of 100,000 normal f32 (a slice) a step.
     Hist,
-    /// One 3x64x64 float image a step.
+    /// One `add_image` of a 3x64x64 f32 CHW image a step.
     Image,
-    /// One tensor of 100,000 floats a step.
+    /// One `add_tensor` of 100,000 f32 (a slice) a step.
     Tensor,
 }
 
 impl WorkloadArg {
-    fn kind(self) -> WorkloadKind {
+    fn name(self) -> &'static str {
         match self {
-            WorkloadArg::Scalars => WorkloadKind::Scalars,
-            WorkloadArg::Scalars10 => WorkloadKind::Scalars10,
-            WorkloadArg::Hist => WorkloadKind::Hist,
-            WorkloadArg::Image => WorkloadKind::Image,
-            WorkloadArg::Tensor => WorkloadKind::Tensor,
+            WorkloadArg::Scalars => "scalars",
+            WorkloadArg::Scalars10 => "scalars10",
+            WorkloadArg::Scalars10Record => "scalars10-record",
+            WorkloadArg::Hist => "hist",
+            WorkloadArg::Image => "image",
+            WorkloadArg::Tensor => "tensor",
         }
     }
 }
@@ -56,6 +63,72 @@ pub(crate) struct WriteArgs {
     format: FormatArg,
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct MemoryArgs {
+    /// Read passes over the histogram workload's 400,000 bytes.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    n: u64,
+}
+
+/// The workloads' fixed data: SplitMix64 from [`data::SEED`], normals by Box–Muller, so every
+/// run, every machine and the Python peers (`xtask/bench/workload.py`) see the same bytes.
+pub(crate) mod data {
+    /// The seed of every workload's fixed data.
+    pub(crate) const SEED: u64 = 0x000e_4be5_2026;
+    /// Elements of the `hist` and `tensor` vectors.
+    pub(crate) const VECTOR_LEN: usize = 100_000;
+    /// The `image` workload's shape: channels, height, width.
+    pub(crate) const IMAGE_SHAPE: [usize; 3] = [3, 64, 64];
+
+    /// SplitMix64.
+    pub(crate) struct SplitMix64(u64);
+
+    impl SplitMix64 {
+        pub(crate) fn new(seed: u64) -> Self {
+            Self(seed)
+        }
+
+        pub(crate) fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in [0, 1) with 53 random bits.
+        pub(crate) fn next_f64(&mut self) -> f64 {
+            (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        }
+
+        /// Standard normal (Box–Muller).
+        pub(crate) fn next_normal(&mut self) -> f64 {
+            let u1 = 1.0 - self.next_f64();
+            let u2 = self.next_f64();
+            (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        }
+    }
+
+    /// 100,000 standard normal f32.
+    pub(crate) fn hist() -> Vec<f32> {
+        let mut rng = SplitMix64::new(SEED);
+        (0..VECTOR_LEN).map(|_| rng.next_normal() as f32).collect()
+    }
+
+    /// 3x64x64 f32 in [0, 1).
+    pub(crate) fn image() -> Vec<f32> {
+        let mut rng = SplitMix64::new(SEED);
+        let n: usize = IMAGE_SHAPE.iter().product();
+        (0..n).map(|_| rng.next_f64() as f32).collect()
+    }
+
+    /// 100,000 f32 in [0, 1).
+    pub(crate) fn tensor() -> Vec<f32> {
+        let mut rng = SplitMix64::new(SEED);
+        (0..VECTOR_LEN).map(|_| rng.next_f64() as f32).collect()
+    }
+}
+
 pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
     if let Ok(mut entries) = std::fs::read_dir(&args.out)
         && entries.next().is_some()
@@ -66,9 +139,15 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
             crate::shown(&args.out)
         );
     }
-    let kind = args.workload.kind();
-    // The workload's data is built before the clock starts: it is the input, not the work.
-    let workload = Workload::new(kind);
+    let workload = args.workload;
+    // The fixed data and tags are built before the clock starts: they are the input.
+    let values = match workload {
+        WorkloadArg::Hist => data::hist(),
+        WorkloadArg::Image => data::image(),
+        WorkloadArg::Tensor => data::tensor(),
+        _ => Vec::new(),
+    };
+    let tags: Vec<String> = (0..10).map(|k| format!("m{k}")).collect();
     let mut summary = SummaryRecord::builder(&args.out)
         .format(args.format.format())
         .build()
@@ -76,9 +155,31 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
 
     let started = Instant::now();
     for step in 0..args.n {
-        summary
-            .write_record(workload.record(step))
-            .with_context(|| format!("writing step {step}"))?;
+        let s = step as f64;
+        let at = step as i64;
+        let result = match workload {
+            WorkloadArg::Scalars => summary.add_scalar("loss", 1.0 / (s + 1.0), at),
+            WorkloadArg::Scalars10 => tags
+                .iter()
+                .enumerate()
+                .try_for_each(|(k, tag)| summary.add_scalar(tag, 1.0 / (s + 1.0 + k as f64), at)),
+            WorkloadArg::Scalars10Record => tags
+                .iter()
+                .enumerate()
+                .try_for_each(|(k, tag)| {
+                    summary.add_value(Plugin::Scalar, tag, 1.0 / (s + 1.0 + k as f64))
+                })
+                .and_then(|()| summary.record(at)),
+            WorkloadArg::Hist => summary.add_histogram("w", &values[..], at),
+            WorkloadArg::Image => summary.add_image(
+                "img",
+                TensorValue::from_slice(&values, data::IMAGE_SHAPE),
+                ImageLayout::Chw,
+                at,
+            ),
+            WorkloadArg::Tensor => summary.add_tensor("t", &values[..], at),
+        };
+        result.with_context(|| format!("writing step {step}"))?;
     }
     summary.close().context("closing the summary files")?;
     let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
@@ -87,11 +188,47 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
         size_under(&args.out).with_context(|| format!("measuring {}", crate::shown(&args.out)))?;
     crate::out(json!({
         "peer": "ember",
-        "workload": kind.name(),
+        "workload": workload.name(),
         "n": args.n,
         "seconds": seconds,
         "per_second": args.n as f64 / seconds,
         "bytes": bytes,
+    }));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `n` read passes over the histogram input: every 64-bit word folded into eight XOR lanes (a
+/// loop the compiler vectorizes, bound by how fast the bytes arrive), one JSON line.
+pub(crate) fn memory(args: MemoryArgs) -> anyhow::Result<ExitCode> {
+    let values = data::hist();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let words: Vec<u64> = bytes
+        .as_chunks::<8>()
+        .0
+        .iter()
+        .map(|w| u64::from_le_bytes(*w))
+        .collect();
+    let mut fold = 0u64;
+    let started = Instant::now();
+    for _ in 0..args.n {
+        let words = std::hint::black_box(&words[..]);
+        let mut lanes = [0u64; 8];
+        for chunk in words.as_chunks::<8>().0 {
+            for j in 0..8 {
+                lanes[j] ^= chunk[j];
+            }
+        }
+        fold ^= lanes.iter().fold(0, |a, b| a ^ b);
+    }
+    let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+    std::hint::black_box(fold);
+    crate::out(json!({
+        "peer": "memory",
+        "workload": "hist",
+        "n": args.n,
+        "seconds": seconds,
+        "per_second": args.n as f64 / seconds,
+        "bytes": bytes.len(),
     }));
     Ok(ExitCode::SUCCESS)
 }
@@ -109,4 +246,29 @@ fn size_under(dir: &Path) -> std::io::Result<u64> {
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::data::*;
+
+    #[test]
+    fn splitmix_is_deterministic_and_normal_is_plausible() {
+        let mut a = SplitMix64::new(1);
+        let mut b = SplitMix64::new(1);
+        assert_eq!(a.next_u64(), b.next_u64());
+        let xs = hist();
+        let n = xs.len() as f64;
+        let mean = xs.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        let var = xs
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        assert!(mean.abs() < 0.02, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.03, "var {var}");
+        assert_eq!(hist(), hist());
+        assert_eq!(image().len(), 3 * 64 * 64);
+        assert!(tensor().iter().all(|x| (0.0..1.0).contains(x)));
+    }
 }

@@ -43,8 +43,12 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
-    /// Write one workload end to end through SummaryRecord and print one JSON line.
+    /// Write one workload end to end through SummaryRecord's per-value API and print one JSON
+    /// line.
     Write(bench::WriteArgs),
+    /// Time plain read passes over the histogram workload's input (the memory bound) and print
+    /// one JSON line.
+    Memory(bench::MemoryArgs),
 }
 
 /// The event file format to write.
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Command::Train(args) => train::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(BenchCommand::Write(args)) => bench::write(args),
+        Command::Bench(BenchCommand::Memory(args)) => bench::memory(args),
     };
     match result {
         Ok(code) => code,

@@ -389,12 +389,14 @@ fn inspect_failures_are_one_line() {
 #[test]
 fn bench_write_prints_one_json_line_for_every_workload() {
     let dir = tempfile::tempdir().unwrap();
-    for (workload, format) in [
-        ("scalars", "tensorboard"),
-        ("scalars10", "mindinsight"),
-        ("hist", "tensorboard"),
-        ("image", "mindinsight"),
-        ("tensor", "tensorboard"),
+    // Events per step: one per add_* call, one per record.
+    for (workload, format, per_step) in [
+        ("scalars", "tensorboard", 1),
+        ("scalars10", "mindinsight", 10),
+        ("scalars10-record", "tensorboard", 1),
+        ("hist", "tensorboard", 1),
+        ("image", "mindinsight", 1),
+        ("tensor", "tensorboard", 1),
     ] {
         let out = dir.path().join(workload);
         let output = ember(&[
@@ -432,7 +434,7 @@ fn bench_write_prints_one_json_line_for_every_workload() {
         assert!(scan.problems.is_empty());
         assert_eq!(
             scan.records.len(),
-            6,
+            1 + 5 * per_step,
             "{workload}: the version record and 5 steps"
         );
     }
@@ -454,6 +456,16 @@ fn bench_write_refuses_a_non_empty_out_dir() {
     ]);
     assert_one_error_line(&output);
     assert!(text(&output.stderr).contains("not empty"));
+}
+
+#[test]
+fn bench_memory_prints_one_json_line() {
+    let output = ember(&["bench", "memory", "--n", "3"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let line: serde_json::Value = serde_json::from_str(text(&output.stdout).trim()).unwrap();
+    assert_eq!(line["peer"], "memory");
+    assert_eq!(line["n"], 3);
+    assert_eq!(line["bytes"], 400_000);
 }
 
 #[test]

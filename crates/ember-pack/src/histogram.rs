@@ -92,9 +92,62 @@ pub(crate) struct Stats {
     pub(crate) sum_squares: f64,
 }
 
+impl Stats {
+    fn empty() -> Stats {
+        Stats {
+            total: 0,
+            finite: 0,
+            nan: 0,
+            pos_inf: 0,
+            neg_inf: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            sum: 0.0,
+            sum_squares: 0.0,
+        }
+    }
+
+    /// Adds the statistics of the elements that follow `self`'s: sums add in this order, so
+    /// a fold over tasks in input order gives the same bits however many threads ran them.
+    fn then(mut self, next: &Stats) -> Stats {
+        self.total += next.total;
+        self.finite += next.finite;
+        self.nan += next.nan;
+        self.pos_inf += next.pos_inf;
+        self.neg_inf += next.neg_inf;
+        self.min = self.min.min(next.min);
+        self.max = self.max.max(next.max);
+        self.sum += next.sum;
+        self.sum_squares += next.sum_squares;
+        self
+    }
+}
+
 /// Elements per block of the statistics pass; its per-block reduction order is part of the
 /// result (the sums' rounding), so it stays fixed.
 const CHUNK: usize = 1024;
+
+/// Elements per task when a large input is split across threads. Fixed, so the result (the
+/// sums' rounding) does not depend on how many threads there are.
+const TASK: usize = 16 * CHUNK;
+
+/// Inputs with at least this many elements are split into tasks of [`TASK`] elements that run
+/// on the rayon pool the caller is running on (the writer's pack threads), if any.
+const PARALLEL_MIN: usize = 2 * TASK;
+
+/// `f` over the tasks of `elems`, in order; in parallel when `elems` is large and the caller
+/// runs on a rayon pool's thread (never on rayon's global pool from outside it).
+fn per_task<T: Sync, R: Send>(elems: &[T], f: impl Fn(&[T]) -> R + Sync + Send) -> Vec<R> {
+    use rayon::prelude::*;
+    if elems.len() >= PARALLEL_MIN
+        && rayon::current_thread_index().is_some()
+        && rayon::current_num_threads() > 1
+    {
+        elems.par_chunks(TASK).map(f).collect()
+    } else {
+        elems.chunks(TASK).map(f).collect()
+    }
+}
 
 /// The elements of a tensor as little-endian `f32` or `f64` words: `f32`/`f64` data borrowed as
 /// is, every other dtype converted (exactly, see [`crate::tensor::element_f64`]) to `f64` first.
@@ -136,26 +189,67 @@ fn f64_le(b: [u8; 8]) -> f64 {
 
 /// Counts, extremes and sums of the elements of `t` (whose bytes match its shape).
 pub(crate) fn stats(t: &TensorValue) -> Stats {
-    match Elems::of(t) {
-        Elems::F32(e) => stats_of(e, f32_le),
-        Elems::F64(e) => stats_of(&e, f64_le),
-    }
+    let parts = match Elems::of(t) {
+        Elems::F32(e) => per_task(e, stats_f32),
+        Elems::F64(e) => per_task(&e[..], |task| stats_of(task, f64_le)),
+    };
+    parts.iter().fold(Stats::empty(), |s, p| s.then(p))
 }
 
-/// [`stats`] over elements read by `conv`, in blocks of [`CHUNK`].
+/// [`stats`] of `f32` elements: one pass per block of [`CHUNK`] that the compiler vectorizes
+/// (eight lanes, extremes compared in `f32`, which widening to `f64` does not change), taken
+/// again by [`stats_of`] for the rare block that holds a NaN or an infinity.
+fn stats_f32(elems: &[[u8; 4]]) -> Stats {
+    let mut s = Stats::empty();
+    for block in elems.chunks(CHUNK) {
+        let mut sum = [0f64; 8];
+        let mut sq = [0f64; 8];
+        let mut min = [f32::INFINITY; 8];
+        let mut max = [f32::NEG_INFINITY; 8];
+        let mut bad = [0u32; 8];
+        let (octs, rest) = block.as_chunks::<8>();
+        for o in octs {
+            let x: [f32; 8] = std::array::from_fn(|j| f32::from_le_bytes(o[j]));
+            for j in 0..8 {
+                bad[j] += u32::from(x[j].to_bits() & 0x7f80_0000 == 0x7f80_0000);
+                let d = f64::from(x[j]);
+                sum[j] += d;
+                sq[j] += d * d;
+                min[j] = if x[j] < min[j] { x[j] } else { min[j] };
+                max[j] = if x[j] > max[j] { x[j] } else { max[j] };
+            }
+        }
+        for (j, &e) in rest.iter().enumerate() {
+            let x = f32::from_le_bytes(e);
+            bad[j] += u32::from(x.to_bits() & 0x7f80_0000 == 0x7f80_0000);
+            let d = f64::from(x);
+            sum[j] += d;
+            sq[j] += d * d;
+            min[j] = if x < min[j] { x } else { min[j] };
+            max[j] = if x > max[j] { x } else { max[j] };
+        }
+        if bad.iter().any(|&b| b > 0) {
+            s = s.then(&stats_of(block, f32_le));
+            continue;
+        }
+        let total = |v: [f64; 8]| ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+        let low = min.iter().fold(f32::INFINITY, |a, &b| a.min(b));
+        let high = max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        s.total += block.len() as u64;
+        s.finite += block.len() as u64;
+        s.sum += total(sum);
+        s.sum_squares += total(sq);
+        s.min = s.min.min(f64::from(low));
+        s.max = s.max.max(f64::from(high));
+    }
+    s
+}
+
+/// Statistics of elements read by `conv`, in blocks of [`CHUNK`].
 #[inline(always)]
 fn stats_of<const N: usize>(elems: &[[u8; N]], conv: impl Fn([u8; N]) -> f64 + Copy) -> Stats {
-    let mut s = Stats {
-        total: elems.len() as u64,
-        finite: 0,
-        nan: 0,
-        pos_inf: 0,
-        neg_inf: 0,
-        min: f64::INFINITY,
-        max: f64::NEG_INFINITY,
-        sum: 0.0,
-        sum_squares: 0.0,
-    };
+    let mut s = Stats::empty();
+    s.total = elems.len() as u64;
     let mut nonfinite = 0u64;
     for block in elems.chunks(CHUNK) {
         // Four accumulators break the add dependency chain.
@@ -224,80 +318,112 @@ fn stats_of<const N: usize>(elems: &[[u8; N]], conv: impl Fn([u8; N]) -> f64 + C
     s
 }
 
+/// A linear first guess of the bucket of `x`: `(x - origin) * scale`, truncated.
+#[derive(Clone, Copy, Debug)]
+struct Guess {
+    origin: f64,
+    scale: f64,
+}
+
 /// Counts the finite elements of `t` into the buckets bounded by `edges` (non-decreasing,
 /// `edges.len() - 1` buckets, at least one), using `guess` for a first bucket index. `nan` is
 /// the number of NaN elements of `t` (see [`Stats::nan`]).
-fn count(t: &TensorValue, edges: &[f64], nan: u64, guess: impl Fn(f64) -> f64 + Copy) -> Vec<u64> {
-    match Elems::of(t) {
-        Elems::F32(e) => count_of(e, f32_le, edges, nan, guess),
-        Elems::F64(e) => count_of(&e, f64_le, edges, nan, guess),
+fn count(t: &TensorValue, edges: &[f64], nan: u64, guess: Guess) -> Vec<u64> {
+    let slots = edges.len() + 1;
+    let totals = match Elems::of(t) {
+        Elems::F32(e) => {
+            let plan = Slots32::new(edges, guess);
+            per_task(e, |task| plan.count(task))
+        }
+        Elems::F64(e) => {
+            let plan = Slots64::new(edges, guess);
+            per_task(&e[..], |task| plan.count(task))
+        }
+    };
+    let mut sums = vec![0u64; slots];
+    for task in &totals {
+        for (s, &c) in sums.iter_mut().zip(task) {
+            *s += c;
+        }
     }
+    let k = edges.len() - 1;
+    sums[1] -= nan;
+    sums[1..=k].to_vec()
 }
 
-/// Elements counted into `u32` counters before they are added to the `u64` totals.
-const COUNT_RUN: usize = 1 << 30;
-
-/// [`count`] over elements read by `conv`.
+/// Bucket search over `f64` elements (every dtype but `f32`).
 ///
 /// Every element, NaN and ±Inf included, is put in a slot without a branch: slot 0 holds what
 /// is below the first edge, slot `i + 1` bucket `i`, slot `k + 1` what is above the last edge.
 /// A NaN guesses bucket 0 and compares false with both its bounds, so all NaNs land in slot 1
 /// and are taken off it at the end.
-#[inline(always)]
-fn count_of<const N: usize>(
-    elems: &[[u8; N]],
-    conv: impl Fn([u8; N]) -> f64 + Copy,
-    edges: &[f64],
-    nan: u64,
-    guess: impl Fn(f64) -> f64 + Copy,
-) -> Vec<u64> {
-    let k = edges.len() - 1;
-    let last = k - 1;
-    let slots = k + 2;
-    let (lo, hi) = (edges[0], edges[k]);
-    // Slot s holds left <= x < right; the last bucket is closed, so its right bound is the
-    // next value above `hi` (x >= next_up(hi) is x > hi).
-    let above = hi.next_up();
-    let mut bounds: Vec<[f64; 2]> = Vec::with_capacity(slots);
-    bounds.push([f64::NEG_INFINITY, lo]);
-    for i in 0..k {
-        let right = if i == last { above } else { edges[i + 1] };
-        bounds.push([edges[i], right]);
-    }
-    bounds.push([above, f64::INFINITY]);
-    let bounds = &bounds[..slots];
-    let guess_slot = move |x: f64| (guess(x) as i64).clamp(0, last as i64) as usize + 1;
-    // The guess is monotone in `x`, so if at both ends of every non-empty bucket it is off by at
-    // most one, it is everywhere, and the one-step fix alone is exact; values outside the edges
-    // need the first (last) bucket guessed for them.
-    let one_step = guess_slot(lo.next_down()) == 1
-        && guess_slot(above) == k
-        && (0..k).all(|i| {
-            let (a, b) = (edges[i], edges[i + 1]);
-            if a == b {
-                return true;
-            }
-            let upper = if i == last { b } else { b.next_down() };
-            // Bucket i is slot i + 1.
-            guess_slot(a) >= i && guess_slot(upper) <= i + 2
-        });
-    // Four interleaved counter lanes, so repeated hits on one slot do not serialize on one
-    // counter.
-    let mut totals = vec![0u64; slots];
-    let mut lanes = vec![0u32; 4 * slots];
-    for run in elems.chunks(COUNT_RUN) {
-        if one_step {
-            count_into(run, conv, &mut lanes, |x| {
-                let g = guess_slot(x);
-                let [l, r] = bounds[g];
-                g + usize::from(x >= r) - usize::from(x < l)
+struct Slots64 {
+    /// `[left, right)` of each slot.
+    bounds: Vec<[f64; 2]>,
+    guess: Guess,
+    /// Whether the guess is everywhere off by at most one slot.
+    one_step: bool,
+}
+
+impl Slots64 {
+    fn new(edges: &[f64], guess: Guess) -> Slots64 {
+        let k = edges.len() - 1;
+        let last = k - 1;
+        let (lo, hi) = (edges[0], edges[k]);
+        // Slot s holds left <= x < right; the last bucket is closed, so its right bound is the
+        // next value above `hi` (x >= next_up(hi) is x > hi).
+        let above = hi.next_up();
+        let mut bounds: Vec<[f64; 2]> = Vec::with_capacity(k + 2);
+        bounds.push([f64::NEG_INFINITY, lo]);
+        for i in 0..k {
+            let right = if i == last { above } else { edges[i + 1] };
+            bounds.push([edges[i], right]);
+        }
+        bounds.push([above, f64::INFINITY]);
+        let mut plan = Slots64 {
+            bounds,
+            guess,
+            one_step: false,
+        };
+        // The guess is monotone in `x`, so if at both ends of every non-empty bucket it is off
+        // by at most one, it is everywhere, and the one-step fix alone is exact; values outside
+        // the edges need the first (last) bucket guessed for them.
+        plan.one_step = plan.guess_slot(lo.next_down()) == 1
+            && plan.guess_slot(above) == k
+            && (0..k).all(|i| {
+                let (a, b) = (edges[i], edges[i + 1]);
+                if a == b {
+                    return true;
+                }
+                let upper = if i == last { b } else { b.next_down() };
+                // Bucket i is slot i + 1.
+                plan.guess_slot(a) >= i && plan.guess_slot(upper) <= i + 2
             });
+        plan
+    }
+
+    #[inline(always)]
+    fn guess_slot(&self, x: f64) -> usize {
+        let last = (self.bounds.len() - 3) as i64;
+        (((x - self.guess.origin) * self.guess.scale) as i64).clamp(0, last) as usize + 1
+    }
+
+    /// The slot counts of `elems`.
+    fn count(&self, elems: &[[u8; 8]]) -> Vec<u64> {
+        let slots = self.bounds.len();
+        let bounds = &self.bounds[..];
+        let mut counters = vec![0u32; 4 * slots];
+        let step = |x: f64| {
+            let g = self.guess_slot(x);
+            let [l, r] = bounds[g];
+            g + usize::from(x >= r) - usize::from(x < l)
+        };
+        if self.one_step {
+            count_into(elems, f64_le, &mut counters, step);
         } else {
-            count_into(run, conv, &mut lanes, |x| {
-                let g = guess_slot(x);
+            count_into(elems, f64_le, &mut counters, |x| {
                 // One branch-free step fixes a guess that is off by one ...
-                let [l, r] = bounds[g];
-                let mut i = g + usize::from(x >= r) - usize::from(x < l);
+                let mut i = step(x);
                 // ... and the rare worse guess (badly conditioned edges) is walked.
                 let [l, r] = bounds[i];
                 if !(l <= x && x < r) {
@@ -311,21 +437,142 @@ fn count_of<const N: usize>(
                 i
             });
         }
-        for (t, l) in totals.iter_mut().zip(lanes.chunks_exact_mut(4)) {
-            *t += l.iter().map(|&c| u64::from(c)).sum::<u64>();
-            l.fill(0);
-        }
+        fold_lanes(&counters)
     }
-    totals[1] -= nan;
-    totals[1..=k].to_vec()
 }
 
-/// Adds one to `lanes[4 * slot(x) + j % 4]` for the `j`-th element `x` (read by `conv`).
+/// The smallest `f32` at or above `x` (`+inf` above `f32::MAX`): for an `f32` value `v`,
+/// `v >= x` exactly when `v >= up_f32(x)`, and `v < x` exactly when `v < up_f32(x)`.
+fn up_f32(x: f64) -> f32 {
+    let r = x as f32;
+    if f64::from(r) < x { r.next_up() } else { r }
+}
+
+/// Bucket search over `f32` elements, all in `f32`: the same slots as [`Slots64`], with every
+/// bound rounded up to an `f32` (which compares with `f32` values exactly as the `f64` bound
+/// does), and a guess computed in `f32`, four or eight at a time. The guess is only a start: it
+/// is monotone, checked at the ends of every bucket like [`Slots64`]'s, and walked when that
+/// check fails.
+struct Slots32 {
+    bounds: Vec<[f32; 2]>,
+    /// The last bucket's index, `k - 1`.
+    last: f32,
+    origin: f32,
+    scale: f32,
+    one_step: bool,
+}
+
+impl Slots32 {
+    fn new(edges: &[f64], guess: Guess) -> Slots32 {
+        let k = edges.len() - 1;
+        let last = k - 1;
+        let up = |e: f64| up_f32(e);
+        let above = up(edges[k].next_up());
+        let mut bounds: Vec<[f32; 2]> = Vec::with_capacity(k + 2);
+        bounds.push([f32::NEG_INFINITY, up(edges[0])]);
+        for i in 0..k {
+            let right = if i == last { above } else { up(edges[i + 1]) };
+            bounds.push([up(edges[i]), right]);
+        }
+        bounds.push([above, f32::INFINITY]);
+        let mut plan = Slots32 {
+            bounds,
+            last: last as f32,
+            origin: guess.origin as f32,
+            scale: guess.scale as f32,
+            one_step: false,
+        };
+        // As in `Slots64::new`, over the f32 values each slot holds.
+        let slots = k + 2;
+        plan.one_step = plan.origin.is_finite()
+            && plan.scale.is_finite()
+            && plan.guess_slot(plan.bounds[1][0].next_down()) == 1
+            && plan.guess_slot(above) == k
+            && (1..slots - 1).all(|s| {
+                let [a, b] = plan.bounds[s];
+                if a >= b {
+                    return true;
+                }
+                plan.guess_slot(a) + 1 >= s && plan.guess_slot(b.next_down()) <= s + 1
+            });
+        plan
+    }
+
+    #[inline(always)]
+    fn guess_slot(&self, x: f32) -> usize {
+        // Clamped as a float first (NaN to 0), so the conversion needs no saturation.
+        let y = (x - self.origin) * self.scale;
+        let y = if y > 0.0 { y } else { 0.0 };
+        let y = if y < self.last { y } else { self.last };
+        y as i32 as usize + 1
+    }
+
+    /// The slot counts of `elems`.
+    fn count(&self, elems: &[[u8; 4]]) -> Vec<u64> {
+        let slots = self.bounds.len();
+        let bounds = &self.bounds[..];
+        let mut counters = vec![0u32; 4 * slots];
+        let fix = |g: usize, x: f32| {
+            let [l, r] = bounds[g];
+            g + usize::from(x >= r) - usize::from(x < l)
+        };
+        if self.one_step {
+            // Guesses sixteen at a time (a loop the compiler vectorizes), then the fix.
+            const GROUP: usize = 16;
+            let (groups, rest) = elems.as_chunks::<GROUP>();
+            for group in groups {
+                let x: [f32; GROUP] = std::array::from_fn(|j| f32::from_le_bytes(group[j]));
+                let mut g = [0i32; GROUP];
+                for j in 0..GROUP {
+                    // `max` and `min` as compares (NaN to 0), which map to single vector
+                    // instructions.
+                    let y = (x[j] - self.origin) * self.scale;
+                    let y = if y > 0.0 { y } else { 0.0 };
+                    let y = if y < self.last { y } else { self.last };
+                    g[j] = y as i32;
+                }
+                for j in 0..GROUP {
+                    let s = fix(g[j] as usize + 1, x[j]);
+                    counters[4 * s + (j & 3)] += 1;
+                }
+            }
+            for &e in rest {
+                let x = f32::from_le_bytes(e);
+                counters[4 * fix(self.guess_slot(x), x)] += 1;
+            }
+        } else {
+            for &e in elems {
+                let x = f32::from_le_bytes(e);
+                let mut i = fix(self.guess_slot(x), x);
+                while i > 0 && x < bounds[i][0] {
+                    i -= 1;
+                }
+                while i < slots - 1 && x >= bounds[i][1] {
+                    i += 1;
+                }
+                counters[4 * i] += 1;
+            }
+        }
+        fold_lanes(&counters)
+    }
+}
+
+/// Sums each slot's four counters. Each slot has four interleaved counters, so repeated hits
+/// on one slot do not serialize on one counter.
+fn fold_lanes(counters: &[u32]) -> Vec<u64> {
+    counters
+        .chunks_exact(4)
+        .map(|l| l.iter().map(|&c| u64::from(c)).sum())
+        .collect()
+}
+
+/// Adds one to `counters[4 * slot(x) + j % 4]` for the `j`-th element `x` (read by `conv`).
+/// A task holds at most [`TASK`] elements, so `u32` counters cannot overflow.
 #[inline(always)]
 fn count_into<const N: usize>(
     elems: &[[u8; N]],
     conv: impl Fn([u8; N]) -> f64 + Copy,
-    lanes: &mut [u32],
+    counters: &mut [u32],
     slot: impl Fn(f64) -> usize,
 ) {
     let (quads, rest) = elems.as_chunks::<4>();
@@ -337,11 +584,11 @@ fn count_into<const N: usize>(
             slot(conv(q[3])),
         ];
         for j in 0..4 {
-            lanes[4 * s[j] + j] += 1;
+            counters[4 * s[j] + j] += 1;
         }
     }
     for &e in rest {
-        lanes[4 * slot(conv(e))] += 1;
+        counters[4 * slot(conv(e))] += 1;
     }
 }
 
@@ -360,7 +607,7 @@ pub(crate) fn equal_width(t: &TensorValue, s: &Stats, k: usize) -> (Vec<f64>, Ve
     let edges = equal_width_edges(s.min, s.max, k);
     let scale = k as f64 / (s.max - s.min);
     let min = s.min;
-    let counts = count(t, &edges, s.nan, |x| (x - min) * scale);
+    let counts = count(t, &edges, s.nan, Guess { origin: min, scale });
     (
         edges[1..].to_vec(),
         counts.into_iter().map(|c| c as f64).collect(),
@@ -490,7 +737,7 @@ pub(crate) fn mindspore(t: &TensorValue, s: &Stats) -> Vec<MsBucket> {
     let edges = mindspore_edges(dtype, first, last, bins);
     let scale = bins as f64 / (edges[bins] - edges[0]);
     let e0 = edges[0];
-    let counts = count(t, &edges, s.nan, |x| (x - e0) * scale);
+    let counts = count(t, &edges, s.nan, Guess { origin: e0, scale });
     (0..bins)
         .map(|i| {
             (

@@ -1,6 +1,6 @@
 //! End-to-end write benchmarks: from the first record submitted until
 //! `close()` returned, one record per step, for each workload of
-//! [`ember_write::workload`]; plus the caller's cost per scalar record.
+//! `support/workload.rs` (bench-only, not public API); plus the caller's cost per scalar record.
 //!
 //! Each workload also prints its records/s and on-disk MB/s. Set
 //! `EMBER_BENCH_QUICK=1` to run a tenth of the steps.
@@ -8,8 +8,11 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use ember_write::workload::{Workload, WorkloadKind};
+#[path = "support/workload.rs"]
+mod workload;
+
 use ember_write::{FullQueuePolicy, WriterPool};
+use workload::{Workload, WorkloadKind};
 
 fn steps(kind: WorkloadKind) -> u64 {
     let quick = std::env::var_os("EMBER_BENCH_QUICK").is_some_and(|v| v != "0");

@@ -18,7 +18,6 @@
 //!   explain, export), each creating its files on their first record
 //!   (create-new, mode 0600), with a size cap (stop or rotate) and a
 //!   free-disk guard.
-//! - [`workload`]: the benchmark workloads, reused by `ember bench write`.
 //!
 //! # How the pool batches without busy polling
 //!
@@ -89,7 +88,6 @@ pub mod reader;
 mod stats;
 mod summary_file;
 mod worker;
-pub mod workload;
 
 /// The data model and packing this crate writes, re-exported so that layers above reach it here.
 pub use ember_pack as pack;

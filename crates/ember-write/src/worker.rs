@@ -86,6 +86,16 @@ fn is_heavy(value: &Value) -> bool {
     bytes >= HEAVY_VALUE_BYTES
 }
 
+/// Raw histograms with at least this many bytes of values are split across the pack threads
+/// by ember-pack (it splits inputs of 32,768 elements and more when it runs on a rayon pool),
+/// so a batch holding one is packed on the pack pool even when it is alone.
+const SPLIT_HISTOGRAM_BYTES: usize = 32 * 1024 * 4;
+
+/// Whether packing `value` splits across the pack pool's threads.
+fn splits(value: &Value) -> bool {
+    matches!(value, Value::Histogram(Histogram::Raw(t)) if t.bytes().len() >= SPLIT_HISTOGRAM_BYTES)
+}
+
 /// One writer slot per file kind.
 #[derive(Debug)]
 enum Slot {
@@ -342,7 +352,12 @@ impl Worker {
             .filter(|(_, v)| is_heavy(v))
             .take(PARALLEL_MIN_HEAVY)
             .count();
-        if batch.len() > 1 && heavy >= PARALLEL_MIN_HEAVY && self.pack_threads > 1 {
+        let parallel = (batch.len() > 1 && heavy >= PARALLEL_MIN_HEAVY)
+            || batch
+                .iter()
+                .flat_map(|r| r.values())
+                .any(|(_, v)| splits(v));
+        if parallel && self.pack_threads > 1 {
             if self.pack_pool.is_none() {
                 match rayon::ThreadPoolBuilder::new()
                     .num_threads(self.pack_threads)

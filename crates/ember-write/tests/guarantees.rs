@@ -289,6 +289,27 @@ fn heavy_batches_are_packed_on_the_pools_own_threads() {
 }
 
 #[test]
+fn a_large_histogram_alone_is_split_on_the_pools_own_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path())
+        .pack_threads(2)
+        .max_delay(Duration::ZERO)
+        .build()
+        .unwrap();
+    let v: Vec<f32> = (0..100_000).map(|i| (i % 1000) as f32).collect();
+    pool.write(Record::new(0, 1.7e9).with(
+        Tag::new("h").unwrap(),
+        Value::histogram(TensorValue::from_slice(&v, vec![v.len()])),
+    ))
+    .unwrap();
+    pool.flush().unwrap();
+    let stats = pool.stats();
+    assert_eq!(stats.parallel_batches, 1);
+    assert_eq!(stats.records_written, 1);
+    pool.close().unwrap();
+}
+
+#[test]
 fn a_full_disk_reported_by_the_guard_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let pool = pool(dir.path())

@@ -86,8 +86,6 @@ pub use ember_write::pack;
 pub use ember_write::pack::{
     Format, HParams, HistogramRule, ImageLayout, Record, Tag, TensorValue, Value,
 };
-/// The write benchmarks' workloads (`ember bench write`, `cargo bench -p ember-write`).
-pub use ember_write::workload;
 #[doc(inline)]
 pub use ember_write::{
     Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy, PoolStats,

@@ -466,7 +466,6 @@ where
         }
         let options = PoolOptions {
             step_timeout: self.config.step_timeout,
-            ..PoolOptions::default()
         };
         let mut driver = Driver::new(
             &self.devices,
