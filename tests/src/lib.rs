@@ -64,6 +64,9 @@ impl InferenceStep for Mlp {
     type Output = RegressionOutput;
 
     fn step(&self, batch: XyBatch) -> RegressionOutput {
+        if let Some(message) = batch.poison {
+            panic!("{message}");
+        }
         self.regression(batch)
     }
 }
@@ -189,6 +192,27 @@ impl Batcher<[f32; 3], XyBatch> for XyBatcher {
     }
 }
 
+/// `rows` examples `[x0, x1, y]` of the synthetic regression in [`XyBatch::synthetic`].
+pub fn regression_rows(seed: u64, rows: usize) -> Vec<[f32; 3]> {
+    let batch = XyBatch::synthetic(seed, rows, &Device::flex());
+    let x = batch.x.into_data().iter::<f32>().collect::<Vec<_>>();
+    let y = batch.y.into_data().iter::<f32>().collect::<Vec<_>>();
+    (0..rows).map(|i| [x[2 * i], x[2 * i + 1], y[i]]).collect()
+}
+
+/// A burn data loader over `rows` (as [`regression_rows`] gives them), in order, in batches
+/// of `batch_size`.
+pub fn rows_loader(
+    rows: Vec<[f32; 3]>,
+    batch_size: usize,
+    device: &Device,
+) -> Arc<dyn DataLoader<XyBatch>> {
+    DataLoaderBuilder::new(XyBatcher)
+        .batch_size(batch_size)
+        .set_device(device.clone())
+        .build(InMemDataset::new(rows))
+}
+
 /// A burn data loader over `rows` examples of the synthetic regression in [`XyBatch::synthetic`],
 /// in batches of `batch_size`, unshuffled.
 pub fn regression_loader(
@@ -197,14 +221,7 @@ pub fn regression_loader(
     batch_size: usize,
     device: &Device,
 ) -> Arc<dyn DataLoader<XyBatch>> {
-    let batch = XyBatch::synthetic(seed, rows, &Device::flex());
-    let x = batch.x.into_data().iter::<f32>().collect::<Vec<_>>();
-    let y = batch.y.into_data().iter::<f32>().collect::<Vec<_>>();
-    let items: Vec<[f32; 3]> = (0..rows).map(|i| [x[2 * i], x[2 * i + 1], y[i]]).collect();
-    DataLoaderBuilder::new(XyBatcher)
-        .batch_size(batch_size)
-        .set_device(device.clone())
-        .build(InMemDataset::new(items))
+    rows_loader(regression_rows(seed, rows), batch_size, device)
 }
 
 /// A data loader whose batches are poisoned (the train step panics on them, see
@@ -217,6 +234,9 @@ pub struct PoisonedLoader {
     offset: usize,
     row: usize,
     message: &'static str,
+    /// Fail to load the batch instead, forever after: the iterator then returns the same
+    /// error on every call, as burn's batch iterator does.
+    fail: bool,
 }
 
 impl PoisonedLoader {
@@ -231,22 +251,63 @@ impl PoisonedLoader {
             offset: 0,
             row,
             message,
+            fail: false,
+        })
+    }
+
+    /// Fails to load, with `message`, the batch of `inner` that holds row `row`, and every
+    /// call after it.
+    pub fn failing(
+        inner: Arc<dyn DataLoader<XyBatch>>,
+        row: usize,
+        message: &'static str,
+    ) -> Arc<dyn DataLoader<XyBatch>> {
+        Arc::new(Self {
+            inner,
+            offset: 0,
+            row,
+            message,
+            fail: true,
         })
     }
 }
+
+/// The error of a batch that [`PoisonedLoader::failing`] cannot load.
+#[derive(Debug)]
+struct LoadFailure(&'static str);
+
+impl std::fmt::Display for LoadFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for LoadFailure {}
 
 struct PoisonedIter<'a> {
     inner: Box<dyn DataLoaderIterator<XyBatch> + 'a>,
     next_row: usize,
     row: usize,
     message: &'static str,
+    fail: bool,
+    failed: bool,
 }
 
 impl Iterator for PoisonedIter<'_> {
     type Item = Result<XyBatch, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return Some(Err(DatasetError::new(LoadFailure(self.message))));
+        }
         let item = self.inner.next()?;
+        if self.fail
+            && let Ok(batch) = &item
+            && (self.next_row..self.next_row + batch.x.dims()[0]).contains(&self.row)
+        {
+            self.failed = true;
+            return Some(Err(DatasetError::new(LoadFailure(self.message))));
+        }
         Some(item.map(|mut batch| {
             let rows = batch.x.dims()[0];
             if (self.next_row..self.next_row + rows).contains(&self.row) {
@@ -271,6 +332,8 @@ impl DataLoader<XyBatch> for PoisonedLoader {
             next_row: self.offset,
             row: self.row,
             message: self.message,
+            fail: self.fail,
+            failed: false,
         })
     }
 
@@ -288,6 +351,7 @@ impl DataLoader<XyBatch> for PoisonedLoader {
             offset: self.offset,
             row: self.row,
             message: self.message,
+            fail: self.fail,
         })
     }
 
@@ -297,6 +361,7 @@ impl DataLoader<XyBatch> for PoisonedLoader {
             offset: self.offset + start,
             row: self.row,
             message: self.message,
+            fail: self.fail,
         })
     }
 }
