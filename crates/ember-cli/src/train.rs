@@ -63,6 +63,22 @@ pub(crate) struct TrainArgs {
     /// Adam's learning rate.
     #[arg(long, default_value_t = 0.01)]
     lr: f64,
+    /// Give up on a worker whose step takes longer than this many seconds (counted from when
+    /// its batch was sent): it is reported as timed out, abandoned and replaced. Off by default,
+    /// since a first step on a GPU may compile kernels for long.
+    #[arg(long, value_parser = parse_seconds)]
+    step_timeout: Option<std::time::Duration>,
+}
+
+/// A positive, finite number of seconds.
+fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("`{text}` is not a positive number of seconds"))
 }
 
 /// The training devices: `n` workers on the backend the build enables (cuda, wgpu, else flex).
@@ -179,6 +195,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         TrainerConfig {
             epochs,
             histogram_every: Some(50),
+            step_timeout: args.step_timeout,
             ..TrainerConfig::default()
         },
     )

@@ -763,3 +763,25 @@ fn inspect_json_values_prints_every_scalar_as_step_wall_time_value() {
         Some(2)
     );
 }
+
+#[test]
+fn train_takes_a_step_timeout_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let logdir = dir.path().join("run");
+    let ok = ember(&[
+        "train",
+        "--epochs",
+        "1",
+        "--subset",
+        "64",
+        "--step-timeout",
+        "60",
+        "--logdir",
+        path_str(&logdir),
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    for bad in ["0", "-1", "soon", "NaN"] {
+        let refused = ember(&["train", "--step-timeout", bad]);
+        assert_eq!(refused.status.code(), Some(2), "--step-timeout {bad}");
+    }
+}
