@@ -97,7 +97,10 @@ fn a_panicking_validation_step_names_the_device_and_the_batch() {
                     message,
                 },
         }) => assert_eq!(message, "bad weights"),
-        other => panic!("expected validation batch 3 to panic, got {:?}", other.map(|_| ())),
+        other => panic!(
+            "expected validation batch 3 to panic, got {:?}",
+            other.map(|_| ())
+        ),
     }
 }
 
@@ -117,7 +120,11 @@ fn the_pool_strategy_reports_a_validation_failure_too() {
         .with_application_logger(None)
         .with_metric_logger(FileMetricLogger::new(dir.path()))
         .with_training_strategy(TrainingStrategy::Custom(strategy.clone()))
-        .launch(Learner::new(Mlp::new(8, &device), SgdConfig::new().init(), LR));
+        .launch(Learner::new(
+            Mlp::new(8, &device),
+            SgdConfig::new().init(),
+            LR,
+        ));
         (
             result.error.map(|e| e.to_string()),
             strategy.take_error().map(|e| e.to_string()),
@@ -126,7 +133,10 @@ fn the_pool_strategy_reports_a_validation_failure_too() {
     let error = error.expect("training should fail");
     assert!(error.contains("validation batch 2 on device 0"), "{error}");
     let failure = failure.expect("the strategy keeps its typed error");
-    assert!(failure.starts_with("validation of epoch 1 failed"), "{failure}");
+    assert!(
+        failure.starts_with("validation of epoch 1 failed"),
+        "{failure}"
+    );
 }
 
 #[test]
@@ -156,8 +166,16 @@ fn the_trainer_and_the_pool_strategy_train_to_identical_parameters() {
     .with_metric_logger(FileMetricLogger::new(dir.path()))
     .with_training_strategy(TrainingStrategy::Custom(strategy))
     .launch(Learner::new(model.clone(), SgdConfig::new().init(), LR));
-    assert!(result.error.is_none(), "{:?}", result.error.map(|e| e.to_string()));
-    assert_ne!(parameters(&trained), parameters(&model), "training changed the model");
+    assert!(
+        result.error.is_none(),
+        "{:?}",
+        result.error.map(|e| e.to_string())
+    );
+    assert_ne!(
+        parameters(&trained),
+        parameters(&model),
+        "training changed the model"
+    );
     assert_eq!(parameters(&trained), parameters(&result.model));
 }
 

@@ -50,7 +50,7 @@ pub enum PoolStrategyError {
 }
 
 /// A burn-train `SupervisedLearningStrategy` that runs training on ember's
-/// [`DevicePool`].
+/// [`DevicePool`](crate::DevicePool).
 ///
 /// ```text
 /// SupervisedTraining::new(dir, train, valid)

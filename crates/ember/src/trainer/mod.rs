@@ -3,7 +3,7 @@
 use std::fmt::Display;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn::data::dataloader::DataLoader;
 use burn::module::{Module, ModuleDisplay};
@@ -11,189 +11,23 @@ use burn::optim::GradientsParams;
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::{Device, Tensor};
-use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOutput, TrainStep};
-use ember_pool::step::StepError;
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use ember_pool::PoolOptions;
 use ember_pool::step::burn::Reduction;
-use ember_pool::{PoolOptions, SpawnError};
 use ember_write::ErrorPolicy;
-use ember_write::pack::proto::mindspore as msp;
-use ember_write::pack::{Format, HParamValue, HParams, Lineage, SessionPart, SessionStatus, Value};
+use ember_write::pack::{Format, HParams, SessionPart, SessionStatus, Value};
 
 use crate::driver::{self, Driver, Optimize, ValidationError};
 use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_gradients, named_parameters};
 use crate::{SummaryError, SummaryRecord};
 
-/// A step output that carries a loss, and possibly what accuracy needs.
-pub trait TrainingItem {
-    /// The batch's loss, shape `[1]`.
-    fn loss(&self) -> &Tensor<1>;
-    /// `(correct, total)` predictions, for classifiers.
-    fn correct(&self) -> Option<(usize, usize)> {
-        None
-    }
-    /// Examples in the batch.
-    fn examples(&self) -> usize;
-    /// Whether [`correct`](Self::correct) gives `Some`: the trainer then declares the accuracy
-    /// metrics in the hyper-parameter session it starts, before any value exists.
-    const CLASSIFIES: bool = false;
-}
+mod run_state;
+mod types;
 
-impl TrainingItem for RegressionOutput {
-    fn loss(&self) -> &Tensor<1> {
-        &self.loss
-    }
-    fn examples(&self) -> usize {
-        self.output.dims()[0]
-    }
-}
-
-impl TrainingItem for ClassificationOutput {
-    const CLASSIFIES: bool = true;
-    fn loss(&self) -> &Tensor<1> {
-        &self.loss
-    }
-    fn correct(&self) -> Option<(usize, usize)> {
-        let predicted = self.output.clone().argmax(1).flatten::<1>(0, 1);
-        let hits = predicted.equal(self.targets.clone()).int().sum();
-        let correct = hits.into_data().iter::<i64>().next().unwrap_or(0);
-        Some((correct.max(0) as usize, self.targets.dims()[0]))
-    }
-    fn examples(&self) -> usize {
-        self.targets.dims()[0]
-    }
-}
-
-/// How a [`Trainer`] trains.
-#[derive(Debug, Clone)]
-pub struct TrainerConfig {
-    /// Epochs to run.
-    pub epochs: usize,
-    /// How device gradients combine (mean by default).
-    pub reduction: Reduction,
-    /// Steps whose gradients are combined into one optimizer step (1: every step).
-    pub grad_accumulation: usize,
-    /// Record weight and gradient histograms every this many optimizer steps (`None`: never).
-    pub histogram_every: Option<usize>,
-    /// Give up on a device step after this long.
-    pub step_timeout: Option<Duration>,
-}
-
-impl Default for TrainerConfig {
-    fn default() -> Self {
-        Self {
-            epochs: 1,
-            reduction: Reduction::Mean,
-            grad_accumulation: 1,
-            histogram_every: Some(50),
-            step_timeout: None,
-        }
-    }
-}
-
-/// One epoch's figures.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EpochReport {
-    /// The epoch, from 1.
-    pub epoch: usize,
-    /// Mean train loss over the epoch's device batches.
-    pub train_loss: f64,
-    /// Train accuracy, for classifiers.
-    pub train_accuracy: Option<f64>,
-    /// Mean validation loss, if there is a validation set.
-    pub valid_loss: Option<f64>,
-    /// Validation accuracy, for classifiers with a validation set.
-    pub valid_accuracy: Option<f64>,
-    /// Training examples per second over the epoch.
-    pub examples_per_second: f64,
-}
-
-/// One pool step's figures, given to a [`Trainer::on_step`] hook (for progress displays).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepReport {
-    /// The epoch, from 1.
-    pub epoch: usize,
-    /// The pool step within the epoch, from 1.
-    pub step_in_epoch: usize,
-    /// The pool step over the whole run, from 1: the step the summaries are recorded at.
-    pub step: i64,
-    /// Mean loss over the step's device batches.
-    pub loss: f64,
-    /// Training examples so far in this epoch.
-    pub examples: usize,
-    /// Training examples per second so far in this epoch.
-    pub examples_per_second: f64,
-}
-
-/// A hook run after every pool step.
-type StepHook = Box<dyn FnMut(&StepReport) + Send>;
-/// A hook run after every epoch with the model, the epoch's figures, the run's step and the
-/// summary record.
-type EpochHook<M> = Box<
-    dyn FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError> + Send,
->;
-
-/// What a training run did.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TrainReport {
-    /// Each finished epoch's figures (an epoch cut short by a stop has none).
-    pub epochs: Vec<EpochReport>,
-    /// Optimizer steps taken.
-    pub optimizer_steps: usize,
-    /// Pool steps taken (each runs one batch per device).
-    pub steps: usize,
-    /// Whether the run was stopped early by [`Trainer::stop_when`]'s flag.
-    pub interrupted: bool,
-    /// Summary errors that training went past (under any [`ErrorPolicy`] but `Raise`); the
-    /// first of each kind was logged. Write failures that happen on the writer threads are not
-    /// among them: the record keeps those ([`SummaryRecord::take_errors`]).
-    pub summary_errors: u64,
-}
-
-impl TrainReport {
-    /// The last epoch's figures.
-    pub fn last(&self) -> Option<&EpochReport> {
-        self.epochs.last()
-    }
-}
-
-/// Why training stopped early.
-///
-/// Whatever the error, a run given a summary record has recorded its hyper-parameters with
-/// status [`SessionStatus::Failure`] and the final metrics known so far, and flushed the record
-/// (best effort: the error returned is the training one); closing the record is left to the
-/// caller.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TrainError {
-    /// A step failed on one or more devices.
-    #[error("training step {step} of epoch {epoch} failed: {source}")]
-    Step {
-        /// The epoch, from 1.
-        epoch: usize,
-        /// The pool step within the epoch, from 1.
-        step: usize,
-        /// Every failed device.
-        source: StepError,
-    },
-    /// The worker pool could not start.
-    #[error(transparent)]
-    Spawn(#[from] SpawnError),
-    /// Recording summaries failed, and the record's policy is [`ErrorPolicy::Raise`].
-    #[error(transparent)]
-    Summary(#[from] SummaryError),
-    /// Validation could not run through: a batch could not be loaded, or the step panicked.
-    #[error("validation of epoch {epoch} failed: {source}")]
-    Validation {
-        /// The epoch, from 1.
-        epoch: usize,
-        /// Which device and batch, and what happened.
-        source: ValidationError,
-    },
-    /// The configuration cannot work.
-    #[error("invalid trainer configuration: {0}")]
-    Config(String),
-}
+use run_state::{RunState, eval_lineage, train_lineage};
+use types::{EpochHook, StepHook};
+pub use types::{EpochReport, StepReport, TrainError, TrainReport, TrainerConfig, TrainingItem};
 
 /// Data-parallel training over a Burn model on ember's device pool.
 ///
@@ -384,7 +218,7 @@ where
             faults.check(summary.add_value(
                 crate::Plugin::TrainLineage,
                 "train_lineage",
-                self.train_lineage(state),
+                train_lineage::<M>(&self.hparams, self.devices.len(), self.config.epochs, state),
             ))?;
             if let Some(eval) = eval_lineage(state) {
                 faults.check(summary.add_value(
@@ -396,58 +230,6 @@ where
         }
         faults.check(summary.record(step))?;
         faults.check(summary.flush())
-    }
-
-    /// MindSpore's `TrainLineage` of the run, filled as `SummaryCollector._collect_train_lineage`
-    /// fills it: the network's type and final loss, the optimizer (the `optimizer` string
-    /// hyper-parameter, when given: a Burn optimizer has no name), the learning rate last used,
-    /// the epochs asked for, the parallel mode and device count, the per-device batch size, the
-    /// examples per epoch, and the model as `{"ckpt": null}` of size 0 (ember saves no
-    /// checkpoint), which MindSpore writes when there is none.
-    fn train_lineage(&self, state: &RunState) -> Lineage {
-        let optimizer = self.hparams.hparams.iter().find_map(|(name, v)| match v {
-            HParamValue::Str(s) if name == "optimizer" => Some(s.clone()),
-            _ => None,
-        });
-        let parallel_mode = if self.devices.len() > 1 {
-            "data_parallel"
-        } else {
-            "stand_alone"
-        };
-        let to_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-        msp::TrainLineage {
-            hyper_parameters: Some(msp::train_lineage::HyperParameters {
-                optimizer,
-                learning_rate: state.learning_rate.map(|lr| lr as f32),
-                loss_function: None,
-                epoch: Some(to_i32(self.config.epochs)),
-                parallel_mode: Some(parallel_mode.into()),
-                device_num: Some(to_i32(self.devices.len())),
-                batch_size: state.batch_size.map(to_i32),
-            }),
-            train_dataset: state
-                .train_examples
-                .map(|n| msp::train_lineage::TrainDataset {
-                    train_dataset_path: None,
-                    train_dataset_size: Some(to_i32(n)),
-                }),
-            algorithm: Some(msp::train_lineage::Algorithm {
-                network: Some(
-                    std::any::type_name::<M>()
-                        .split('<')
-                        .next()
-                        .and_then(|base| base.rsplit("::").next())
-                        .unwrap_or_default()
-                        .to_string(),
-                ),
-                loss: state.latest_train_loss.map(|loss| loss as f32),
-            }),
-            model: Some(msp::train_lineage::Model {
-                path: Some(r#"{"ckpt": null}"#.into()),
-                size: Some(0),
-            }),
-        }
-        .into()
     }
 
     fn run(
@@ -673,96 +455,6 @@ where
             report.epochs.push(epoch_report);
         }
         Ok(stepper.model)
-    }
-}
-
-/// What a run knows so far; kept outside [`Trainer::run`] so that a failed run can still
-/// record it.
-#[derive(Debug, Default)]
-struct RunState {
-    report: TrainReport,
-    /// Mean train loss of the latest epoch that ran a step, finished or not.
-    latest_train_loss: Option<f64>,
-    /// The learning rate of the latest optimizer step.
-    learning_rate: Option<f64>,
-    /// Examples in the first device batch.
-    batch_size: Option<usize>,
-    /// Training examples of the latest finished epoch.
-    train_examples: Option<usize>,
-    /// Validation examples of the latest validation.
-    valid_examples: Option<usize>,
-}
-
-impl RunState {
-    /// The tags of the metrics a run records: those [`final_metrics`](Self::final_metrics)
-    /// can give, and the per-step loss and per-epoch validation loss.
-    fn metric_tags(validates: bool, classifies: bool) -> Vec<&'static str> {
-        let mut tags = vec!["train/loss", "final/train_loss"];
-        if validates {
-            tags.extend(["valid/loss", "final/valid_loss"]);
-            if classifies {
-                tags.push("final/valid_accuracy");
-            }
-        }
-        tags
-    }
-
-    /// The final metrics known so far: the latest train loss, and the latest validation.
-    fn final_metrics(&self) -> Vec<(&'static str, f64)> {
-        let mut metrics = Vec::new();
-        if let Some(loss) = self.latest_train_loss {
-            metrics.push(("final/train_loss", loss));
-        }
-        if let Some(last) = self.report.last() {
-            if let Some(loss) = last.valid_loss {
-                metrics.push(("final/valid_loss", loss));
-            }
-            if let Some(accuracy) = last.valid_accuracy {
-                metrics.push(("final/valid_accuracy", accuracy));
-            }
-        }
-        metrics
-    }
-}
-
-/// MindSpore's `EvaluationLineage` of the latest validation, as
-/// `SummaryCollector._collect_eval_lineage` fills it: the metrics as a JSON object (here
-/// `valid_loss` and, for classifiers, `valid_accuracy`, written as Python's `json.dumps` writes
-/// numbers) and the size of the validation set. `None` when the run never validated.
-fn eval_lineage(state: &RunState) -> Option<Lineage> {
-    let last = state.report.last()?;
-    let loss = last.valid_loss?;
-    let mut metrics = vec![("valid_loss", loss)];
-    if let Some(accuracy) = last.valid_accuracy {
-        metrics.push(("valid_accuracy", accuracy));
-    }
-    let fields: Vec<String> = metrics
-        .iter()
-        .map(|(name, value)| format!("\"{name}\": {}", json_number(*value)))
-        .collect();
-    Some(
-        msp::EvaluationLineage {
-            metric: Some(format!("{{{}}}", fields.join(", "))),
-            valid_dataset: state
-                .valid_examples
-                .map(|n| msp::evaluation_lineage::ValidDataset {
-                    valid_dataset_path: None,
-                    valid_dataset_size: Some(i32::try_from(n).unwrap_or(i32::MAX)),
-                }),
-        }
-        .into(),
-    )
-}
-
-/// A number as Python's `json.dumps` writes it (which MindInsight's `json.loads` reads):
-/// `NaN`, `Infinity` and `-Infinity` for the values JSON lacks.
-fn json_number(x: f64) -> String {
-    if x.is_nan() {
-        "NaN".into()
-    } else if x.is_infinite() {
-        if x > 0.0 { "Infinity" } else { "-Infinity" }.into()
-    } else {
-        format!("{x:?}")
     }
 }
 

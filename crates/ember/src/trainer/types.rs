@@ -1,0 +1,184 @@
+//! What the Trainer takes and gives: the output items it reads, its configuration, its reports
+//! and its errors.
+
+use std::time::Duration;
+
+use burn::tensor::Tensor;
+use burn::train::{ClassificationOutput, RegressionOutput};
+use ember_pool::SpawnError;
+use ember_pool::step::StepError;
+use ember_pool::step::burn::Reduction;
+
+use crate::driver::ValidationError;
+use crate::{SummaryError, SummaryRecord};
+
+/// A step output that carries a loss, and possibly what accuracy needs.
+pub trait TrainingItem {
+    /// The batch's loss, shape `[1]`.
+    fn loss(&self) -> &Tensor<1>;
+    /// `(correct, total)` predictions, for classifiers.
+    fn correct(&self) -> Option<(usize, usize)> {
+        None
+    }
+    /// Examples in the batch.
+    fn examples(&self) -> usize;
+    /// Whether [`correct`](Self::correct) gives `Some`: the trainer then declares the accuracy
+    /// metrics in the hyper-parameter session it starts, before any value exists.
+    const CLASSIFIES: bool = false;
+}
+
+impl TrainingItem for RegressionOutput {
+    fn loss(&self) -> &Tensor<1> {
+        &self.loss
+    }
+    fn examples(&self) -> usize {
+        self.output.dims()[0]
+    }
+}
+
+impl TrainingItem for ClassificationOutput {
+    const CLASSIFIES: bool = true;
+    fn loss(&self) -> &Tensor<1> {
+        &self.loss
+    }
+    fn correct(&self) -> Option<(usize, usize)> {
+        let predicted = self.output.clone().argmax(1).flatten::<1>(0, 1);
+        let hits = predicted.equal(self.targets.clone()).int().sum();
+        let correct = hits.into_data().iter::<i64>().next().unwrap_or(0);
+        Some((correct.max(0) as usize, self.targets.dims()[0]))
+    }
+    fn examples(&self) -> usize {
+        self.targets.dims()[0]
+    }
+}
+
+/// How a [`Trainer`](super::Trainer) trains.
+#[derive(Debug, Clone)]
+pub struct TrainerConfig {
+    /// Epochs to run.
+    pub epochs: usize,
+    /// How device gradients combine (mean by default).
+    pub reduction: Reduction,
+    /// Steps whose gradients are combined into one optimizer step (1: every step).
+    pub grad_accumulation: usize,
+    /// Record weight and gradient histograms every this many optimizer steps (`None`: never).
+    pub histogram_every: Option<usize>,
+    /// Give up on a device step after this long.
+    pub step_timeout: Option<Duration>,
+}
+
+impl Default for TrainerConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 1,
+            reduction: Reduction::Mean,
+            grad_accumulation: 1,
+            histogram_every: Some(50),
+            step_timeout: None,
+        }
+    }
+}
+
+/// One epoch's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochReport {
+    /// The epoch, from 1.
+    pub epoch: usize,
+    /// Mean train loss over the epoch's device batches.
+    pub train_loss: f64,
+    /// Train accuracy, for classifiers.
+    pub train_accuracy: Option<f64>,
+    /// Mean validation loss, if there is a validation set.
+    pub valid_loss: Option<f64>,
+    /// Validation accuracy, for classifiers with a validation set.
+    pub valid_accuracy: Option<f64>,
+    /// Training examples per second over the epoch.
+    pub examples_per_second: f64,
+}
+
+/// One pool step's figures, given to a [`Trainer::on_step`](super::Trainer::on_step) hook (for progress displays).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    /// The epoch, from 1.
+    pub epoch: usize,
+    /// The pool step within the epoch, from 1.
+    pub step_in_epoch: usize,
+    /// The pool step over the whole run, from 1: the step the summaries are recorded at.
+    pub step: i64,
+    /// Mean loss over the step's device batches.
+    pub loss: f64,
+    /// Training examples so far in this epoch.
+    pub examples: usize,
+    /// Training examples per second so far in this epoch.
+    pub examples_per_second: f64,
+}
+
+/// A hook run after every pool step.
+pub(super) type StepHook = Box<dyn FnMut(&StepReport) + Send>;
+/// A hook run after every epoch with the model, the epoch's figures, the run's step and the
+/// summary record.
+pub(super) type EpochHook<M> = Box<
+    dyn FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError> + Send,
+>;
+
+/// What a training run did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainReport {
+    /// Each finished epoch's figures (an epoch cut short by a stop has none).
+    pub epochs: Vec<EpochReport>,
+    /// Optimizer steps taken.
+    pub optimizer_steps: usize,
+    /// Pool steps taken (each runs one batch per device).
+    pub steps: usize,
+    /// Whether the run was stopped early by [`Trainer::stop_when`](super::Trainer::stop_when)'s flag.
+    pub interrupted: bool,
+    /// Summary errors that training went past (under any [`ErrorPolicy`](crate::ErrorPolicy) but `Raise`); the
+    /// first of each kind was logged. Write failures that happen on the writer threads are not
+    /// among them: the record keeps those ([`SummaryRecord::take_errors`]).
+    pub summary_errors: u64,
+}
+
+impl TrainReport {
+    /// The last epoch's figures.
+    pub fn last(&self) -> Option<&EpochReport> {
+        self.epochs.last()
+    }
+}
+
+/// Why training stopped early.
+///
+/// Whatever the error, a run given a summary record has recorded its hyper-parameters with
+/// status [`SessionStatus::Failure`](crate::pack::SessionStatus::Failure) and the final metrics known so far, and flushed the record
+/// (best effort: the error returned is the training one); closing the record is left to the
+/// caller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    /// A step failed on one or more devices.
+    #[error("training step {step} of epoch {epoch} failed: {source}")]
+    Step {
+        /// The epoch, from 1.
+        epoch: usize,
+        /// The pool step within the epoch, from 1.
+        step: usize,
+        /// Every failed device.
+        source: StepError,
+    },
+    /// The worker pool could not start.
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// Recording summaries failed, and the record's policy is [`ErrorPolicy::Raise`](crate::ErrorPolicy::Raise).
+    #[error(transparent)]
+    Summary(#[from] SummaryError),
+    /// Validation could not run through: a batch could not be loaded, or the step panicked.
+    #[error("validation of epoch {epoch} failed: {source}")]
+    Validation {
+        /// The epoch, from 1.
+        epoch: usize,
+        /// Which device and batch, and what happened.
+        source: ValidationError,
+    },
+    /// The configuration cannot work.
+    #[error("invalid trainer configuration: {0}")]
+    Config(String),
+}
