@@ -9,8 +9,15 @@
 //! - every answer a step waits for is consumed by that step, whatever fails, and answers carry
 //!   the step's sequence number, so no late answer is ever taken for another step's;
 //! - every failed device is reported ([`StepError::Devices`]), not just the first; panics, source
-//!   errors, hung workers (with [`PoolOptions::step_timeout`]) and dead worker threads each name
-//!   their device, and the pool replaces lost workers so the next step runs;
+//!   errors, hung workers (with [`PoolOptions::step_timeout`], counted from when each worker was
+//!   sent its batch) and dead worker threads each name their device, and the pool replaces lost
+//!   workers so the next step runs: a worker whose step panicked is replaced too, so the next
+//!   step forks the model afresh on a clean thread;
+//! - a hung worker cannot be stopped, only abandoned with its model clone and device memory:
+//!   [`DevicePool::stats`] counts them, and past [`DevicePool::max_abandoned_workers`]
+//!   (default [`DEFAULT_MAX_ABANDONED_WORKERS`]) the pool fails with
+//!   [`StepError::TooManyAbandonedWorkers`] instead of starting more threads;
+//! - a source that returned `None` is not polled again in that epoch;
 //! - outputs come back in device order, so a reduction over them gives the same bits every run.
 //!
 //! ```
@@ -53,4 +60,4 @@ mod worker;
 
 pub use ember_step as step;
 pub use ember_step::{StepError, StepModel};
-pub use pool::{DevicePool, PoolOptions, SpawnError};
+pub use pool::{DEFAULT_MAX_ABANDONED_WORKERS, DevicePool, PoolOptions, PoolStats, SpawnError};

@@ -49,7 +49,9 @@ impl<M: StepModel> WorkerHandle<M> {
         generation: u64,
         answers: Sender<Answer<M::Output>>,
     ) -> std::io::Result<Self> {
-        let (jobs, inbox) = crossbeam_channel::unbounded();
+        // One job at a time is the pool's invariant (a worker is sent a job only once its last
+        // answer is in, or after it was replaced), so one slot is all the inbox needs.
+        let (jobs, inbox) = crossbeam_channel::bounded(1);
         let thread = std::thread::Builder::new()
             .name(format!("ember-device-{device_index}"))
             .spawn(move || run(device_index, device, generation, inbox, answers))?;
@@ -69,10 +71,11 @@ impl<M: StepModel> WorkerHandle<M> {
         }
     }
 
-    /// Sends a job; gives it back if the worker is gone.
+    /// Sends a job without ever blocking; gives it back if the worker is gone or, against the
+    /// one-job-at-a-time invariant, still has a job waiting.
     pub(crate) fn send(&self, job: Job<M>) -> Result<(), Job<M>> {
         match &self.jobs {
-            Some(jobs) => jobs.send(job).map_err(|error| error.into_inner()),
+            Some(jobs) => jobs.try_send(job).map_err(|error| error.into_inner()),
             None => Err(job),
         }
     }
@@ -162,5 +165,53 @@ fn panic_message(payload: Box<dyn Any + Send>) -> String {
         message.clone()
     } else {
         "panic with a non-string payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks its step until the test drops the other end of `release`.
+    #[derive(Clone)]
+    struct Blocking {
+        release: Receiver<()>,
+    }
+
+    impl StepModel for Blocking {
+        type Device = ();
+        type Input = ();
+        type Output = ();
+        fn fork(self, _device: &()) -> Self {
+            self
+        }
+        fn step(&self, _input: ()) {
+            let _ = self.release.recv();
+        }
+    }
+
+    #[test]
+    fn a_busy_worker_holds_one_job_and_refuses_more_without_blocking() {
+        let (answers, answered) = crossbeam_channel::unbounded();
+        let (release, released) = crossbeam_channel::bounded::<()>(0);
+        let worker = WorkerHandle::<Blocking>::spawn(0, (), 0, answers).unwrap();
+        let job = |step| Job {
+            step,
+            model: Blocking {
+                release: released.clone(),
+            },
+            input: (),
+        };
+        assert!(worker.send(job(1)).is_ok());
+        // The first job fills the slot until the worker takes it; the second waits in the slot
+        // while the worker is busy; a third is refused at once instead of queued.
+        while worker.send(job(2)).is_err() {
+            std::thread::yield_now();
+        }
+        assert!(matches!(worker.send(job(3)), Err(Job { step: 3, .. })));
+        drop(release);
+        let steps: Vec<u64> = answered.iter().take(2).map(|answer| answer.step).collect();
+        assert_eq!(steps, [1, 2]);
+        worker.join();
     }
 }

@@ -16,6 +16,18 @@ pub enum StepError {
     /// The pool was shut down and runs no more steps.
     #[error("device pool is shut down")]
     ShutDown,
+    /// The pool abandoned more hung workers than its limit allows and runs no more steps.
+    ///
+    /// Each abandoned worker may still be running, holding a model clone and device memory.
+    #[error(
+        "device pool gave up: {abandoned} hung workers abandoned, more than its limit of {limit}"
+    )]
+    TooManyAbandonedWorkers {
+        /// Workers abandoned after a step timeout, over the pool's life.
+        abandoned: usize,
+        /// How many the pool was allowed to abandon and replace.
+        limit: usize,
+    },
     /// The model and the sources disagree: the pool has one worker per device and needs one
     /// source per worker.
     #[error("expected {expected} batch sources, one per device, got {got}")]
@@ -45,7 +57,8 @@ pub enum FailureKind {
     Source(SourceError),
     /// The step (or the fork onto the device) panicked; the panic message.
     Panicked(String),
-    /// The worker did not answer within the pool's step timeout.
+    /// The worker did not answer within the pool's step timeout, counted from when it was sent
+    /// its batch.
     TimedOut(Duration),
     /// The worker thread is gone (it died outside a step, or could not be started).
     WorkerGone,
