@@ -141,6 +141,9 @@ where
 
     /// Starts an epoch: a fresh iterator on every device's slice.
     pub(crate) fn epoch(&mut self) -> Epoch<'_, M> {
+        // The pool skips sources it saw run dry; a run that left the last epoch early (a stop)
+        // must not carry that over.
+        self.pool.new_epoch();
         let sources = self.loaders.iter().map(|loader| loader.iter()).collect();
         Epoch {
             pool: &mut self.pool,
