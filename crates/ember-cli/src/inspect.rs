@@ -7,6 +7,9 @@
 //! Only regular files are read (a symbolic link only when it leads to one): a FIFO or a device
 //! named like an event file would block or never end. Such paths are skipped and named, with
 //! the reason, in one warning line each on stderr and in the `--json` output's `skipped` list.
+//!
+//! This file runs past 600 lines on purpose: it is the whole command (walking, reading, decoding
+//! both formats, printing text and JSON), and each part is a few functions used only here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

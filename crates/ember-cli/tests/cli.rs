@@ -2,6 +2,9 @@
 //! truncated tails and corruption at their byte offsets with the documented exit codes, bench
 //! write prints one valid JSON line per workload, failures are one line without a panic, and
 //! Ctrl-C stops train with whole logs and exit code 130.
+//!
+//! Past 600 lines on purpose: one file for the binary's surface; each test spawns the binary on
+//! its own fixture and stands alone.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};

@@ -5,6 +5,10 @@
 //! buckets are `[e[i], e[i+1])` and the last one is closed, like `numpy.histogram`. A first
 //! guess from the bucket width is corrected against the edges, so the result is exactly that
 //! definition even where the width arithmetic rounds the other way.
+//!
+//! This file runs past 600 lines on purpose: every bucketing rule of both formats and the
+//! one-pass statistics they share live together, since they share the edge arithmetic and are
+//! tested against one reference computation.
 
 use std::borrow::Cow;
 

@@ -1,5 +1,8 @@
 //! The pool's invariants (numbered as in `docs/architecture.md`), each shown on a model without
 //! Burn; invariant 8, the one-job inbox, is tested in `src/worker.rs`.
+//!
+//! Past 600 lines on purpose: one test file for the pool's numbered invariants, each test
+//! standing alone with its own test double.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,5 +1,8 @@
 //! The writer pool on real files in temp dirs: order, flush, size policies,
 //! tag metadata per file, disk guard, error policies, queue policies, drop.
+//!
+//! Past 600 lines on purpose: one file for the writer pool's options and policies; each test
+//! makes its own pool in its own temporary directory and stands alone.
 
 mod common;
 

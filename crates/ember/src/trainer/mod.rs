@@ -1,4 +1,8 @@
 //! `Trainer`: data-parallel epochs over a Burn model on ember's pool, with summaries.
+//!
+//! This file runs past 600 lines on purpose: the training loop and the summaries it records at
+//! each point of it read best together; the types (`types.rs`) and what a run knows
+//! (`run_state.rs`) live beside it.
 
 use std::fmt::Display;
 use std::sync::Arc;

@@ -1,0 +1,209 @@
+//! [`SummaryRecordBuilder`]: a record's options, carried as ember-write's `WriterOptions`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ember_write::pack::{Format, Packer};
+use ember_write::{
+    Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions, WriterPool,
+};
+
+use super::{Mode, RankLayout, SummaryRecord, SummaryTap};
+use crate::SummaryError;
+
+/// Builds a [`SummaryRecord`]; see each method for its default.
+///
+/// It carries ember-write's [`WriterOptions`]: the methods here set the common ones, and
+/// [`writer_options`](Self::writer_options) reaches every other (queue bytes, batching,
+/// packing threads, disk guard, histogram rule, ...).
+#[derive(Debug, Clone)]
+pub struct SummaryRecordBuilder {
+    options: WriterOptions,
+    export_tensors: bool,
+    rank: Option<(u32, u32)>,
+    rank_layout: RankLayout,
+    rank_zero_only: bool,
+}
+
+impl SummaryRecordBuilder {
+    pub(super) fn new(log_dir: PathBuf) -> Self {
+        Self {
+            options: WriterOptions::new(log_dir),
+            export_tensors: false,
+            rank: None,
+            rank_layout: RankLayout::FileName,
+            rank_zero_only: false,
+        }
+    }
+
+    /// Changes any of the writer pool's options in place. The log directory, rank and rank
+    /// naming are set by `build` from the builder's own settings.
+    pub fn writer_options(mut self, change: impl FnOnce(&mut WriterOptions)) -> Self {
+        change(&mut self.options);
+        self
+    }
+
+    /// How long the writer thread gathers records after the first of a batch before it packs
+    /// and writes them (20 ms by default): a record reaches the operating system at most about
+    /// this long after it was recorded, so a killed process loses at most that much.
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.options.max_delay = delay;
+        self
+    }
+
+    /// TensorBoard (the default) or MindInsight.
+    pub fn format(mut self, format: Format) -> Self {
+        self.options.pack.format = format;
+        self
+    }
+
+    /// The file name prefix (MindInsight's default `events`), checked as MindSpore does:
+    /// `^\w+[0-9a-zA-Z_.]*$` in ASCII.
+    pub fn file_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.options.file_prefix = prefix.into();
+        self
+    }
+
+    /// The file name suffix (MindInsight's default `_MS`), checked like the prefix.
+    pub fn file_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.options.file_suffix = Some(suffix.into());
+        self
+    }
+
+    /// Caps each file at `bytes`, framing included; `policy` says what happens at the cap.
+    /// Unlimited by default.
+    pub fn max_file_size(mut self, bytes: u64, policy: SizePolicy) -> Self {
+        self.options.max_file_size = Some(bytes);
+        self.options.size_policy = policy;
+        self
+    }
+
+    /// Whether write errors are logged, counted and kept for [`take_errors`](SummaryRecord::take_errors)
+    /// ([`ErrorPolicy::Log`], the default, as MindSpore's `raise_exception=False` and
+    /// tensorboardX, which never raise) or come back from the next call ([`ErrorPolicy::Raise`]).
+    /// The `Trainer` and the burn-train logger stop training on a summary error
+    /// only under `Raise`.
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.options.error_policy = policy;
+        self
+    }
+
+    /// Also exports every tensor value as `.npy` (MindSpore's `export_options={'tensor_format':
+    /// 'npy'}`). Off by default.
+    pub fn export_tensors(mut self, on: bool) -> Self {
+        self.export_tensors = on;
+        self
+    }
+
+    /// The writer queue's capacity in records and what a full queue does (blocking by default).
+    pub fn queue(mut self, capacity: usize, policy: FullQueuePolicy) -> Self {
+        self.options.queue_capacity = capacity;
+        self.options.full_queue = policy;
+        self
+    }
+
+    /// How often written data is fsynced without being asked (every 10 s by default); `None`
+    /// fsyncs only on `close` (and on `flush` with [`Durability::Sync`]).
+    pub fn flush_interval(mut self, interval: Option<Duration>) -> Self {
+        self.options.flush_interval = interval;
+        self
+    }
+
+    /// Whether `flush` and `close` also fsync ([`Durability::Sync`]); OS buffers by default.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.options.durability = durability;
+        self
+    }
+
+    /// This process's rank and the world size. By default they come from the `RANK` and
+    /// `WORLD_SIZE` environment variables when set, else rank 0 of 1.
+    pub fn rank(mut self, rank: u32, world_size: u32) -> Self {
+        self.rank = Some((rank, world_size));
+        self
+    }
+
+    /// Where a rank's files go when the world has more than one rank.
+    pub fn rank_layout(mut self, layout: RankLayout) -> Self {
+        self.rank_layout = layout;
+        self
+    }
+
+    /// Records only on rank 0: other ranks accept every call and write nothing.
+    pub fn rank_zero_only(mut self, on: bool) -> Self {
+        self.rank_zero_only = on;
+        self
+    }
+
+    /// Creates the log directory (mode 0700) if missing and starts the writer pool. Files are
+    /// created on their first record.
+    pub fn build(self) -> Result<SummaryRecord, SummaryError> {
+        let mut options = self.options;
+        if options.log_dir.as_os_str().is_empty() {
+            return Err(SummaryError::EmptyLogDir);
+        }
+        let (rank, world_size) = match self.rank {
+            Some(rank) => rank,
+            None => rank_from_env()?,
+        };
+        if rank >= world_size {
+            return Err(SummaryError::Rank(format!(
+                "rank {rank} is not below the world size {world_size}"
+            )));
+        }
+        if world_size > 1 && self.rank_layout == RankLayout::Directory {
+            options.log_dir.push(format!("rank_{rank}"));
+        }
+        let log_dir = options.log_dir.clone();
+        if log_dir.exists() && !log_dir.is_dir() {
+            return Err(SummaryError::LogDirNotADirectory(log_dir));
+        }
+        options.rank = rank;
+        options.rank_in_tensorboard_names =
+            world_size > 1 && self.rank_layout == RankLayout::FileName;
+        let error_policy = options.error_policy;
+        // A sub-run is a run of its own: no rank in its names, its own directory.
+        let child_options = WriterOptions {
+            rank_in_tensorboard_names: false,
+            ..options.clone()
+        };
+        let packer = Arc::new(Packer::new(options.pack.clone()));
+        let active = !(self.rank_zero_only && rank != 0);
+        let pool = if active {
+            Some(WriterPool::new(options)?)
+        } else {
+            None
+        };
+        Ok(SummaryRecord {
+            pool,
+            log_dir,
+            pending: Vec::new(),
+            tap: SummaryTap::new(Arc::clone(&packer)),
+            packer,
+            mode: Mode::Train,
+            export_tensors: self.export_tensors,
+            closed: false,
+            final_stats: None,
+            error_policy,
+            rank,
+            world_size,
+            wall_time: None,
+            children: std::collections::BTreeMap::new(),
+            child_options,
+        })
+    }
+}
+
+fn rank_from_env() -> Result<(u32, u32), SummaryError> {
+    let read = |name: &str| -> Result<Option<u32>, SummaryError> {
+        match std::env::var(name) {
+            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+                SummaryError::Rank(format!("{name}={text:?} is not a non-negative integer"))
+            }),
+            Err(_) => Ok(None),
+        }
+    };
+    let rank = read("RANK")?.unwrap_or(0);
+    let world_size = read("WORLD_SIZE")?.unwrap_or(rank + 1).max(1);
+    Ok((rank, world_size))
+}

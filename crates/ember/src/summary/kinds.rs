@@ -1,0 +1,130 @@
+//! The kinds a value is recorded as (MindSpore's plugins), the modes, the rank layouts, and the
+//! tap model code records through; values are checked where they are added.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ember_write::pack::{Packer, Tag, Value};
+
+use crate::SummaryError;
+#[cfg(doc)]
+use crate::SummaryRecord;
+
+/// Which kind of value an [`add_value`](SummaryRecord::add_value) call adds: MindSpore's plugin
+/// names, plus TensorBoard's text and hparams. A value must be of its plugin's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Plugin {
+    /// A number.
+    Scalar,
+    /// A tensor (exported as `.npy` too when export is on).
+    Tensor,
+    /// A histogram.
+    Histogram,
+    /// One image or a batch.
+    Image,
+    /// Markdown text.
+    Text,
+    /// Hyper-parameters and the metrics that measure them.
+    HParams,
+    /// A model graph.
+    Graph,
+    /// MindSpore train lineage.
+    TrainLineage,
+    /// MindSpore evaluation lineage.
+    EvalLineage,
+    /// MindSpore dataset graph.
+    DatasetGraph,
+    /// MindSpore user-defined lineage information.
+    CustomLineage,
+    /// A MindSpore explain record.
+    Explain,
+    /// A tensor to export as `.npy` only.
+    Export,
+}
+
+impl Plugin {
+    /// The plugin a value belongs to.
+    pub fn of(value: &Value) -> Plugin {
+        use ember_write::pack::Lineage;
+        match value {
+            Value::Scalar(_) => Plugin::Scalar,
+            Value::Tensor(_) => Plugin::Tensor,
+            Value::Histogram(_) => Plugin::Histogram,
+            Value::Image(_) => Plugin::Image,
+            Value::Text(_) => Plugin::Text,
+            Value::HParams(_) => Plugin::HParams,
+            Value::Graph(_) => Plugin::Graph,
+            Value::Lineage(Lineage::Train(_)) => Plugin::TrainLineage,
+            Value::Lineage(Lineage::Eval(_)) => Plugin::EvalLineage,
+            Value::Lineage(Lineage::DatasetGraph(_)) => Plugin::DatasetGraph,
+            Value::Lineage(Lineage::UserDefined(_)) => Plugin::CustomLineage,
+            Value::Explain(_) => Plugin::Explain,
+            Value::Export(_) => Plugin::Export,
+        }
+    }
+}
+
+/// MindSpore's modes. In [`Mode::Eval`], [`record`](SummaryRecord::record) drops the values that
+/// model code sent through a [`SummaryTap`] (MindSpore's summary operators); values added with
+/// `add_value` are still written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Training: tapped values are recorded.
+    #[default]
+    Train,
+    /// Evaluation: tapped values are dropped.
+    Eval,
+}
+
+/// Where a rank's files go when the world has more than one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RankLayout {
+    /// The rank goes into the file names (MindInsight's names always carry it).
+    #[default]
+    FileName,
+    /// Each rank writes under `<log dir>/rank_<rank>/`.
+    Directory,
+}
+
+/// A clonable handle for model code to record values from inside a step, as MindSpore's summary
+/// operators do. What it collects is added to the next [`record`](SummaryRecord::record) in
+/// [`Mode::Train`] and dropped in [`Mode::Eval`].
+#[derive(Debug, Clone)]
+pub struct SummaryTap {
+    values: Arc<Mutex<Vec<(Tag, Value)>>>,
+    packer: Arc<Packer>,
+}
+
+impl SummaryTap {
+    pub(super) fn new(packer: Arc<Packer>) -> Self {
+        Self {
+            values: Arc::default(),
+            packer,
+        }
+    }
+
+    /// Adds a value for the next record. An invalid tag or value is refused here, alone: the
+    /// step's other values are still recorded.
+    pub fn add(&self, tag: &str, value: impl Into<Value>) -> Result<(), SummaryError> {
+        let (tag, value) = checked(&self.packer, tag, value.into())?;
+        self.values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((tag, value));
+        Ok(())
+    }
+
+    pub(super) fn take(&self) -> Vec<(Tag, Value)> {
+        std::mem::take(&mut *self.values.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Checks `tag` and `value` as packing will, so that a bad one is refused where it is added.
+pub(super) fn checked(
+    packer: &Packer,
+    tag: &str,
+    value: Value,
+) -> Result<(Tag, Value), SummaryError> {
+    let tag = Tag::new(tag)?;
+    packer.check(&tag, &value)?;
+    Ok((tag, value))
+}
