@@ -118,13 +118,15 @@ where
         devices: &[Device],
         train: Arc<dyn DataLoader<M::Input>>,
         options: PoolOptions,
+        max_abandoned_workers: Option<usize>,
         reduction: Reduction,
         accumulation: usize,
     ) -> Result<Option<Self>, SpawnError> {
         let Some(main) = devices.first().cloned() else {
             return Ok(None);
         };
-        let pool = DevicePool::new(devices.to_vec(), options)?;
+        let pool = DevicePool::new(devices.to_vec(), options)?
+            .with_max_abandoned_workers(max_abandoned_workers);
         Ok(Some(Self {
             pool,
             loaders: split_dataloader(train, devices),

@@ -320,18 +320,24 @@ where
             None => PoolOptions::default(),
         };
         let accumulation = components.grad_accumulation.unwrap_or(1);
-        let mut driver =
-            match Driver::new(&self.devices, train, options, self.reduction, accumulation) {
-                Ok(Some(driver)) => driver,
-                Ok(None) => {
-                    self.fail(&interrupter, PoolStrategyError::NoDevices);
-                    return (learner.model(), events);
-                }
-                Err(error) => {
-                    self.fail(&interrupter, error.into());
-                    return (learner.model(), events);
-                }
-            };
+        let mut driver = match Driver::new(
+            &self.devices,
+            train,
+            options,
+            Some(ember_pool::DEFAULT_MAX_ABANDONED_WORKERS),
+            self.reduction,
+            accumulation,
+        ) {
+            Ok(Some(driver)) => driver,
+            Ok(None) => {
+                self.fail(&interrupter, PoolStrategyError::NoDevices);
+                return (learner.model(), events);
+            }
+            Err(error) => {
+                self.fail(&interrupter, error.into());
+                return (learner.model(), events);
+            }
+        };
         let main = driver.main().clone();
         let valid = valid.to_device(&main.clone().inner());
         learner.fork(&main);

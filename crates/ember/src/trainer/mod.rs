@@ -257,6 +257,7 @@ where
             &self.devices,
             train,
             options,
+            self.config.max_abandoned_workers,
             self.config.reduction,
             self.config.grad_accumulation,
         )?

@@ -63,8 +63,13 @@ pub struct TrainerConfig {
     pub grad_accumulation: usize,
     /// Record weight and gradient histograms every this many optimizer steps (`None`: never).
     pub histogram_every: Option<usize>,
-    /// Give up on a device step after this long.
+    /// Give up on a device step after this long (counted from when its batch was sent): the
+    /// worker is reported as timed out, abandoned and replaced. Off by default.
     pub step_timeout: Option<Duration>,
+    /// How many hung workers may be abandoned before training fails
+    /// (`StepError::TooManyAbandonedWorkers`); each still holds a model copy and device memory
+    /// until its step returns. `None` for no limit.
+    pub max_abandoned_workers: Option<usize>,
 }
 
 impl Default for TrainerConfig {
@@ -75,6 +80,7 @@ impl Default for TrainerConfig {
             grad_accumulation: 1,
             histogram_every: Some(50),
             step_timeout: None,
+            max_abandoned_workers: Some(ember_pool::DEFAULT_MAX_ABANDONED_WORKERS),
         }
     }
 }
