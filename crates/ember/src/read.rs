@@ -112,6 +112,25 @@ pub struct ImagePoint {
     pub png: Vec<u8>,
 }
 
+impl ImagePoint {
+    /// From either format's `Image` message (the same fields under other names).
+    fn new(
+        (step, wall_time): (i64, f64),
+        (width, height, colorspace): (i32, i32, i32),
+        png: Vec<u8>,
+    ) -> Self {
+        let dimension = |n: i32| u32::try_from(n).unwrap_or(0);
+        Self {
+            step,
+            wall_time,
+            width: dimension(width),
+            height: dimension(height),
+            channels: dimension(colorspace),
+            png,
+        }
+    }
+}
+
 /// One text value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TextPoint {
@@ -305,14 +324,11 @@ impl Summaries {
                 Some(V::Image(image)) => push(
                     &mut self.images,
                     tag,
-                    ImagePoint {
-                        step,
-                        wall_time,
-                        width: u32::try_from(image.width).unwrap_or(0),
-                        height: u32::try_from(image.height).unwrap_or(0),
-                        channels: u32::try_from(image.colorspace).unwrap_or(0),
-                        png: image.encoded_image_string,
-                    },
+                    ImagePoint::new(
+                        (step, wall_time),
+                        (image.width, image.height, image.colorspace),
+                        image.encoded_image_string,
+                    ),
                 ),
                 Some(V::Tensor(tensor)) if plugin == "text" => {
                     if let Some(text) = tensor.string_val.first() {
@@ -383,14 +399,11 @@ impl Summaries {
                 Some(V::Image(image)) => push(
                     &mut self.images,
                     tag,
-                    ImagePoint {
-                        step,
-                        wall_time,
-                        width: u32::try_from(image.width).unwrap_or(0),
-                        height: u32::try_from(image.height).unwrap_or(0),
-                        channels: u32::try_from(image.colorspace).unwrap_or(0),
-                        png: image.encoded_image,
-                    },
+                    ImagePoint::new(
+                        (step, wall_time),
+                        (image.width, image.height, image.colorspace),
+                        image.encoded_image,
+                    ),
                 ),
                 Some(V::Tensor(tensor)) => {
                     let shape: Option<Vec<usize>> = tensor
