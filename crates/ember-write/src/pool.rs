@@ -196,6 +196,12 @@ impl Shared {
         }
     }
 
+    /// Whether half the byte budget or more is taken, or a caller waits for it.
+    pub(crate) fn budget_tight(&self) -> bool {
+        self.budget_waiters.load(Ordering::SeqCst) > 0
+            || self.queued_bytes.load(Ordering::Acquire) >= self.max_queued_bytes / 2
+    }
+
     /// Gives `weight` bytes back to the budget.
     pub(crate) fn release(&self, weight: usize) {
         self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);

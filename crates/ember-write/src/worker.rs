@@ -264,7 +264,8 @@ impl Worker {
     }
 
     /// Adds queued records to `batch` until it is full, `max_delay` has
-    /// passed since its first record, a flush arrives, or the pool closes.
+    /// passed since its first record, the byte budget is mostly taken, a
+    /// flush arrives, or the pool closes.
     fn gather(
         &mut self,
         batch: &mut Vec<Record>,
@@ -284,7 +285,9 @@ impl Worker {
                 }
             }
             let now = Instant::now();
-            if batch.len() >= self.max_batch || now >= deadline {
+            // Waiting longer only gathers more when callers can still queue: not once the
+            // byte budget is mostly taken, which heavy records reach long before max_batch.
+            if batch.len() >= self.max_batch || now >= deadline || self.shared.budget_tight() {
                 return (None, false);
             }
             // Callers unpark this thread when the queue fills up or they
