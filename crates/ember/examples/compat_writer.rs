@@ -15,6 +15,9 @@
 //! Values are chosen so the expectations are unambiguous: scalars exactly representable in `f32`
 //! next to ones that are not (and NaN, ±Inf, a subnormal), image values away from the
 //! rounding midpoint of `x * 255`, histogram values that include both ends of the range.
+//!
+//! Past 600 lines on purpose: one writer for every value kind of both readers, each next to
+//! the manifest entry its checker compares against.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
