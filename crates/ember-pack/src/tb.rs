@@ -93,7 +93,10 @@ impl Metadata {
             // No TensorBoard plugin shows general tensors; the explicit data class makes
             // TensorBoard's data server keep them rather than drop an unknown plugin.
             tensor: metadata("tensor", Vec::new(), Tensor).encode_to_vec(),
-            // `audio/metadata.py`: version 0, WAV; the data server reads clips as blobs.
+            // `audio/metadata.py`: version 0, WAV, and no data class, as TensorBoard's own
+            // audio summaries: its loaders then migrate the [k, 2] (clip, label) tensor to the
+            // [k] blob sequence they serve. With the class set they skip that step and serve
+            // each (clip, label) row as one blob, which is no WAV.
             audio: metadata(
                 "audio",
                 tbp::AudioPluginData {
@@ -101,7 +104,7 @@ impl Metadata {
                     encoding: tbp::audio_plugin_data::Encoding::Wav as i32,
                 }
                 .encode_to_vec(),
-                BlobSequence,
+                tbp::DataClass::Unknown,
             )
             .encode_to_vec(),
             // `custom_scalar/summary.py` writes an empty content; the plugin reads the layout
