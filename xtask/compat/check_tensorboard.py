@@ -494,7 +494,7 @@ def check_truncation(path, event_file, full_snapshot):
 
 
 def plugin_context(path):
-    """TensorBoard's data provider over the run directory `path` (the run "."), as the
+    """TensorBoard's data provider over the run directory `path` alone (the run "."), as the
     plugins get it from TensorBoard's application."""
     from tensorboard import context
     from tensorboard.backend.event_processing import data_provider
@@ -502,7 +502,9 @@ def plugin_context(path):
     from tensorboard.plugins import base_plugin
 
     mux = pem.EventMultiplexer(tensor_size_guidance={"pr_curves": 0, "audio": 0, "custom_scalars": 0})
-    mux.AddRunsFromDirectory(path)
+    # The root run alone: the `ember train` run below it has a layout of its own, which the
+    # custom scalars plugin would merge in.
+    mux.AddRun(path, name=".")
     mux.Reload()
     tb_context = base_plugin.TBContext(
         data_provider=data_provider.MultiplexerDataProvider(mux, path),
