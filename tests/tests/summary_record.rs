@@ -397,3 +397,73 @@ fn a_full_queue_is_reported_and_counted_record_by_record() {
     assert_eq!(stats.records_pending(), 0);
     assert_eq!(whole_records(dir.path()) as u64, stats.records_written);
 }
+
+#[test]
+fn pr_curves_audio_and_custom_scalars_reach_tensorboard_and_are_refused_for_mindinsight() {
+    use ember::pack::{Category, CustomScalarLayout, Format, PackErrorKind, PrCurve};
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    summary
+        .add_pr_curve("pr/0", &[true, false, true], &[0.9, 0.4, 0.2], 11, 4)
+        .unwrap();
+    let raw = PrCurve::from_counts(
+        vec![2.0, 1.0],
+        vec![1.0, 0.0],
+        vec![0.0, 1.0],
+        vec![0.0, 1.0],
+        vec![2.0 / 3.0, 1.0],
+        vec![1.0, 0.5],
+    )
+    .unwrap();
+    summary.add_pr_curve_raw("pr/raw", raw, 4).unwrap();
+    summary
+        .add_audio("tone", &[0.0, 0.5, -0.5], 8000, 2)
+        .unwrap();
+    summary
+        .add_custom_scalars(
+            CustomScalarLayout::new()
+                .category(Category::new("loss").multiline("loss", ["loss/.*"])),
+        )
+        .unwrap();
+    // A prediction outside [0, 1] is refused where it is added, naming the tag.
+    match summary.add_pr_curve("pr/bad", &[true], &[1.5], 11, 4) {
+        Err(SummaryError::Rejected(e)) => {
+            assert_eq!(e.tag.as_str(), "pr/bad");
+            assert!(matches!(e.kind, PackErrorKind::InvalidPrCurve(_)));
+        }
+        other => panic!("{other:?}"),
+    }
+    summary.close().unwrap();
+    let tags = tag_steps(dir.path());
+    assert_eq!(tags["pr/0"], [4]);
+    assert_eq!(tags["pr/raw"], [4]);
+    assert_eq!(tags["tone"], [2]);
+    assert_eq!(tags[ember::pack::CUSTOM_SCALARS_TAG], [0]);
+
+    let mi = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::builder(mi.path())
+        .format(Format::MindInsight)
+        .build()
+        .unwrap();
+    let refused = [
+        summary.add_pr_curve("pr", &[true], &[0.5], 11, 0),
+        summary.add_audio("tone", &[0.0], 8000, 0),
+        summary.add_custom_scalars(CustomScalarLayout::new()),
+    ];
+    for result in refused {
+        match result {
+            Err(SummaryError::Rejected(e)) => assert!(
+                matches!(
+                    e.kind,
+                    PackErrorKind::Unsupported {
+                        format: Format::MindInsight,
+                        ..
+                    }
+                ),
+                "{e}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    summary.close().unwrap();
+}

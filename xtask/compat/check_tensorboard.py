@@ -11,7 +11,16 @@ gave ember. Every expectation below is computed here from those inputs and the d
   (edge[i] = min*(1-i/k) + max*(i/k), last edge max, value x in the last bucket with
   edge[i] <= x), or one bucket when all values are equal;
 - images: round(x*255) clamped to 0..255, a batch tiled into min(N, 8) columns on black;
-- text, tensors, hparams, graph: as given.
+- text, tensors, hparams, graph: as given;
+- pr curves: from the labels and predictions by the curve's definition (at threshold
+  i/(n-1), the positives are the predictions at or above it; precision tp/(tp+fp) and
+  recall tp/(tp+fn), 0 for an empty count), read through the pr_curves plugin's
+  `pr_curves_impl`; raw counts as given, rounded to f32;
+- audio: the clip decoded with Python's `wave` module from the blob TensorBoard's data
+  provider serves, equal to round-half-away(x * 32768) clamped to int16 (TensorFlow's
+  `encode_wav`), listed by the audio plugin;
+- custom scalars: the layout the custom_scalars plugin's `layout_impl` returns, equal to the
+  manifest's.
 
 Then the event file is cut mid-record at several places, and TensorBoard must read every whole
 record before the cut and nothing else.
@@ -166,6 +175,12 @@ def check_kinds(manifest, acc, plugin_acc):
     want_hists = {h["tag"] for h in manifest["histograms"]}
     want_images = {i["tag"] for i in manifest["images"]}
     want_tensors = {t["tag"] for t in manifest["tensors"]} | {t["tag"] for t in manifest["texts"]}
+    new_kinds = {
+        manifest["pr_raw"]["tag"]: "pr_curves",
+        manifest["audio"]["tag"]: "audio",
+        "custom_scalars__config__": "custom_scalars",
+    } | {p["tag"]: "pr_curves" for p in manifest["pr_curves"]}
+    want_tensors |= set(new_kinds)
     want_hparams = {
         "_hparams_/experiment",
         "_hparams_/session_start_info",
@@ -192,6 +207,7 @@ def check_kinds(manifest, acc, plugin_acc):
         plugins[t["tag"]] = "tensor"
     for tag in want_hparams:
         plugins[tag] = "hparams"
+    plugins |= new_kinds
     for tag, plugin in plugins.items():
         got = plugin_of(plugin_acc, tag)
         expect(got == plugin, f"{tag}: plugin {got!r}, expected {plugin!r}")
@@ -477,6 +493,129 @@ def check_truncation(path, event_file, full_snapshot):
     return len(cuts), n
 
 
+def plugin_context(path):
+    """TensorBoard's data provider over the run directory `path` alone (the run "."), as the
+    plugins get it from TensorBoard's application."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+
+    mux = pem.EventMultiplexer(tensor_size_guidance={"pr_curves": 0, "audio": 0, "custom_scalars": 0})
+    # The root run alone: the `ember train` run below it has a layout of its own, which the
+    # custom scalars plugin would merge in.
+    mux.AddRun(path, name=".")
+    mux.Reload()
+    tb_context = base_plugin.TBContext(
+        data_provider=data_provider.MultiplexerDataProvider(mux, path),
+        logdir=path,
+        multiplexer=mux,
+    )
+    return tb_context, context.RequestContext()
+
+
+def pr_curve_by_definition(labels, predictions, n):
+    positives = sum(labels)
+    negatives = len(labels) - positives
+    rows = [[] for _ in range(6)]
+    for i in range(n):
+        t = i / (n - 1)
+        tp = sum(1 for l, p in zip(labels, predictions) if l and p >= t)
+        fp = sum(1 for l, p in zip(labels, predictions) if not l and p >= t)
+        for row, v in zip(
+            rows,
+            (tp, fp, negatives - fp, positives - tp,
+             tp / (tp + fp) if tp + fp else 0.0, tp / positives if positives else 0.0),
+        ):
+            row.append(v)
+    return rows
+
+
+def check_pr_curves(manifest, path):
+    from tensorboard.plugins.pr_curve import pr_curves_plugin
+
+    tb_context, ctx = plugin_context(path)
+    plugin = pr_curves_plugin.PrCurvesPlugin(tb_context)
+    names = ["true_positives", "false_positives", "true_negatives", "false_negatives", "precision", "recall"]
+    count = 0
+    wants = []
+    for p in manifest["pr_curves"]:
+        rows = pr_curve_by_definition(p["labels"], p["predictions"], p["num_thresholds"])
+        wants.append((p["tag"], p["step"], rows))
+    raw = manifest["pr_raw"]
+    wants.append((raw["tag"], raw["step"], raw["rows"]))
+    for tag in sorted({t for t, _, _ in wants}):
+        got = {e["step"]: e for e in plugin.pr_curves_impl(ctx, "", ["."], tag)["."]}
+        for want_tag, step, rows in wants:
+            if want_tag != tag:
+                continue
+            entry = got.get(step)
+            if not expect(entry is not None, f"{tag}: no pr curve at step {step}, got {sorted(got)}"):
+                continue
+            # The plugin trims the tail where tp + fp = 0.
+            end = len(entry["thresholds"])
+            expect(
+                entry["thresholds"] == np.linspace(0.0, 1.0, len(rows[0]))[:end].tolist(),
+                f"{tag} step {step}: thresholds {entry['thresholds']}",
+            )
+            for name, row in zip(names, rows):
+                want = [f32(v) for v in row[:end]]
+                if name in names[:4]:
+                    want = [int(v) for v in want]
+                expect(
+                    all(abs(a - b) <= 1e-6 for a, b in zip(entry[name], want)) and len(entry[name]) == end,
+                    f"{tag} step {step}: {name} {entry[name]} != {want}",
+                )
+            count += 1
+    return count
+
+
+def check_audio(manifest, path):
+    import urllib.parse
+    import wave
+
+    from tensorboard.plugins.audio import audio_plugin
+
+    want = manifest["audio"]
+    tb_context, ctx = plugin_context(path)
+    plugin = audio_plugin.AudioPlugin(tb_context)
+    listed = plugin._audio_response_for_run(ctx, "", ".", want["tag"], 0)
+    if not expect(len(listed) == 1 and listed[0]["step"] == want["step"], f"audio plugin lists {listed}"):
+        return 0
+    expect(listed[0]["contentType"] == "audio/wav", f"audio content type {listed[0]['contentType']}")
+    blob_key = urllib.parse.parse_qs(listed[0]["query"])["blob_key"][0]
+    wav = tb_context.data_provider.read_blob(ctx, blob_key=blob_key)
+    with wave.open(io.BytesIO(wav)) as w:
+        expect(
+            (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, want["sample_rate"]),
+            f"wav header {(w.getnchannels(), w.getsampwidth(), w.getframerate())}",
+        )
+        got = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+    # TensorFlow's encode_wav: roundf(x * 32768) (half away from zero) clamped to int16.
+    x = np.array(want["samples"], dtype=np.float32) * np.float32(32768.0)
+    rounded = np.sign(x) * np.floor(np.abs(x) + np.float32(0.5))
+    expected = np.clip(rounded, -32768, 32767).astype(np.int16)
+    expect(got.shape == expected.shape, f"audio: {got.shape} samples, expected {expected.shape}")
+    if got.shape == expected.shape:
+        bad = int(np.sum(got != expected))
+        expect(bad == 0, f"audio: {bad} samples differ")
+        expect(int(np.sum(expected == 32767)) > 0, "audio: the clip never clips, so clamping went unchecked")
+    return int(got.size)
+
+
+def check_custom_scalars(manifest, path):
+    from tensorboard.plugins.custom_scalar import custom_scalars_plugin
+
+    tb_context, ctx = plugin_context(path)
+    plugin = custom_scalars_plugin.CustomScalarsPlugin(tb_context)
+    got = plugin.layout_impl(ctx, "")
+    if isinstance(got, str):
+        got = json.loads(got)
+    want = manifest["custom_scalars"]
+    expect(got == want, f"custom scalars layout {got} != {want}")
+    return sum(len(c.get("chart", [])) for c in got.get("category", []))
+
+
 def check_train_hparams(train_dir):
     """The hparams dashboard's view of an `ember train` run: its experiment (metric columns) and
     session groups (values, status), through the plugin's handlers over the data provider."""
@@ -543,6 +682,9 @@ def main():
         "tensors": check_tensors(manifest, acc),
         "hparams": check_hparams(manifest, plugin_acc),
         "graph nodes": check_graph(manifest, acc, plugin_acc),
+        "pr curves (plugin)": check_pr_curves(manifest, path),
+        "audio samples (plugin)": check_audio(manifest, path),
+        "custom scalar charts (plugin)": check_custom_scalars(manifest, path),
     }
     counts["graph edges"] = sum(len(n["inputs"]) for n in manifest["graph"]["nodes"])
     cuts, records = check_truncation(path, event_files[0], snapshot(plugin_acc))

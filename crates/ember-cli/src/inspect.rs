@@ -454,6 +454,9 @@ fn decode_tensorboard(event: tensorboard::Event, run: &mut RunReport) {
                     Some(V::Tensor(t)) => match plugin {
                         Some("text") => ("text", None),
                         Some("hparams") => ("hparams", None),
+                        Some("pr_curves") => ("pr curve", None),
+                        Some("audio") => ("audio", None),
+                        Some("custom_scalars") => ("custom scalars layout", None),
                         Some("scalars") => ("scalar", tensor_scalar(t)),
                         _ => ("tensor", None),
                     },

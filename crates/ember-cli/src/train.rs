@@ -18,12 +18,12 @@ use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 use clap::Args;
-use ember::pack::{Format, HParams, ImageLayout, TensorValue};
+use ember::pack::{Category, CustomScalarLayout, Format, HParams, ImageLayout, TensorValue};
 use ember::{EpochReport, SummaryError, SummaryRecord, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::FormatArg;
-use crate::digits::{self, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
+use crate::digits::{self, CLASSES, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
 
 /// The seed of the train/test split and of the training shuffle.
 const SPLIT_SEED: u64 = 1998;
@@ -157,6 +157,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         train.len()
     );
     let samples: Vec<Digit> = test.iter().take(SAMPLES).cloned().collect();
+    let held_out: Vec<Digit> = test.clone();
     let (train_len, test_len) = (train.len(), test.len());
 
     let devices = devices(workers)?;
@@ -225,10 +226,24 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             epoch_bar.println(line);
         }
         match summary {
-            Some(summary) => record_samples(model, &samples, &sample_device, format, summary, step),
+            Some(summary) => {
+                record_samples(model, &samples, &sample_device, format, summary, step)?;
+                record_pr_curves(model, &held_out, &sample_device, format, summary, step)
+            }
             None => Ok(()),
         }
     });
+    if format == Format::TensorBoard {
+        // One chart per metric with both splits on it; written first, as TensorBoard reads the
+        // first layout of a run.
+        summary.add_custom_scalars(
+            CustomScalarLayout::new().category(
+                Category::new("train vs valid")
+                    .multiline("loss", ["train/loss", "valid/loss"])
+                    .multiline("accuracy", ["train/accuracy", "valid/accuracy"]),
+            ),
+        )?;
+    }
 
     let model = DigitMlp::new(hidden, &main);
     let train_loader = loader(train, batch_size, Some(SPLIT_SEED), &main);
@@ -349,6 +364,57 @@ fn record_samples(
             &predictions_table(samples, &predicted),
             step,
         )?,
+    }
+    Ok(())
+}
+
+/// Thresholds of the per-class PR curves: every 0.02.
+const PR_THRESHOLDS: u32 = 51;
+
+/// One precision-recall curve per digit class over the held-out digits (`pr/digit_<c>`: the
+/// softmax probability of class `c` against "the label is `c`"), TensorBoard only: MindInsight
+/// has no such dashboard.
+fn record_pr_curves(
+    model: &DigitMlp,
+    held_out: &[Digit],
+    device: &Device,
+    format: Format,
+    summary: &mut SummaryRecord,
+    step: i64,
+) -> Result<(), SummaryError> {
+    if format != Format::TensorBoard || held_out.is_empty() {
+        return Ok(());
+    }
+    let pixels: Vec<f32> = held_out.iter().flat_map(|d| d.pixels).collect();
+    let input = Tensor::<2>::from_data(TensorData::new(pixels, [held_out.len(), PIXELS]), device);
+    let logits = model.valid().forward(input);
+    let probabilities: Vec<f32> = burn::tensor::activation::softmax(logits, 1)
+        .into_data()
+        .iter::<f32>()
+        .collect();
+    if probabilities.iter().any(|p| p.is_nan()) {
+        // A diverged model has no curve to draw; the loss shows the divergence.
+        return Ok(());
+    }
+    for class in 0..CLASSES {
+        let labels: Vec<bool> = held_out
+            .iter()
+            .map(|d| usize::from(d.label) == class)
+            .collect();
+        // Softmax rounding can leave a probability a hair outside [0, 1].
+        let predictions: Vec<f32> = probabilities
+            .iter()
+            .skip(class)
+            .step_by(CLASSES)
+            .map(|p| p.clamp(0.0, 1.0))
+            .collect();
+        summary.add_pr_curve(
+            &format!("pr/digit_{class}"),
+            &labels,
+            &predictions,
+            PR_THRESHOLDS,
+            step,
+        )?;
     }
     Ok(())
 }

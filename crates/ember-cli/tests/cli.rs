@@ -116,6 +116,11 @@ fn train_on_a_subset_writes_tensorboard_logs_that_read_back() {
     assert!(steps.contains_key("train/accuracy"));
     assert!(steps.contains_key("train/learning_rate"));
     assert!(steps.contains_key("_hparams_/experiment"));
+    // Per-class PR curves on the held-out digits each epoch, and the custom scalars layout.
+    for class in 0..10 {
+        assert_eq!(steps[&format!("pr/digit_{class}")], [4], "class {class}");
+    }
+    assert!(steps.contains_key(ember::pack::CUSTOM_SCALARS_TAG));
     assert!(graph, "no graph event");
     // 16 grayscale 8x8 digits tiled into one image, larger than a single digit.
     let (height, width, colorspace) = image_size.expect("a sample grid image");

@@ -99,6 +99,15 @@ pub enum PackErrorKind {
     /// Hyper-parameters the format cannot write as given; the message says why.
     #[error("invalid hparams: {0}")]
     InvalidHParams(&'static str),
+    /// A precision-recall curve that cannot be computed or written; the message says why.
+    #[error("invalid pr curve: {0}")]
+    InvalidPrCurve(&'static str),
+    /// The WAV encoder failed.
+    #[error("wav encoding failed: {0}")]
+    Wav(String),
+    /// A sound clip that cannot be encoded as WAV; the message says why.
+    #[error("invalid audio: {0}")]
+    InvalidAudio(&'static str),
     /// A graph the format cannot write as given (MindInsight resolves inputs by node id and
     /// refuses some characters); the message names the node.
     #[error("invalid graph: {0}")]

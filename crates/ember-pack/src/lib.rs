@@ -12,7 +12,8 @@
 //! validated [`Tag`]s: scalars, [`TensorValue`]s (dtype, shape, little-endian bytes), histograms
 //! (raw values or precomputed [`HistogramBuckets`]), [`Image`]s (one or a batch, four layouts,
 //! `u8` or float), text, [`HParams`], MindSpore [`Lineage`], a [`Graph`], MindSpore explain
-//! records and tensors to export as `.npy`.
+//! records, tensors to export as `.npy`, and TensorBoard's [`PrCurve`]s, [`Audio`] clips and
+//! [`CustomScalarLayout`]s.
 //!
 //! # Packing
 //!
@@ -42,6 +43,7 @@ mod image;
 mod ms;
 mod npy;
 mod pack;
+mod plugins;
 mod record;
 mod tag;
 mod tb;
@@ -53,6 +55,9 @@ pub use error::{PackError, PackErrorKind};
 pub use pack::{
     ExportKey, FileKind, Format, HistogramRule, MetadataFor, PackOptions, PackedItem, PackedRecord,
     Packer,
+};
+pub use plugins::{
+    Audio, Category, Chart, ChartContent, CustomScalarLayout, MarginSeries, PrCurve, pcm16_sample,
 };
 pub use record::Record;
 pub use tag::{MAX_TAG_LEN, Tag, TagError};
@@ -96,6 +101,10 @@ pub mod hparams_tags {
     /// How the session ended.
     pub const SESSION_END_INFO: &str = crate::tb::HPARAMS_SESSION_END_TAG;
 }
+
+/// The tag TensorBoard's custom scalars plugin reads its layout from;
+/// [`Value::CustomScalars`] is written under it.
+pub const CUSTOM_SCALARS_TAG: &str = tb::CUSTOM_SCALARS_TAG;
 
 /// `file_version` of TensorBoard's first event, `"brain.Event:2"`.
 pub const TENSORBOARD_FILE_VERSION: &str = tb::FILE_VERSION;

@@ -10,6 +10,7 @@ use crate::histogram;
 use crate::image;
 use crate::npy;
 use crate::pack::{FileKind, Format, HistogramRule, PackOptions, Part, Sink};
+use crate::plugins::{Audio, ChartContent, CustomScalarLayout, PrCurve, pcm16_sample};
 use crate::proto::google::protobuf as pb;
 use crate::proto::tensorboard::{self as tbp, hparams as hp};
 use crate::tag::Tag;
@@ -29,6 +30,10 @@ pub(crate) const HPARAMS_SESSION_START_TAG: &str = "_hparams_/session_start_info
 /// See [`HPARAMS_EXPERIMENT_TAG`].
 pub(crate) const HPARAMS_SESSION_END_TAG: &str = "_hparams_/session_end_info";
 
+/// The tag the custom scalars plugin reads its layout from (`custom_scalar/metadata.py`,
+/// `CONFIG_SUMMARY_TAG`).
+pub(crate) const CUSTOM_SCALARS_TAG: &str = "custom_scalars__config__";
+
 /// Serialized `SummaryMetadata` of each plugin, built once per packer.
 #[derive(Debug)]
 pub(crate) struct Metadata {
@@ -37,6 +42,8 @@ pub(crate) struct Metadata {
     images: Vec<u8>,
     text: Vec<u8>,
     tensor: Vec<u8>,
+    audio: Vec<u8>,
+    custom_scalars: Vec<u8>,
 }
 
 /// `SummaryMetadata` for `plugin` with serialized `content` and `data_class`.
@@ -86,6 +93,23 @@ impl Metadata {
             // No TensorBoard plugin shows general tensors; the explicit data class makes
             // TensorBoard's data server keep them rather than drop an unknown plugin.
             tensor: metadata("tensor", Vec::new(), Tensor).encode_to_vec(),
+            // `audio/metadata.py`: version 0, WAV, and no data class, as TensorBoard's own
+            // audio summaries: its loaders then migrate the [k, 2] (clip, label) tensor to the
+            // [k] blob sequence they serve. With the class set they skip that step and serve
+            // each (clip, label) row as one blob, which is no WAV.
+            audio: metadata(
+                "audio",
+                tbp::AudioPluginData {
+                    version: 0,
+                    encoding: tbp::audio_plugin_data::Encoding::Wav as i32,
+                }
+                .encode_to_vec(),
+                tbp::DataClass::Unknown,
+            )
+            .encode_to_vec(),
+            // `custom_scalar/summary.py` writes an empty content; the plugin reads the layout
+            // through the data provider's tensors.
+            custom_scalars: metadata("custom_scalars", Vec::new(), Tensor).encode_to_vec(),
         }
     }
 }
@@ -155,6 +179,9 @@ pub(crate) enum Plan<'a> {
     HParams(&'a HParams),
     Graph(&'a Graph),
     Export(&'a TensorValue, npy::Layout),
+    PrCurve(&'a PrCurve, u32),
+    Audio(&'a Audio),
+    CustomScalars(&'a CustomScalarLayout),
 }
 
 /// Checks one value for TensorBoard: every test packing makes before it encodes, in O(rank)
@@ -194,6 +221,12 @@ pub(crate) fn check<'a>(
         }
         Value::Graph(g) => Plan::Graph(g),
         Value::Export(t) => Plan::Export(t, npy::check(t)?),
+        Value::PrCurve(curve) => Plan::PrCurve(curve, curve.check()?),
+        Value::Audio(audio) => {
+            audio.check()?;
+            Plan::Audio(audio)
+        }
+        Value::CustomScalars(layout) => Plan::CustomScalars(layout),
         Value::Lineage(_) | Value::Explain(_) => {
             return Err(PackErrorKind::Unsupported {
                 format: Format::TensorBoard,
@@ -284,8 +317,146 @@ pub(crate) fn pack<'a>(
             sink.item(FileKind::Summary, event.encode_to_vec());
         }
         Plan::Export(t, layout) => sink.export(tag, npy::encode(t, layout)),
+        Plan::PrCurve(curve, num_thresholds) => {
+            // `pr_curve/summary.py` (`raw_data_pb`): a [6, n] DT_FLOAT tensor, the threshold
+            // count in the metadata, which every value carries in TensorBoard's own summaries;
+            // here the first of a file's tag, as for every plugin.
+            let tensor_content = curve
+                .rows()
+                .iter()
+                .flat_map(|row| row.iter().flat_map(|&v| (v as f32).to_le_bytes()))
+                .collect();
+            let tensor = tbp::TensorProto {
+                dtype: tbp::DataType::DtFloat as i32,
+                tensor_shape: Some(shape(&[6, i64::from(num_thresholds)])),
+                tensor_content,
+                ..Default::default()
+            };
+            let content = tbp::PrCurvePluginData {
+                version: 0,
+                num_thresholds,
+            }
+            .encode_to_vec();
+            let metadata =
+                include_metadata.then(|| metadata("pr_curves", content, tbp::DataClass::Tensor));
+            sink.parts.push(encoded_value(
+                tag_str,
+                metadata,
+                tbp::summary::value::Value::Tensor(tensor),
+            ));
+        }
+        Plan::Audio(audio) => {
+            // `audio/summary_v2.py`: a [k, 2] string tensor of (encoded clip, label) rows.
+            let wav = wav(audio)?;
+            let tensor = tbp::TensorProto {
+                dtype: tbp::DataType::DtString as i32,
+                tensor_shape: Some(shape(&[1, 2])),
+                string_val: vec![wav, Vec::new()],
+                ..Default::default()
+            };
+            let metadata = decoded_metadata(&meta.audio, include_metadata);
+            sink.parts.push(encoded_value(
+                tag_str,
+                metadata,
+                tbp::summary::value::Value::Tensor(tensor),
+            ));
+        }
+        Plan::CustomScalars(layout) => {
+            // `custom_scalar/summary.py` (`pb`): the serialized layout in a rank-0 string
+            // tensor under the plugin's fixed tag. The plugin reads the first layout of each
+            // run, so the metadata goes on every value, as for hparams.
+            let tensor = tbp::TensorProto {
+                dtype: tbp::DataType::DtString as i32,
+                tensor_shape: Some(tbp::TensorShapeProto::default()),
+                string_val: vec![layout_proto(layout).encode_to_vec()],
+                ..Default::default()
+            };
+            let metadata = decoded_metadata(&meta.custom_scalars, true);
+            sink.parts.push(encoded_value(
+                CUSTOM_SCALARS_TAG,
+                metadata,
+                tbp::summary::value::Value::Tensor(tensor),
+            ));
+        }
     }
     Ok(())
+}
+
+/// A `TensorShapeProto` of `dims`.
+fn shape(dims: &[i64]) -> tbp::TensorShapeProto {
+    tbp::TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|&size| tbp::tensor_shape_proto::Dim {
+                size,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The clip as 16-bit PCM WAV, as TensorFlow's `encode_wav` writes it (the quantization of
+/// [`pcm16_sample`]).
+pub(crate) fn wav(audio: &Audio) -> Result<Vec<u8>, PackErrorKind> {
+    let spec = hound::WavSpec {
+        channels: audio.channels,
+        sample_rate: audio.sample_rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let encode = || -> Result<Vec<u8>, hound::Error> {
+        let mut cursor = std::io::Cursor::new(Vec::with_capacity(44 + 2 * audio.samples.len()));
+        let mut writer = hound::WavWriter::new(&mut cursor, spec)?;
+        let mut samples = writer.get_i16_writer(audio.samples.len() as u32);
+        for &x in &audio.samples {
+            samples.write_sample(pcm16_sample(x));
+        }
+        samples.flush()?;
+        writer.finalize()?;
+        Ok(cursor.into_inner())
+    };
+    encode().map_err(|e| PackErrorKind::Wav(e.to_string()))
+}
+
+/// The `Layout` proto of the custom scalars plugin.
+pub(crate) fn layout_proto(layout: &CustomScalarLayout) -> tbp::Layout {
+    use tbp::chart::Content;
+    tbp::Layout {
+        version: 0,
+        category: layout
+            .categories
+            .iter()
+            .map(|c| tbp::Category {
+                title: c.title.clone(),
+                closed: c.closed,
+                chart: c
+                    .charts
+                    .iter()
+                    .map(|chart| tbp::Chart {
+                        title: chart.title.clone(),
+                        content: Some(match &chart.content {
+                            ChartContent::Multiline(tags) => {
+                                Content::Multiline(tbp::MultilineChartContent { tag: tags.clone() })
+                            }
+                            ChartContent::Margin(series) => {
+                                Content::Margin(tbp::MarginChartContent {
+                                    series: series
+                                        .iter()
+                                        .map(|s| tbp::margin_chart_content::Series {
+                                            value: s.value.clone(),
+                                            lower: s.lower.clone(),
+                                            upper: s.upper.clone(),
+                                        })
+                                        .collect(),
+                                })
+                            }
+                        }),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// Fields 1 (dtype) and 2 (shape) of a `TensorProto`, as prost encodes them.

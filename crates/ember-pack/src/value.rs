@@ -1,5 +1,6 @@
 //! The values a record can hold.
 
+use crate::plugins::{Audio, CustomScalarLayout, PrCurve};
 use crate::proto::mindspore;
 use crate::tensor::TensorValue;
 
@@ -28,6 +29,30 @@ pub enum Value {
     Explain(Box<mindspore::Explain>),
     /// A tensor to export as a `.npy` file, in either format.
     Export(TensorValue),
+    /// A precision-recall curve (TensorBoard's `pr_curves` plugin); boxed to keep [`Value`]
+    /// small.
+    PrCurve(Box<PrCurve>),
+    /// A sound clip (TensorBoard's `audio` plugin, 16-bit PCM WAV).
+    Audio(Audio),
+    /// The custom scalars dashboard's layout (TensorBoard only). The record tag is not used:
+    /// the plugin reads the fixed tag `custom_scalars__config__`.
+    CustomScalars(CustomScalarLayout),
+}
+
+impl From<PrCurve> for Value {
+    fn from(v: PrCurve) -> Value {
+        Value::PrCurve(Box::new(v))
+    }
+}
+impl From<Audio> for Value {
+    fn from(v: Audio) -> Value {
+        Value::Audio(v)
+    }
+}
+impl From<CustomScalarLayout> for Value {
+    fn from(v: CustomScalarLayout) -> Value {
+        Value::CustomScalars(v)
+    }
 }
 
 impl From<f64> for Value {
@@ -120,6 +145,9 @@ impl Value {
             Value::Graph(_) => "graph",
             Value::Explain(_) => "explain",
             Value::Export(_) => "export",
+            Value::PrCurve(_) => "pr curve",
+            Value::Audio(_) => "audio",
+            Value::CustomScalars(_) => "custom scalars layout",
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::SummaryError;
 use crate::SummaryRecord;
 
 /// Which kind of value an [`add_value`](SummaryRecord::add_value) call adds: MindSpore's plugin
-/// names, plus TensorBoard's text and hparams. A value must be of its plugin's kind.
+/// names, plus TensorBoard's text, hparams, pr curves, audio and custom scalars. A value must be of its plugin's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Plugin {
     /// A number.
@@ -39,6 +39,12 @@ pub enum Plugin {
     Explain,
     /// A tensor to export as `.npy` only.
     Export,
+    /// A precision-recall curve (TensorBoard's `pr_curves`).
+    PrCurve,
+    /// A sound clip (TensorBoard's `audio`).
+    Audio,
+    /// The custom scalars dashboard's layout (TensorBoard's `custom_scalars`).
+    CustomScalars,
 }
 
 impl Plugin {
@@ -59,6 +65,9 @@ impl Plugin {
             Value::Lineage(Lineage::UserDefined(_)) => Plugin::CustomLineage,
             Value::Explain(_) => Plugin::Explain,
             Value::Export(_) => Plugin::Export,
+            Value::PrCurve(_) => Plugin::PrCurve,
+            Value::Audio(_) => Plugin::Audio,
+            Value::CustomScalars(_) => Plugin::CustomScalars,
         }
     }
 }

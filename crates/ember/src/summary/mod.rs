@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[cfg(doc)]
 use ember_write::Durability;
 use ember_write::pack::{
-    Format, Graph, HParams, Histogram, HistogramRule, Image, ImageLayout, Packer, Record, Tag,
-    Value,
+    Audio, CustomScalarLayout, Format, Graph, HParams, Histogram, HistogramRule, Image,
+    ImageLayout, PackError, Packer, PrCurve, Record, Tag, Value,
 };
 use ember_write::{ErrorPolicy, PoolStats, WriteError, WriteErrors, WriterOptions, WriterPool};
 
@@ -397,6 +397,72 @@ impl SummaryRecord {
     ) -> Result<(), SummaryError> {
         let tensor = tensor.to_tensor_value()?;
         self.write_now(step, tag, Value::Tensor(tensor))
+    }
+
+    /// Records the precision-recall curve of a binary classifier at `step`, computed as
+    /// TensorBoard's `pr_curve` summary computes it ([`PrCurve::from_predictions`]):
+    /// `predictions[i]` in `[0, 1]` is the score of an example whose truth is `labels[i]`,
+    /// evaluated at `num_thresholds` (at least 2; tensorboardX uses 127) evenly spaced
+    /// thresholds. TensorBoard only: MindInsight has no such dashboard, and the value is
+    /// refused with [`SummaryError::Rejected`] naming the format.
+    pub fn add_pr_curve(
+        &mut self,
+        tag: &str,
+        labels: &[bool],
+        predictions: &[f32],
+        num_thresholds: u32,
+        step: i64,
+    ) -> Result<(), SummaryError> {
+        self.ensure_open()?;
+        let checked_tag = Tag::new(tag)?;
+        let curve =
+            PrCurve::from_predictions(labels, predictions, num_thresholds).map_err(|kind| {
+                PackError {
+                    tag: checked_tag,
+                    kind,
+                }
+            })?;
+        self.write_now(step, tag, Value::from(curve))
+    }
+
+    /// Records a precision-recall curve whose counts were computed elsewhere (tensorboardX's
+    /// `add_pr_curve_raw`); build it with [`PrCurve::from_counts`].
+    pub fn add_pr_curve_raw(
+        &mut self,
+        tag: &str,
+        curve: PrCurve,
+        step: i64,
+    ) -> Result<(), SummaryError> {
+        self.write_now(step, tag, Value::from(curve))
+    }
+
+    /// Records a mono sound clip at `step`: samples in `[-1, 1]` (clipped beyond), at
+    /// `sample_rate` Hz, written as 16-bit PCM WAV in TensorBoard's audio plugin layout. For
+    /// several channels, [`add`](Self::add) an [`Audio`] value and [`record`](Self::record).
+    /// TensorBoard only.
+    pub fn add_audio(
+        &mut self,
+        tag: &str,
+        samples: &[f32],
+        sample_rate: u32,
+        step: i64,
+    ) -> Result<(), SummaryError> {
+        self.write_now(
+            step,
+            tag,
+            Value::Audio(Audio::mono(samples.to_vec(), sample_rate)),
+        )
+    }
+
+    /// Records the custom scalars dashboard's layout (charts gathering scalar tags by regular
+    /// expression, margin charts), under the plugin's fixed tag. TensorBoard reads the first
+    /// layout of a run: write it once, at the start. TensorBoard only.
+    pub fn add_custom_scalars(&mut self, layout: CustomScalarLayout) -> Result<(), SummaryError> {
+        self.write_now(
+            0,
+            ember_write::pack::CUSTOM_SCALARS_TAG,
+            Value::CustomScalars(layout),
+        )
     }
 
     /// Returns once every record queued before it has reached the operating system (and the

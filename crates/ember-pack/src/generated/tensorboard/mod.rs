@@ -2,6 +2,67 @@
 
 pub mod hparams;
 
+/// One chart of a category.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Chart {
+    #[prost(string, tag = "1")]
+    pub title: ::prost::alloc::string::String,
+    #[prost(oneof = "chart::Content", tags = "2, 3")]
+    pub content: ::core::option::Option<chart::Content>,
+}
+/// Nested message and enum types in `Chart`.
+pub mod chart {
+    #[derive(Clone, PartialEq, ::prost::Oneof)]
+    pub enum Content {
+        #[prost(message, tag = "2")]
+        Multiline(super::MultilineChartContent),
+        #[prost(message, tag = "3")]
+        Margin(super::MarginChartContent),
+    }
+}
+/// A line chart: one line per tag matching one of the regular expressions.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct MultilineChartContent {
+    #[prost(string, repeated, tag = "1")]
+    pub tag: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// A chart that fills the area between a lower and an upper bound around a value.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct MarginChartContent {
+    #[prost(message, repeated, tag = "1")]
+    pub series: ::prost::alloc::vec::Vec<margin_chart_content::Series>,
+}
+/// Nested message and enum types in `MarginChartContent`.
+pub mod margin_chart_content {
+    /// Exact scalar tags of one series.
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+    pub struct Series {
+        #[prost(string, tag = "1")]
+        pub value: ::prost::alloc::string::String,
+        #[prost(string, tag = "2")]
+        pub lower: ::prost::alloc::string::String,
+        #[prost(string, tag = "3")]
+        pub upper: ::prost::alloc::string::String,
+    }
+}
+/// A collapsible group of charts.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Category {
+    #[prost(string, tag = "1")]
+    pub title: ::prost::alloc::string::String,
+    #[prost(message, repeated, tag = "2")]
+    pub chart: ::prost::alloc::vec::Vec<Chart>,
+    #[prost(bool, tag = "3")]
+    pub closed: bool,
+}
+/// The whole dashboard, categories top to bottom; version 0 is the only one.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Layout {
+    #[prost(int32, tag = "1")]
+    pub version: i32,
+    #[prost(message, repeated, tag = "2")]
+    pub category: ::prost::alloc::vec::Vec<Category>,
+}
 /// The shape of a tensor.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct TensorShapeProto {
@@ -478,4 +539,59 @@ pub struct ImagePluginData {
 pub struct TextPluginData {
     #[prost(int32, tag = "1")]
     pub version: i32,
+}
+/// Content of the `pr_curves` plugin (`plugins/pr_curve/plugin_data.proto`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PrCurvePluginData {
+    #[prost(int32, tag = "1")]
+    pub version: i32,
+    #[prost(uint32, tag = "2")]
+    pub num_thresholds: u32,
+}
+/// Content of the `audio` plugin (`plugins/audio/plugin_data.proto`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AudioPluginData {
+    #[prost(int32, tag = "1")]
+    pub version: i32,
+    #[prost(enumeration = "audio_plugin_data::Encoding", tag = "2")]
+    pub encoding: i32,
+}
+/// Nested message and enum types in `AudioPluginData`.
+pub mod audio_plugin_data {
+    #[derive(
+        Clone,
+        Copy,
+        Debug,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::prost::Enumeration
+    )]
+    #[repr(i32)]
+    pub enum Encoding {
+        Unknown = 0,
+        Wav = 11,
+    }
+    impl Encoding {
+        /// String value of the enum field names used in the ProtoBuf definition.
+        ///
+        /// The values are not transformed in any way and thus are considered stable
+        /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+        pub fn as_str_name(&self) -> &'static str {
+            match self {
+                Self::Unknown => "UNKNOWN",
+                Self::Wav => "WAV",
+            }
+        }
+        /// Creates an enum from field names used in the ProtoBuf definition.
+        pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+            match value {
+                "UNKNOWN" => Some(Self::Unknown),
+                "WAV" => Some(Self::Wav),
+                _ => None,
+            }
+        }
+    }
 }
