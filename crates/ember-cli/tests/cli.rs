@@ -161,6 +161,10 @@ fn train_on_a_subset_writes_tensorboard_logs_that_read_back() {
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("samples/predictions"), "{stdout}");
+    assert!(
+        stdout.contains("projector config projector_config.pbtxt: 1 embedding(s)"),
+        "{stdout}"
+    );
     assert!(stdout.contains("0 error(s), 0 warning(s)"), "{stdout}");
 }
 
