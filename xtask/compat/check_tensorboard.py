@@ -20,7 +20,10 @@ gave ember. Every expectation below is computed here from those inputs and the d
   provider serves, equal to round-half-away(x * 32768) clamped to int16 (TensorFlow's
   `encode_wav`), listed by the audio plugin;
 - custom scalars: the layout the custom_scalars plugin's `layout_impl` returns, equal to the
-  manifest's.
+  manifest's;
+- embedding: through the projector plugin's own handlers (`/runs`, `/info`, `/tensor`,
+  `/metadata`, `/sprite_image`), listed with its shape, its values equal to the input as f32,
+  its labels as given, and a sprite of ceil(sqrt(N)) thumbnails to a side of the given size.
 
 Then the event file is cut mid-record at several places, and TensorBoard must read every whole
 record before the cut and nothing else.
@@ -616,6 +619,56 @@ def check_custom_scalars(manifest, path):
     return sum(len(c.get("chart", [])) for c in got.get("category", []))
 
 
+def check_projector(manifest, path):
+    """The projector plugin's view of the run directory, as its own tests build it: a
+    `TBContext` whose logdir is the run (no data provider, so the run is "."), its handlers
+    called through werkzeug test requests."""
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.projector import projector_plugin
+    from werkzeug import test as werkzeug_test
+    from werkzeug import wrappers
+
+    want = manifest["embedding"]
+    plugin = projector_plugin.ProjectorPlugin(base_plugin.TBContext(logdir=path))
+    apps = plugin.get_plugin_apps()
+    client = werkzeug_test.Client(
+        lambda environ, start: apps[environ["PATH_INFO"]](environ, start), wrappers.Response
+    )
+
+    def get(route, **args):
+        response = client.get(route, query_string=args)
+        expect(response.status_code == 200, f"projector {route} {args}: {response.status_code} {response.data[:200]!r}")
+        return response
+
+    runs = json.loads(get("/runs").data)
+    if not expect(runs == ["."], f"projector runs {runs}"):
+        return 0
+    config = json.loads(get("/info", run=".").data)
+    by_name = {e["tensorName"]: e for e in config.get("embeddings", [])}
+    name = want["tensor_name"]
+    embedding = by_name.get(name)
+    if not expect(embedding is not None, f"projector config lists {list(by_name)}, not {name}"):
+        return 0
+    expect(embedding.get("tensorShape") == want["shape"], f"projector shape {embedding.get('tensorShape')} != {want['shape']}")
+    expect(
+        embedding.get("sprite", {}).get("singleImageDim") == want["single_image_dim"],
+        f"projector sprite {embedding.get('sprite')}",
+    )
+    tensor = np.frombuffer(get("/tensor", run=".", name=name).data, dtype="<f4")
+    expected = np.array(want["values"], dtype=np.float32)
+    expect(
+        tensor.shape == expected.shape and bool(np.all(tensor == expected)),
+        f"projector tensor {tensor[:10]} != {expected[:10]}",
+    )
+    labels = get("/metadata", run=".", name=name).data.decode("utf-8").splitlines()
+    expect(labels == want["labels"], f"projector labels {labels[:5]} != {want['labels'][:5]}")
+    sprite = Image.open(io.BytesIO(get("/sprite_image", run=".", name=name).data))
+    side = math.ceil(math.sqrt(want["shape"][0]))
+    w, h = want["single_image_dim"]
+    expect(sprite.size == (side * w, side * h), f"projector sprite of {sprite.size}, expected {(side * w, side * h)}")
+    return len(by_name)
+
+
 def check_train_hparams(train_dir):
     """The hparams dashboard's view of an `ember train` run: its experiment (metric columns) and
     session groups (values, status), through the plugin's handlers over the data provider."""
@@ -685,6 +738,7 @@ def main():
         "pr curves (plugin)": check_pr_curves(manifest, path),
         "audio samples (plugin)": check_audio(manifest, path),
         "custom scalar charts (plugin)": check_custom_scalars(manifest, path),
+        "embedding (projector)": check_projector(manifest, path),
     }
     counts["graph edges"] = sum(len(n["inputs"]) for n in manifest["graph"]["nodes"])
     cuts, records = check_truncation(path, event_files[0], snapshot(plugin_acc))

@@ -151,6 +151,11 @@ impl DigitMlp {
         }
     }
 
+    /// The hidden layer's activations, `[batch, hidden]`.
+    pub(crate) fn hidden(&self, pixels: Tensor<2>) -> Tensor<2> {
+        self.act.forward(self.l1.forward(pixels))
+    }
+
     /// Class logits, `[batch, 10]`.
     pub(crate) fn forward(&self, pixels: Tensor<2>) -> Tensor<2> {
         self.l2.forward(self.act.forward(self.l1.forward(pixels)))

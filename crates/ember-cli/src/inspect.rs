@@ -516,11 +516,31 @@ fn decode_mindspore(event: mindspore::Event, run: &mut RunReport) {
     }
 }
 
+/// The embeddings listed in the run's `projector_config.pbtxt`, when it is a regular file (a
+/// link is not followed): TensorBoard's projector reads it, not the event files.
+fn projector_embeddings(dir: &Path) -> Option<usize> {
+    let path = dir.join("projector_config.pbtxt");
+    if !std::fs::symlink_metadata(&path).ok()?.is_file() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    Some(
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("embeddings {"))
+            .count(),
+    )
+}
+
 fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, warnings: usize) {
     let mut files = 0;
     let mut records = 0;
     for (dir, run) in runs {
         crate::out(format!("run {}", crate::shown(dir)));
+        if let Some(embeddings) = projector_embeddings(dir) {
+            crate::out(format!(
+                "  projector config projector_config.pbtxt: {embeddings} embedding(s)"
+            ));
+        }
         for file in &run.files {
             files += 1;
             records += file.records;

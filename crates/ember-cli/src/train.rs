@@ -1,5 +1,6 @@
 //! `ember train`: a digit classifier trained data-parallel on several workers with ember's
-//! Trainer, recording its summaries, with a progress bar.
+//! Trainer, recording its summaries, with a progress bar. At the end, in TensorBoard's format,
+//! the hidden-layer activations of the held-out digits go to the projector as an embedding.
 //!
 //! Ctrl-C (SIGINT) stops training after the current step: the summaries are completed and
 //! closed (the hyper-parameters with TensorBoard's failure status, which MindInsight's lineage
@@ -18,7 +19,7 @@ use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 use clap::Args;
-use ember::pack::{Category, CustomScalarLayout, Format, HParams, ImageLayout, TensorValue};
+use ember::pack::{Category, CustomScalarLayout, Format, HParams, Image, ImageLayout, TensorValue};
 use ember::{EpochReport, SummaryError, SummaryRecord, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -158,6 +159,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     );
     let samples: Vec<Digit> = test.iter().take(SAMPLES).cloned().collect();
     let held_out: Vec<Digit> = test.clone();
+    let projected: Vec<Digit> = test.clone();
     let (train_len, test_len) = (train.len(), test.len());
 
     let devices = devices(workers)?;
@@ -250,7 +252,16 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let test_loader = loader(test, batch_size, None, &main);
     let result = trainer.fit(model, train_loader, Some(test_loader), Some(&mut summary));
     bar.finish_and_clear();
-    let (_model, report) = result.context("training failed")?;
+    let (model, report) = result.context("training failed")?;
+    record_embedding(
+        &model,
+        &projected,
+        &main,
+        format,
+        &mut summary,
+        report.steps as i64,
+    )
+    .context("recording the hidden-layer embedding")?;
     summary
         .close()
         .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
@@ -417,6 +428,44 @@ fn record_pr_curves(
         )?;
     }
     Ok(())
+}
+
+/// The hidden-layer activations of the held-out digits as an embedding for TensorBoard's
+/// projector (`embedding/hidden`), each point labelled with its digit and drawn with its 8×8
+/// image. TensorBoard only: MindInsight has no projector.
+fn record_embedding(
+    model: &DigitMlp,
+    held_out: &[Digit],
+    device: &Device,
+    format: Format,
+    summary: &mut SummaryRecord,
+    step: i64,
+) -> Result<(), SummaryError> {
+    if format != Format::TensorBoard || held_out.is_empty() {
+        return Ok(());
+    }
+    let pixels: Vec<f32> = held_out.iter().flat_map(|d| d.pixels).collect();
+    let input = Tensor::<2>::from_data(TensorData::new(pixels, [held_out.len(), PIXELS]), device);
+    let activations = model.valid().hidden(input);
+    let [n, d] = activations.dims();
+    let values: Vec<f32> = activations.into_data().iter::<f32>().collect();
+    let labels = held_out.iter().map(|d| d.label.to_string()).collect();
+    let thumbnails = held_out
+        .iter()
+        .map(|d| {
+            Image::new(
+                TensorValue::from_slice(&d.pixels, [1, 8, 8]),
+                ImageLayout::Chw,
+            )
+        })
+        .collect();
+    summary.add_embedding(
+        "embedding/hidden",
+        TensorValue::from_slice(&values, [n, d]),
+        Some(labels),
+        Some(thumbnails),
+        step,
+    )
 }
 
 /// A markdown table of the samples in grid order (row-major, 4 a row in the image grid).

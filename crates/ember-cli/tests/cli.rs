@@ -136,11 +136,35 @@ fn train_on_a_subset_writes_tensorboard_logs_that_read_back() {
     assert_eq!(table.matches('✓').count() + table.matches('✗').count(), 16);
     assert!(table.contains("of 16 right."), "{table}");
 
+    // The held-out digits' hidden activations (64 units) as a projector embedding at the
+    // last step, one label and one 8x8 thumbnail per digit.
+    let embedding = logdir.join("embeddings").join("embedding%2Fhidden_4");
+    let rows: Vec<usize> = std::fs::read_to_string(embedding.join("tensors.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').count())
+        .collect();
+    assert_eq!(rows, vec![64; 60]);
+    let labels = std::fs::read_to_string(embedding.join("metadata.tsv")).unwrap();
+    assert_eq!(labels.lines().count(), 60);
+    assert!(
+        labels
+            .lines()
+            .all(|l| l.parse::<u8>().is_ok_and(|d| d < 10))
+    );
+    let config = std::fs::read_to_string(logdir.join("projector_config.pbtxt")).unwrap();
+    assert!(config.contains("tensor_shape: [60, 64]"), "{config}");
+    assert!(config.contains("single_image_dim: [8, 8]"), "{config}");
+
     // inspect reads the same logs cleanly.
     let output = ember(&["inspect", path_str(&logdir)]);
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("samples/predictions"), "{stdout}");
+    assert!(
+        stdout.contains("projector config projector_config.pbtxt: 1 embedding(s)"),
+        "{stdout}"
+    );
     assert!(stdout.contains("0 error(s), 0 warning(s)"), "{stdout}");
 }
 

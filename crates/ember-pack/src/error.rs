@@ -108,6 +108,11 @@ pub enum PackErrorKind {
     /// A sound clip that cannot be encoded as WAV; the message says why.
     #[error("invalid audio: {0}")]
     InvalidAudio(&'static str),
+    /// An embedding whose parts do not agree (an empty matrix, labels or thumbnails not one per
+    /// point, thumbnails of different sizes, a label holding a tab or line break); the message
+    /// says which.
+    #[error("invalid embedding: {0}")]
+    InvalidEmbedding(String),
     /// A graph the format cannot write as given (MindInsight resolves inputs by node id and
     /// refuses some characters); the message names the node.
     #[error("invalid graph: {0}")]

@@ -12,8 +12,8 @@
 //! validated [`Tag`]s: scalars, [`TensorValue`]s (dtype, shape, little-endian bytes), histograms
 //! (raw values or precomputed [`HistogramBuckets`]), [`Image`]s (one or a batch, four layouts,
 //! `u8` or float), text, [`HParams`], MindSpore [`Lineage`], a [`Graph`], MindSpore explain
-//! records, tensors to export as `.npy`, and TensorBoard's [`PrCurve`]s, [`Audio`] clips and
-//! [`CustomScalarLayout`]s.
+//! records, tensors to export as `.npy`, and TensorBoard's [`PrCurve`]s, [`Audio`] clips,
+//! [`CustomScalarLayout`]s and projector [`Embedding`]s.
 //!
 //! # Packing
 //!
@@ -44,6 +44,7 @@ mod ms;
 mod npy;
 mod pack;
 mod plugins;
+mod projector;
 mod record;
 mod tag;
 mod tb;
@@ -59,6 +60,7 @@ pub use pack::{
 pub use plugins::{
     Audio, Category, Chart, ChartContent, CustomScalarLayout, MarginSeries, PrCurve, pcm16_sample,
 };
+pub use projector::{Embedding, ProjectorFiles, file_names as projector_files, pbtxt_string};
 pub use record::Record;
 pub use tag::{MAX_TAG_LEN, Tag, TagError};
 pub use tensor::{DType, Element, TensorValue};

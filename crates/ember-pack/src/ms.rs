@@ -107,10 +107,14 @@ pub(crate) fn check(value: &Value) -> Result<Plan<'_>, PackErrorKind> {
             Plan::Explain(e)
         }
         Value::Export(t) => Plan::Export(t, npy::check(t)?),
-        // MindInsight has no text, pr curve, audio or custom scalars dashboard, and MindSpore's
+        // MindInsight has no text, pr curve, audio, custom scalars or projector dashboard, and MindSpore's
         // `SummaryRecord` no such plugin: a tensor or scalar stand-in would show numbers
         // without their meaning, so these are refused, naming the format.
-        Value::Text(_) | Value::PrCurve(_) | Value::Audio(_) | Value::CustomScalars(_) => {
+        Value::Text(_)
+        | Value::PrCurve(_)
+        | Value::Audio(_)
+        | Value::CustomScalars(_)
+        | Value::Embedding(_) => {
             return Err(PackErrorKind::Unsupported {
                 format: Format::MindInsight,
                 kind: value.kind_name(),

@@ -32,6 +32,9 @@ pub enum FileKind {
     Explain,
     /// One `.npy` file per exported tensor.
     Export,
+    /// TensorBoard's projector: one directory of files per embedding, listed in the run's
+    /// `projector_config.pbtxt`.
+    Projector,
 }
 
 /// How TensorBoard histograms are bucketed. MindInsight always uses MindSpore's own rule.
@@ -128,6 +131,8 @@ pub struct PackedItem {
     pub bytes: Vec<u8>,
     /// For [`FileKind::Export`], the tag and step that name the file.
     pub export: Option<ExportKey>,
+    /// For [`FileKind::Projector`], the embedding's files (`bytes` is then empty).
+    pub projector: Option<Box<crate::ProjectorFiles>>,
 }
 
 /// What packing a record produced.
@@ -286,7 +291,23 @@ impl Sink<'_> {
             kind,
             bytes,
             export: None,
+            projector: None,
         });
+    }
+
+    /// Adds an embedding's files; like exports, they follow the summary event.
+    pub(crate) fn projector(&mut self, files: crate::ProjectorFiles) {
+        self.exports.push(PackedItem {
+            kind: FileKind::Projector,
+            bytes: Vec::new(),
+            export: None,
+            projector: Some(Box::new(files)),
+        });
+    }
+
+    /// The record's step.
+    pub(crate) fn step(&self) -> i64 {
+        self.step
     }
 
     /// Adds the `.npy` file of the value under `tag`.
@@ -298,6 +319,7 @@ impl Sink<'_> {
                 tag: tag.clone(),
                 step: self.step,
             }),
+            projector: None,
         });
     }
 }
@@ -396,6 +418,7 @@ impl Packer {
                 kind: FileKind::Summary,
                 bytes,
                 export: None,
+                projector: None,
             });
         }
         items.extend(sink.exports);

@@ -182,6 +182,7 @@ pub(crate) enum Plan<'a> {
     PrCurve(&'a PrCurve, u32),
     Audio(&'a Audio),
     CustomScalars(&'a CustomScalarLayout),
+    Embedding(&'a crate::Embedding, crate::projector::Shape),
 }
 
 /// Checks one value for TensorBoard: every test packing makes before it encodes, in O(rank)
@@ -227,6 +228,7 @@ pub(crate) fn check<'a>(
             Plan::Audio(audio)
         }
         Value::CustomScalars(layout) => Plan::CustomScalars(layout),
+        Value::Embedding(e) => Plan::Embedding(e, e.check()?),
         Value::Lineage(_) | Value::Explain(_) => {
             return Err(PackErrorKind::Unsupported {
                 format: Format::TensorBoard,
@@ -317,6 +319,10 @@ pub(crate) fn pack<'a>(
             sink.item(FileKind::Summary, event.encode_to_vec());
         }
         Plan::Export(t, layout) => sink.export(tag, npy::encode(t, layout)),
+        Plan::Embedding(e, shape) => {
+            let files = crate::projector::encode(tag, sink.step(), e, shape)?;
+            sink.projector(files);
+        }
         Plan::PrCurve(curve, num_thresholds) => {
             // `pr_curve/summary.py` (`raw_data_pb`): a [6, n] DT_FLOAT tensor, the threshold
             // count in the metadata, which every value carries in TensorBoard's own summaries;

@@ -1,6 +1,7 @@
 //! The values a record can hold.
 
 use crate::plugins::{Audio, CustomScalarLayout, PrCurve};
+use crate::projector::Embedding;
 use crate::proto::mindspore;
 use crate::tensor::TensorValue;
 
@@ -37,6 +38,15 @@ pub enum Value {
     /// The custom scalars dashboard's layout (TensorBoard only). The record tag is not used:
     /// the plugin reads the fixed tag `custom_scalars__config__`.
     CustomScalars(CustomScalarLayout),
+    /// An embedding for TensorBoard's projector (TensorBoard only), written as files beside
+    /// the event files; boxed to keep [`Value`] small.
+    Embedding(Box<Embedding>),
+}
+
+impl From<Embedding> for Value {
+    fn from(v: Embedding) -> Value {
+        Value::Embedding(Box::new(v))
+    }
 }
 
 impl From<PrCurve> for Value {
@@ -148,6 +158,7 @@ impl Value {
             Value::PrCurve(_) => "pr curve",
             Value::Audio(_) => "audio",
             Value::CustomScalars(_) => "custom scalars layout",
+            Value::Embedding(_) => "embedding",
         }
     }
 }

@@ -95,6 +95,15 @@ pub enum WriteError {
         /// Why.
         source: io::Error,
     },
+    /// One embedding was not written (its directory exists: the same tag and
+    /// step twice; or its name is too long); the projector writer goes on.
+    #[error("embedding not written to {}: {source}", path.display())]
+    EmbeddingRefused {
+        /// The directory it would have gone to.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
     /// The queue was full (in records, or in bytes) and the full-queue policy
     /// is `Error`; the record was not queued and is counted as dropped.
     #[error("the writer queue is full")]
@@ -136,6 +145,7 @@ impl WriteError {
             WriteError::Rejected { .. } => ("rejected", None),
             WriteError::PackPanicked { .. } => ("pack panicked", None),
             WriteError::ExportRefused { .. } => ("export refused", None),
+            WriteError::EmbeddingRefused { .. } => ("embedding refused", None),
             WriteError::QueueFull => ("queue full", None),
             WriteError::Closed => ("closed", None),
             WriteError::ThreadPanicked => ("thread panicked", None),

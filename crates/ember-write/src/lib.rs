@@ -84,6 +84,7 @@ mod ledger;
 pub mod naming;
 mod options;
 mod pool;
+mod projector;
 pub mod reader;
 mod stats;
 mod summary_file;
@@ -111,5 +112,6 @@ pub fn kind_name(kind: FileKind) -> &'static str {
         FileKind::Lineage => "lineage",
         FileKind::Explain => "explain",
         FileKind::Export => "export",
+        FileKind::Projector => "projector",
     }
 }

@@ -59,6 +59,12 @@ pub fn export_file_name(tag: &str, step: i64) -> String {
     format!("{}_{step}.npy", percent_encode(tag))
 }
 
+/// The directory of one embedding inside `embeddings/`: `<percent-encoded tag>_<step>`.
+/// A step has no `_`, so two tags or steps never share a directory.
+pub fn embedding_dir_name(tag: &str, step: i64) -> String {
+    format!("{}_{step}", percent_encode(tag))
+}
+
 /// The directory of exported tensors, relative to the log directory.
 pub fn export_dir(secs: u64) -> PathBuf {
     PathBuf::from(format!("export_{secs}")).join("tensor")
@@ -182,6 +188,7 @@ impl Naming {
             FileKind::Lineage => self.mindinsight_name(secs, "_lineage"),
             FileKind::Explain => self.mindinsight_name(secs, "_explain"),
             FileKind::Export => format!("export_{secs}"),
+            FileKind::Projector => String::from("embeddings"),
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::guard::DiskGuard;
 use crate::ledger::{Ctx, Fate, Ledger};
 use crate::options::{Durability, WriterOptions};
 use crate::pool::Shared;
+use crate::projector::{ProjectorOutcome, ProjectorWriter};
 use crate::stats::WriterStats;
 use crate::summary_file::{NewTags, Planned, SummaryFailure, SummaryFile, pack_caught};
 
@@ -67,6 +68,7 @@ pub(crate) fn record_weight(record: &Record) -> usize {
                 Value::Histogram(Histogram::Raw(t) | Histogram::RawWith(t, _)) => t.bytes().len(),
                 Value::Image(image) => image.data.bytes().len(),
                 Value::Text(text) => text.len(),
+                Value::Embedding(e) => embedding_bytes(e),
                 _ => 256,
             };
             tag.as_str().len() + payload + 64
@@ -81,9 +83,25 @@ fn is_heavy(value: &Value) -> bool {
         Value::Tensor(t) | Value::Export(t) => t.bytes().len(),
         Value::Histogram(Histogram::Raw(t) | Histogram::RawWith(t, _)) => t.bytes().len(),
         Value::Image(image) => image.data.bytes().len(),
+        Value::Embedding(e) => embedding_bytes(e),
         _ => 0,
     };
     bytes >= HEAVY_VALUE_BYTES
+}
+
+/// The bytes an embedding holds: its matrix, labels and thumbnails.
+fn embedding_bytes(e: &ember_pack::Embedding) -> usize {
+    e.matrix.bytes().len()
+        + e.labels
+            .iter()
+            .flatten()
+            .map(|l| l.len() + 1)
+            .sum::<usize>()
+        + e.thumbnails
+            .iter()
+            .flatten()
+            .map(|i| i.data.bytes().len())
+            .sum::<usize>()
 }
 
 /// Raw histograms with at least this many bytes of values are split across the pack threads
@@ -102,6 +120,7 @@ enum Slot {
     Summary(Box<SummaryFile>),
     Event(Box<EventFileWriter>),
     Export(Box<ExportWriter>),
+    Projector(Box<ProjectorWriter>),
     Failed(WriterStats),
 }
 
@@ -111,16 +130,18 @@ impl Slot {
             Slot::Summary(w) => &w.writer.stats,
             Slot::Event(w) => &w.stats,
             Slot::Export(w) => &w.stats,
+            Slot::Projector(w) => &w.stats,
             Slot::Failed(s) => s,
         }
     }
 }
 
-const KINDS: [FileKind; 4] = [
+const KINDS: [FileKind; 5] = [
     FileKind::Summary,
     FileKind::Lineage,
     FileKind::Explain,
     FileKind::Export,
+    FileKind::Projector,
 ];
 
 fn slot_index(kind: FileKind) -> usize {
@@ -129,6 +150,7 @@ fn slot_index(kind: FileKind) -> usize {
         FileKind::Lineage => 1,
         FileKind::Explain => 2,
         FileKind::Export => 3,
+        FileKind::Projector => 4,
     }
 }
 
@@ -172,6 +194,9 @@ impl Worker {
                 let header = HeaderFn(Box::new(move |t| p.file_header(kind, t)));
                 match kind {
                     FileKind::Export => Slot::Export(Box::new(ExportWriter::new(settings.clone()))),
+                    FileKind::Projector => {
+                        Slot::Projector(Box::new(ProjectorWriter::new(settings.clone())))
+                    }
                     FileKind::Summary => Slot::Summary(Box::new(SummaryFile::new(
                         EventFileWriter::new(kind, settings.clone(), header),
                         metadata,
@@ -322,7 +347,7 @@ impl Worker {
             Slot::Event(w) => {
                 let _ = w.close_file(&mut self.ctx);
             }
-            Slot::Export(_) | Slot::Failed(_) => {}
+            Slot::Export(_) | Slot::Projector(_) | Slot::Failed(_) => {}
         }
         let mut stats = slot.stats().clone();
         stats.failed = true;
@@ -464,6 +489,7 @@ impl Worker {
                 kind,
                 bytes,
                 export,
+                projector,
             } = item;
             match kind {
                 FileKind::Summary => summary.push(bytes),
@@ -474,6 +500,12 @@ impl Worker {
                     };
                     self.write_export(idx, &tag, step, &bytes);
                 }
+                FileKind::Projector => match projector {
+                    Some(files) => self.write_projector(idx, &files),
+                    // The packer always attaches the files; an item without them holds
+                    // nothing to write.
+                    None => self.lost_to_failed(slot_index(FileKind::Projector), idx, 1),
+                },
                 kind => self.write_plain(kind, idx, &[bytes]),
             }
         }
@@ -546,6 +578,21 @@ impl Worker {
         }
     }
 
+    fn write_projector(&mut self, idx: usize, files: &ember_pack::ProjectorFiles) {
+        let slot = slot_index(FileKind::Projector);
+        let Slot::Projector(w) = &mut self.slots[slot] else {
+            self.lost_to_failed(slot, idx, 1);
+            return;
+        };
+        match w.write(idx, files, &mut self.ctx) {
+            Ok(ProjectorOutcome::Written) => {}
+            Ok(ProjectorOutcome::Refused(path, source)) => self
+                .shared
+                .report(WriteError::EmbeddingRefused { path, source }),
+            Err(e) => self.fail(slot, e),
+        }
+    }
+
     /// Fsyncs every file written since its last fsync.
     fn sync_all(&mut self) {
         for idx in 0..self.slots.len() {
@@ -553,6 +600,7 @@ impl Worker {
                 Slot::Summary(w) => w.writer.flush(true, &mut self.ctx),
                 Slot::Event(w) => w.flush(true, &mut self.ctx),
                 Slot::Export(w) => w.sync(&mut self.ctx),
+                Slot::Projector(w) => w.sync(&mut self.ctx),
                 Slot::Failed(_) => Ok(()),
             };
             if let Err(e) = result {
@@ -567,6 +615,7 @@ impl Worker {
                 Slot::Summary(w) => w.writer.close_file(&mut self.ctx),
                 Slot::Event(w) => w.close_file(&mut self.ctx),
                 Slot::Export(w) => w.sync(&mut self.ctx),
+                Slot::Projector(w) => w.sync(&mut self.ctx),
                 Slot::Failed(_) => Ok(()),
             };
             if let Err(e) = result {

@@ -400,6 +400,38 @@ fn write_plugins(
             closed: true,
             ..Category::new("closed")
         });
+    // An embedding for the projector: 20 points of 5 dimensions (multiples of 1/8, exact in
+    // f32 and in decimal), a label each, and 8×8 gray thumbnails of distinct shades, tiled
+    // 5 to a side in the sprite.
+    let (n, d) = (20usize, 5usize);
+    let points: Vec<f32> = (0..n * d)
+        .map(|i| ((i * 7) % 23) as f32 * 0.125 - 1.5)
+        .collect();
+    let point_labels: Vec<String> = (0..n).map(|i| format!("point {i}")).collect();
+    let thumbnails: Vec<ember::pack::Image> = (0..n)
+        .map(|i| {
+            ember::pack::Image::new(
+                TensorValue::from_slice(&[(i * 12) as u8; 64], vec![1, 8, 8]),
+                ImageLayout::Chw,
+            )
+        })
+        .collect();
+    summary.add_embedding(
+        "projector/points",
+        TensorValue::from_slice(&points, vec![n, d]),
+        Some(point_labels.clone()),
+        Some(thumbnails),
+        4,
+    )?;
+    manifest.add(
+        "embedding",
+        format!(
+            "{{\"tag\":\"projector/points\",\"step\":4,\"tensor_name\":\"projector/points:00004\",\"shape\":[{n},{d}],\"values\":{},\"labels\":{},\"single_image_dim\":[8,8]}}",
+            json_nums(points.iter().map(|&v| f64::from(v))),
+            json_strs(&point_labels)
+        ),
+    );
+
     summary.add_custom_scalars(layout)?;
     // As the plugin's `layout_impl` returns it: default fields included.
     manifest.add(

@@ -45,6 +45,8 @@ pub enum Plugin {
     Audio,
     /// The custom scalars dashboard's layout (TensorBoard's `custom_scalars`).
     CustomScalars,
+    /// An embedding for TensorBoard's projector.
+    Embedding,
 }
 
 impl Plugin {
@@ -68,6 +70,7 @@ impl Plugin {
             Value::PrCurve(_) => Plugin::PrCurve,
             Value::Audio(_) => Plugin::Audio,
             Value::CustomScalars(_) => Plugin::CustomScalars,
+            Value::Embedding(_) => Plugin::Embedding,
         }
     }
 }

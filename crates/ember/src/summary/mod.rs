@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[cfg(doc)]
 use ember_write::Durability;
 use ember_write::pack::{
-    Audio, CustomScalarLayout, Format, Graph, HParams, Histogram, HistogramRule, Image,
+    Audio, CustomScalarLayout, Embedding, Format, Graph, HParams, Histogram, HistogramRule, Image,
     ImageLayout, PackError, Packer, PrCurve, Record, Tag, Value,
 };
 use ember_write::{ErrorPolicy, PoolStats, WriteError, WriteErrors, WriterOptions, WriterPool};
@@ -452,6 +452,34 @@ impl SummaryRecord {
             tag,
             Value::Audio(Audio::mono(samples.to_vec(), sample_rate)),
         )
+    }
+
+    /// Records an embedding for TensorBoard's projector at `step`: the rows of `matrix` (an
+    /// `[N, D]` `f32` tensor, N and D above 0) as points, with one label per point
+    /// (`metadata.tsv`) and one thumbnail per point (CHW or HWC, `u8` or `f32` in `[0, 1]`, all
+    /// of one size), tiled into the sprite the projector draws the points with. The files go
+    /// to `embeddings/<percent-encoded tag>_<step>/` in the log directory, listed in its
+    /// `projector_config.pbtxt` with every embedding recorded before (see `docs/formats.md`).
+    ///
+    /// Shapes that do not agree (labels or thumbnails not one per point, thumbnails of
+    /// different sizes, an empty matrix) are [`SummaryError::Rejected`] here, before anything
+    /// is queued. TensorBoard only: MindInsight has no projector, and the value is refused
+    /// naming the format.
+    pub fn add_embedding(
+        &mut self,
+        tag: &str,
+        matrix: impl ToTensorValue,
+        labels: Option<Vec<String>>,
+        thumbnails: Option<Vec<Image>>,
+        step: i64,
+    ) -> Result<(), SummaryError> {
+        self.ensure_open()?;
+        let embedding = Embedding {
+            matrix: matrix.to_tensor_value()?,
+            labels,
+            thumbnails,
+        };
+        self.write_now(step, tag, Value::from(embedding))
     }
 
     /// Records the custom scalars dashboard's layout (charts gathering scalar tags by regular
