@@ -41,7 +41,7 @@ pub enum PackErrorKind {
         dtype: DType,
     },
     /// The format has no place for this kind of value.
-    #[error("{format:?} cannot hold a {kind} value")]
+    #[error("{format:?} cannot hold {kind} values")]
     Unsupported {
         /// The format.
         format: Format,

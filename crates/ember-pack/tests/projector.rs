@@ -102,5 +102,5 @@ fn mindinsight_refuses_embeddings_naming_the_format() {
             kind: "embedding"
         }
     );
-    assert_eq!(err.to_string(), "MindInsight cannot hold a embedding value");
+    assert_eq!(err.to_string(), "MindInsight cannot hold embedding values");
 }
