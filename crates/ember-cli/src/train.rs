@@ -379,6 +379,12 @@ fn record_samples(
     Ok(())
 }
 
+/// The digits' pixels as one `[digits, PIXELS]` input batch.
+fn digits_input(digits: &[Digit], device: &Device) -> Tensor<2> {
+    let pixels: Vec<f32> = digits.iter().flat_map(|d| d.pixels).collect();
+    Tensor::from_data(TensorData::new(pixels, [digits.len(), PIXELS]), device)
+}
+
 /// Thresholds of the per-class PR curves: every 0.02.
 const PR_THRESHOLDS: u32 = 51;
 
@@ -396,8 +402,7 @@ fn record_pr_curves(
     if format != Format::TensorBoard || held_out.is_empty() {
         return Ok(());
     }
-    let pixels: Vec<f32> = held_out.iter().flat_map(|d| d.pixels).collect();
-    let input = Tensor::<2>::from_data(TensorData::new(pixels, [held_out.len(), PIXELS]), device);
+    let input = digits_input(held_out, device);
     let logits = model.valid().forward(input);
     let probabilities: Vec<f32> = burn::tensor::activation::softmax(logits, 1)
         .into_data()
@@ -444,8 +449,7 @@ fn record_embedding(
     if format != Format::TensorBoard || held_out.is_empty() {
         return Ok(());
     }
-    let pixels: Vec<f32> = held_out.iter().flat_map(|d| d.pixels).collect();
-    let input = Tensor::<2>::from_data(TensorData::new(pixels, [held_out.len(), PIXELS]), device);
+    let input = digits_input(held_out, device);
     let activations = model.valid().hidden(input);
     let [n, d] = activations.dims();
     let values: Vec<f32> = activations.into_data().iter::<f32>().collect();
