@@ -246,13 +246,7 @@ impl PoisonedLoader {
         row: usize,
         message: &'static str,
     ) -> Arc<dyn DataLoader<XyBatch>> {
-        Arc::new(Self {
-            inner,
-            offset: 0,
-            row,
-            message,
-            fail: false,
-        })
+        Self::at_row(inner, row, message, false)
     }
 
     /// Fails to load, with `message`, the batch of `inner` that holds row `row`, and every
@@ -262,12 +256,21 @@ impl PoisonedLoader {
         row: usize,
         message: &'static str,
     ) -> Arc<dyn DataLoader<XyBatch>> {
+        Self::at_row(inner, row, message, true)
+    }
+
+    fn at_row(
+        inner: Arc<dyn DataLoader<XyBatch>>,
+        row: usize,
+        message: &'static str,
+        fail: bool,
+    ) -> Arc<dyn DataLoader<XyBatch>> {
         Arc::new(Self {
             inner,
             offset: 0,
             row,
             message,
-            fail: true,
+            fail,
         })
     }
 }
