@@ -45,7 +45,10 @@ fn main() -> anyhow::Result<()> {
 
 /// The workspace root: xtask's manifest sits one level below it.
 fn workspace_root() -> PathBuf {
-    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // `cargo run` sets it for the process: the checkout being worked on, even when a target
+    // directory shared between checkouts holds an xtask built in another one.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     manifest_dir
         .parent()
         .map(PathBuf::from)

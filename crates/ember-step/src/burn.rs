@@ -128,6 +128,19 @@ impl<M: Module> GradientWindow<M> {
         self.count == 0
     }
 
+    /// How the window reduces.
+    pub fn reduction(&self) -> Reduction {
+        self.reduction
+    }
+
+    /// The plain sum of the sets added and their count, whatever the reduction; the window
+    /// starts empty again. For reductions that go on elsewhere (across processes), which
+    /// divide by the count of every process's sets together.
+    pub fn take_sum(&mut self) -> (GradientsParams, usize) {
+        let count = std::mem::take(&mut self.count);
+        (self.sum.grads(), count)
+    }
+
     /// The reduced gradients (the sum, divided by the count for [`Reduction::Mean`]); the
     /// window starts empty again.
     pub fn take(&mut self, model: &M) -> GradientsParams {

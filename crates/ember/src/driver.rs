@@ -10,6 +10,12 @@
 //! steps the model. What to record and report stays with the callers, which see every step's
 //! device outputs.
 //!
+//! Across processes (a [`Ranks`] given), the training loader is first cut into one contiguous
+//! shard per rank, and each full window (or a rank's last, partial one) becomes one round
+//! that sums every rank's window; every rank then steps on the same gradients. A rank whose
+//! shard is done joins the others' rounds with no gradients until every rank's is, so every
+//! rank makes the same sequence of rounds and the epoch ends on all of them at the same round.
+//!
 //! Validation runs on the main device, batch by batch; a batch the loader fails to give and a
 //! panicking inference step are [`ValidationError`]s naming the device and the batch, never
 //! skipped and never retried.
@@ -27,6 +33,8 @@ use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use ember_pool::step::burn::{BurnStep, GradientWindow, Reduction};
 use ember_pool::step::{Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
+
+use crate::collective::{CollectiveError, Ranks, Round, RoundState};
 
 /// What steps a model with reduced gradients: the Trainer's optimizer and scheduler, or
 /// burn-train's `Learner`.
@@ -58,13 +66,22 @@ pub(crate) struct StepDone<O> {
     pub(crate) learning_rate: Option<f64>,
 }
 
-/// A training step that failed on the pool, with where.
+/// A training step that failed, with where.
 #[derive(Debug)]
 pub(crate) struct StepFailure {
     /// The step within the epoch, from 1.
     pub(crate) step: usize,
-    /// Every failed device.
-    pub(crate) source: StepError,
+    /// What failed.
+    pub(crate) source: StepFailureSource,
+}
+
+/// What failed in a step.
+#[derive(Debug)]
+pub(crate) enum StepFailureSource {
+    /// One or more of this process's devices.
+    Devices(StepError),
+    /// Another rank, or the round across ranks.
+    Ranks(CollectiveError),
 }
 
 /// Why validation stopped.
@@ -117,6 +134,7 @@ where
     pub(crate) fn new(
         devices: &[Device],
         train: Arc<dyn DataLoader<M::Input>>,
+        ranks: Option<&Ranks>,
         options: PoolOptions,
         max_abandoned_workers: Option<usize>,
         reduction: Reduction,
@@ -127,6 +145,13 @@ where
         };
         let pool = DevicePool::new(devices.to_vec(), options)?
             .with_max_abandoned_workers(max_abandoned_workers);
+        let train = match ranks {
+            Some(ranks) => {
+                let shard = ranks.shard(train.num_items());
+                train.slice(shard.start, shard.end)
+            }
+            None => train,
+        };
         Ok(Some(Self {
             pool,
             loaders: split_dataloader(train, devices),
@@ -141,8 +166,9 @@ where
         &self.main
     }
 
-    /// Starts an epoch: a fresh iterator on every device's slice.
-    pub(crate) fn epoch(&mut self) -> Epoch<'_, M> {
+    /// Starts an epoch: a fresh iterator on every device's slice. With `ranks`, windows are
+    /// reduced across every rank.
+    pub(crate) fn epoch<'d>(&'d mut self, ranks: Option<&'d mut Ranks>) -> Epoch<'d, M> {
         // The pool skips sources it saw run dry; a run that left the last epoch early (a stop)
         // must not carry that over.
         self.pool.new_epoch();
@@ -155,6 +181,10 @@ where
             window_steps: 0,
             accumulation: self.accumulation,
             step: 0,
+            ranks,
+            shard_done: false,
+            ended: false,
+            stopped_by_peer: false,
         }
     }
 }
@@ -172,6 +202,13 @@ where
     window_steps: usize,
     accumulation: usize,
     step: usize,
+    ranks: Option<&'d mut Ranks>,
+    /// This rank's shard gave its last batch.
+    shard_done: bool,
+    /// A round ended the epoch on every rank; nothing is left to reduce.
+    ended: bool,
+    /// Another rank was asked to stop.
+    stopped_by_peer: bool,
 }
 
 impl<M> Epoch<'_, M>
@@ -185,12 +222,34 @@ where
         Progress::aggregate(self.sources.iter().map(|source| source.progress()))
     }
 
+    /// Whether the epoch ended because another rank was asked to stop: the run stops too.
+    pub(crate) fn stopped_by_peer(&self) -> bool {
+        self.stopped_by_peer
+    }
+
     /// Runs the next step on every device that still has a batch, adds their gradients to the
-    /// window and steps the model when the window is full. `None` when every slice is done.
+    /// window and steps the model when the window is full. `None` when every slice is done
+    /// (on every rank).
     pub(crate) fn step(
         &mut self,
         optimizer: &mut impl Optimize<M>,
     ) -> Result<Option<StepDone<M::Output>>, StepFailure> {
+        if self.ended {
+            return Ok(None);
+        }
+        if self.shard_done {
+            // This rank's shard is done; the others' rounds go on until theirs are.
+            while !self.ended {
+                self.round(
+                    optimizer,
+                    RoundState {
+                        done: true,
+                        stop: false,
+                    },
+                )?;
+            }
+            return Ok(None);
+        }
         self.step += 1;
         let model = optimizer.model();
         let outputs = match self
@@ -198,11 +257,18 @@ where
             .step(self.sources.as_mut_slice(), &BurnStep(model.clone()))
         {
             Ok(Step::Ran(outputs)) => outputs,
-            Ok(Step::EpochOver(_)) => return Ok(None),
+            Ok(Step::EpochOver(_)) => {
+                if self.ranks.is_none() {
+                    return Ok(None);
+                }
+                self.step -= 1;
+                self.shard_done = true;
+                return self.step(optimizer);
+            }
             Err(source) => {
                 return Err(StepFailure {
                     step: self.step,
-                    source,
+                    source: StepFailureSource::Devices(source),
                 });
             }
         };
@@ -218,7 +284,11 @@ where
         self.window_steps += 1;
         let learning_rate = if self.window_steps >= self.accumulation {
             self.window_steps = 0;
-            Some(optimizer.step(self.window.take(&model)))
+            if self.ranks.is_some() {
+                self.round(optimizer, RoundState::default())?
+            } else {
+                Some(optimizer.step(self.window.take(&model)))
+            }
         } else {
             None
         };
@@ -229,14 +299,55 @@ where
         }))
     }
 
+    /// One round across ranks with this rank's window and `state`; steps the model when any
+    /// rank had gradients, and returns the learning rate then.
+    fn round(
+        &mut self,
+        optimizer: &mut impl Optimize<M>,
+        state: RoundState,
+    ) -> Result<Option<f64>, StepFailure> {
+        let Some(ranks) = self.ranks.as_deref_mut() else {
+            return Ok(None);
+        };
+        let model = optimizer.model();
+        let round: Round = ranks
+            .round(&mut self.window, &model, state)
+            .map_err(|source| StepFailure {
+                step: self.step,
+                source: StepFailureSource::Ranks(source),
+            })?;
+        self.window_steps = 0;
+        if round.all_done || round.stopped {
+            self.ended = true;
+            self.stopped_by_peer = round.stopped && !state.stop;
+        }
+        Ok(round.gradients.map(|grads| optimizer.step(grads)))
+    }
+
     /// Ends the epoch: a partial accumulation window still steps the model, as burn-train
-    /// does. Returns the learning rate when it did.
-    pub(crate) fn finish(mut self, optimizer: &mut impl Optimize<M>) -> Option<f64> {
+    /// does. Returns the learning rate when it did. Across ranks, an epoch left early (a stop)
+    /// tells the other ranks in one last round, which ends the epoch on every rank.
+    pub(crate) fn finish(
+        mut self,
+        optimizer: &mut impl Optimize<M>,
+    ) -> Result<Option<f64>, StepFailure> {
+        if self.ranks.is_some() {
+            if self.ended {
+                return Ok(None);
+            }
+            return self.round(
+                optimizer,
+                RoundState {
+                    done: true,
+                    stop: true,
+                },
+            );
+        }
         if self.window.is_empty() {
-            return None;
+            return Ok(None);
         }
         let model = optimizer.model();
-        Some(optimizer.step(self.window.take(&model)))
+        Ok(Some(optimizer.step(self.window.take(&model))))
     }
 }
 

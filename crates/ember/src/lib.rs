@@ -68,6 +68,16 @@ pub use trainer::{
     EpochReport, StepReport, TrainError, TrainReport, Trainer, TrainerConfig, TrainingItem,
 };
 
+/// Training across processes and hosts (ember-collective, layer L1): communicators and the
+/// rounds of hierarchical data parallelism; `MpiComm` with the `mpi` feature.
+#[cfg(feature = "burn")]
+pub use ember_collective as collective;
+#[cfg(feature = "mpi")]
+#[doc(inline)]
+pub use ember_collective::MpiComm;
+#[cfg(feature = "burn")]
+#[doc(inline)]
+pub use ember_collective::{CollectiveError, Communicator, LocalGroup, Ranks};
 /// The step protocol (ember-step, layer L0), re-exported by the device pool.
 #[cfg(feature = "burn")]
 pub use ember_pool::step;

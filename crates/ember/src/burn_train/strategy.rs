@@ -17,7 +17,7 @@ use ember_pool::step::burn::Reduction;
 use ember_pool::{PoolOptions, SpawnError};
 
 use super::EmberFailure;
-use crate::driver::{self, Driver, Optimize, ValidationError};
+use crate::driver::{self, Driver, Optimize, StepFailure, StepFailureSource, ValidationError};
 
 /// Why a [`PoolStrategy`] stopped training.
 #[derive(Debug, thiserror::Error)]
@@ -212,7 +212,7 @@ fn train_epoch<M>(
     TrainOutput<<M as TrainStep>::Output>: Send,
 {
     log::info!("executing training epoch {epoch} on the pool");
-    let mut run = driver.epoch();
+    let mut run = driver.epoch(None);
     interrupter.fail_on_error(events.process_train(LearnerEvent::StartSplit {
         epoch_number: epoch,
         progress: run.progress(),
@@ -222,15 +222,28 @@ fn train_epoch<M>(
         let done = match run.step(&mut LearnerStep(learner)) {
             Ok(Some(done)) => done,
             Ok(None) => break,
-            Err(failure) => {
+            Err(StepFailure {
+                step,
+                source: StepFailureSource::Devices(source),
+            }) => {
                 strategy.fail(
                     interrupter,
                     PoolStrategyError::Step {
                         epoch,
-                        step: failure.step,
-                        source: failure.source,
+                        step,
+                        source,
                     },
                 );
+                break;
+            }
+            Err(StepFailure {
+                source: StepFailureSource::Ranks(source),
+                ..
+            }) => {
+                // The strategy gives the driver no ranks, so no round can fail; were one to,
+                // training stops with its reason rather than going on.
+                log::error!("training step across ranks failed: {source}");
+                interrupter.stop(Some(&source.to_string()));
                 break;
             }
         };
@@ -250,7 +263,8 @@ fn train_epoch<M>(
     let mut progress = run.progress();
     // A partial accumulation window still updates the model, as burn-train does.
     if !interrupter.should_stop() {
-        run.finish(&mut LearnerStep(learner));
+        // Without ranks, finishing cannot fail.
+        let _ = run.finish(&mut LearnerStep(learner));
         progress.resolve_total();
     }
     interrupter.fail_on_error(events.process_train(LearnerEvent::EndSplit { epoch, progress }));
@@ -323,6 +337,7 @@ where
         let mut driver = match Driver::new(
             &self.devices,
             train,
+            None,
             options,
             Some(ember_pool::DEFAULT_MAX_ABANDONED_WORKERS),
             self.reduction,

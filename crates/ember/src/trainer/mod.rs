@@ -21,7 +21,8 @@ use ember_pool::step::burn::Reduction;
 use ember_write::ErrorPolicy;
 use ember_write::pack::{Format, HParams, SessionPart, SessionStatus, Value};
 
-use crate::driver::{self, Driver, Optimize, ValidationError};
+use crate::collective::{Communicator, Ranks};
+use crate::driver::{self, Driver, Optimize, StepFailure, StepFailureSource, ValidationError};
 use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_gradients, named_parameters};
 use crate::{SummaryError, SummaryRecord};
@@ -30,7 +31,7 @@ mod run_state;
 mod types;
 
 use run_state::{RunState, eval_lineage, train_lineage};
-use types::{EpochHook, StepHook};
+use types::{EpochHook, StepHook, UpdateHook};
 pub use types::{EpochReport, StepReport, TrainError, TrainReport, TrainerConfig, TrainingItem};
 
 /// Data-parallel training over a Burn model on ember's device pool.
@@ -49,6 +50,20 @@ pub use types::{EpochReport, StepReport, TrainError, TrainReport, TrainerConfig,
 ///
 /// **The record is the caller's.** `fit` only borrows the [`SummaryRecord`]: it flushes it when
 /// the run ends, however it ends, and never closes it.
+///
+/// **Across processes and hosts.** Given a [`Communicator`] ([`communicator`](Self::communicator):
+/// `MpiComm` under `mpirun`, or [`LocalGroup`](crate::LocalGroup)'s threads), the run is one
+/// rank of a job: parameters start as rank 0's; each rank trains on its own contiguous shard of
+/// the training loader, split again between its devices; each accumulation window's gradients,
+/// reduced on the rank's main device, are then summed over every rank in one round (and for
+/// [`Reduction::Mean`] divided by the number of gradient sets of all ranks), and every rank
+/// steps on the same gradients, so parameters stay identical. Rank 0 records the run's
+/// summaries (losses, hyper-parameters, graph, epochs, lineage); every rank records its own
+/// devices' step times as `rank/<r>/device/<d>/step_seconds`, so a [`SummaryRecord`] built
+/// with [`rank`](crate::SummaryRecordBuilder::rank) writes them into its rank's file of the
+/// same run. Every rank validates on the whole validation loader. A failure on one rank ends
+/// every rank: the failed one with its own error, the others with
+/// [`TrainError::Ranks`] naming it.
 pub struct Trainer<M: TrainStep + Module> {
     devices: Vec<Device>,
     config: TrainerConfig,
@@ -57,7 +72,9 @@ pub struct Trainer<M: TrainStep + Module> {
     hparams: HParams,
     on_step: Option<StepHook>,
     on_epoch: Option<EpochHook<M>>,
+    on_update: Option<UpdateHook<M>>,
     stop: Option<Arc<AtomicBool>>,
+    ranks: Option<Ranks>,
     model: std::marker::PhantomData<M>,
 }
 
@@ -68,7 +85,9 @@ impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
             .field("config", &self.config)
             .field("on_step", &self.on_step.is_some())
             .field("on_epoch", &self.on_epoch.is_some())
+            .field("on_update", &self.on_update.is_some())
             .field("stop", &self.stop)
+            .field("ranks", &self.ranks)
             .finish()
     }
 }
@@ -99,7 +118,9 @@ where
             hparams: HParams::new(),
             on_step: None,
             on_epoch: None,
+            on_update: None,
             stop: None,
+            ranks: None,
             model: std::marker::PhantomData,
         }
     }
@@ -131,6 +152,22 @@ where
         + 'static,
     ) -> Self {
         self.on_epoch = Some(Box::new(hook));
+        self
+    }
+
+    /// Runs `hook` after every optimizer step with the updated model and the number of
+    /// optimizer steps so far (from 1): for checkpoints, moving averages or checks of the
+    /// parameters. Across ranks it runs on every rank, also for the rounds a rank whose shard
+    /// is done only joins. The hook runs on the training thread.
+    pub fn on_update(mut self, hook: impl FnMut(&M, usize) + Send + 'static) -> Self {
+        self.on_update = Some(Box::new(hook));
+        self
+    }
+
+    /// Makes this run one rank of the data-parallel job `communicator` connects; see the
+    /// type's docs. A job of one rank trains as without it.
+    pub fn communicator(mut self, communicator: impl Communicator + 'static) -> Self {
+        self.ranks = Some(Ranks::new(communicator));
         self
     }
 
@@ -187,6 +224,12 @@ where
                 Ok((model, state.report))
             }
             Err(error) => {
+                if let Some(ranks) = self.ranks.as_mut()
+                    && !matches!(error, TrainError::Ranks { .. })
+                    && let Err(round_error) = ranks.announce_failure()
+                {
+                    log::error!("telling the other ranks that this one failed: {round_error}");
+                }
                 if let Some(summary) = summary
                     && let Err(summary_error) =
                         self.finish(summary, &state, SessionStatus::Failure, &mut faults)
@@ -210,6 +253,9 @@ where
         status: SessionStatus,
         faults: &mut SummaryFaults,
     ) -> Result<(), SummaryError> {
+        if !self.lead() {
+            return faults.check(summary.flush());
+        }
         let step = state.report.steps as i64;
         if state.report.interrupted {
             faults.check(summary.add_scalar("run/interrupted", 1.0, step))?;
@@ -236,6 +282,11 @@ where
         faults.check(summary.flush())
     }
 
+    /// Whether this run records the run's own summaries: the only run, or rank 0.
+    fn lead(&self) -> bool {
+        self.ranks.as_ref().is_none_or(|ranks| ranks.rank() == 0)
+    }
+
     fn run(
         &mut self,
         model: M,
@@ -256,14 +307,26 @@ where
         let mut driver = Driver::new(
             &self.devices,
             train,
+            self.ranks.as_ref(),
             options,
             self.config.max_abandoned_workers,
             self.config.reduction,
             self.config.grad_accumulation,
         )?
         .ok_or_else(|| TrainError::Config("no devices".into()))?;
+        let model = match self.ranks.as_mut() {
+            Some(ranks) => ranks
+                .broadcast_module(model)
+                .map_err(|source| TrainError::Ranks {
+                    epoch: 0,
+                    step: 0,
+                    source,
+                })?,
+            None => model,
+        };
+        let lead = self.lead();
 
-        if let Some(summary) = summary.as_deref_mut() {
+        if lead && let Some(summary) = summary.as_deref_mut() {
             let as_int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
             let mut hparams = self
                 .hparams
@@ -278,6 +341,9 @@ where
                     },
                 )
                 .with("grad_accumulation", as_int(self.config.grad_accumulation));
+            if let Some(ranks) = &self.ranks {
+                hparams = hparams.with("ranks", as_int(ranks.size()));
+            }
             // The session starts once, with every metric the run will record: TensorBoard keeps
             // the first experiment of a run, so a metric declared later never becomes a column.
             hparams.part = SessionPart::Start;
@@ -303,11 +369,14 @@ where
             scheduler: &mut self.scheduler,
             want_gradients: false,
             gradients: None,
+            updates: 0,
+            on_update: self.on_update.as_mut(),
         };
+        let rank = self.ranks.as_ref().map(Ranks::rank);
         let histogram_every = self.config.histogram_every.filter(|every| *every > 0);
         for epoch in 1..=self.config.epochs {
             let started = Instant::now();
-            let mut run = driver.epoch();
+            let mut run = driver.epoch(self.ranks.as_mut());
             let (mut loss_sum, mut loss_count, mut examples) = (0.0f64, 0usize, 0usize);
             let (mut correct, mut judged) = (0usize, 0usize);
             loop {
@@ -320,19 +389,17 @@ where
                     break;
                 }
                 // Gradient histograms are taken inside the optimizer step they are due at.
-                stepper.want_gradients = summary.is_some()
+                stepper.want_gradients = lead
+                    && summary.is_some()
                     && histogram_every
-                        .is_some_and(|every| (report.optimizer_steps + 1).is_multiple_of(every));
+                        .is_some_and(|every| (stepper.updates + 1).is_multiple_of(every));
                 let done = match run.step(&mut stepper) {
                     Ok(Some(done)) => done,
-                    Ok(None) => break,
-                    Err(failure) => {
-                        return Err(TrainError::Step {
-                            epoch,
-                            step: failure.step,
-                            source: failure.source,
-                        });
+                    Ok(None) => {
+                        report.interrupted |= run.stopped_by_peer();
+                        break;
                     }
+                    Err(failure) => return Err(step_error(epoch, failure)),
                 };
                 report.steps += 1;
                 let global_step = report.steps as i64;
@@ -353,11 +420,22 @@ where
                 state.latest_train_loss = Some(loss_sum / loss_count.max(1) as f64);
                 let gradients = stepper.gradients.take();
                 if let Some(lr) = done.learning_rate {
-                    report.optimizer_steps += 1;
                     state.learning_rate = Some(lr);
                 }
+                report.optimizer_steps = stepper.updates;
 
-                if let Some(summary) = summary.as_deref_mut() {
+                if let Some(summary) = summary.as_deref_mut()
+                    && !lead
+                {
+                    for output in &done.items {
+                        faults.check(summary.add_value(
+                            crate::Plugin::Scalar,
+                            &step_seconds_tag(rank, output.device),
+                            output.elapsed.as_secs_f64(),
+                        ))?;
+                    }
+                    faults.check(summary.record(global_step))?;
+                } else if let Some(summary) = summary.as_deref_mut() {
                     let elapsed = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
                     let mut values: Vec<(String, Value)> = vec![
                         (
@@ -371,7 +449,7 @@ where
                     ];
                     for output in &done.items {
                         values.push((
-                            format!("device/{}/step_seconds", output.device),
+                            step_seconds_tag(rank, output.device),
                             Value::Scalar(output.elapsed.as_secs_f64()),
                         ));
                     }
@@ -406,10 +484,13 @@ where
             // A partial accumulation window still updates the model, as burn-train does; a
             // stopped run too, so the model returned reflects every step it ran.
             stepper.want_gradients = false;
-            if let Some(lr) = run.finish(&mut stepper) {
+            if let Some(lr) = run
+                .finish(&mut stepper)
+                .map_err(|failure| step_error(epoch, failure))?
+            {
                 state.learning_rate = Some(lr);
-                report.optimizer_steps += 1;
             }
+            report.optimizer_steps = stepper.updates;
             if report.interrupted {
                 break;
             }
@@ -432,7 +513,7 @@ where
                 valid_accuracy,
                 examples_per_second: examples as f64 / seconds,
             };
-            if let Some(summary) = summary.as_deref_mut() {
+            if lead && let Some(summary) = summary.as_deref_mut() {
                 let step = report.steps as i64;
                 let mut values = vec![("epoch", epoch as f64)];
                 if let Some(accuracy) = epoch_report.train_accuracy {
@@ -472,6 +553,33 @@ struct Stepper<'a, M> {
     /// Whether the next optimizer step keeps the gradients for histograms.
     want_gradients: bool,
     gradients: Option<Vec<(String, Vec<f32>)>>,
+    /// Optimizer steps so far.
+    updates: usize,
+    on_update: Option<&'a mut UpdateHook<M>>,
+}
+
+/// The tag of a device's step time: per rank across ranks, so that each rank's devices have
+/// series of their own in the run.
+fn step_seconds_tag(rank: Option<usize>, device: usize) -> String {
+    match rank {
+        Some(rank) => format!("rank/{rank}/device/{device}/step_seconds"),
+        None => format!("device/{device}/step_seconds"),
+    }
+}
+
+fn step_error(epoch: usize, failure: StepFailure) -> TrainError {
+    match failure.source {
+        StepFailureSource::Devices(source) => TrainError::Step {
+            epoch,
+            step: failure.step,
+            source,
+        },
+        StepFailureSource::Ranks(source) => TrainError::Ranks {
+            epoch,
+            step: failure.step,
+            source,
+        },
+    }
 }
 
 impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
@@ -486,6 +594,10 @@ impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
         let lr = self.scheduler.step();
         let base = lr.base();
         self.model = self.optimizer.step(lr, self.model.clone(), grads);
+        self.updates += 1;
+        if let Some(hook) = self.on_update.as_mut() {
+            hook(&self.model, self.updates);
+        }
         base
     }
 }

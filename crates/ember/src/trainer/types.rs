@@ -9,6 +9,7 @@ use ember_pool::SpawnError;
 use ember_pool::step::StepError;
 use ember_pool::step::burn::Reduction;
 
+use crate::collective::CollectiveError;
 use crate::driver::ValidationError;
 use crate::{SummaryError, SummaryRecord};
 
@@ -119,8 +120,12 @@ pub struct StepReport {
     pub examples_per_second: f64,
 }
 
+/// The hook run after every optimizer step.
+pub(super) type UpdateHook<M> = Box<dyn FnMut(&M, usize) + Send>;
+
 /// A hook run after every pool step.
 pub(super) type StepHook = Box<dyn FnMut(&StepReport) + Send>;
+
 /// A hook run after every epoch with the model, the epoch's figures, the run's step and the
 /// summary record.
 pub(super) type EpochHook<M> = Box<
@@ -187,4 +192,16 @@ pub enum TrainError {
     /// The configuration cannot work.
     #[error("invalid trainer configuration: {0}")]
     Config(String),
+    /// The job's ranks could not go on together: another rank failed (the source names it;
+    /// its own error says why), left, or did not join a round in time, or the ranks' models
+    /// differ. Step 0 of epoch 0 is the start, when parameters are broadcast from rank 0.
+    #[error("training step {step} of epoch {epoch} across ranks: {source}")]
+    Ranks {
+        /// The epoch, from 1 (0: the start).
+        epoch: usize,
+        /// The pool step within the epoch, from 1 (0: the start).
+        step: usize,
+        /// What happened.
+        source: CollectiveError,
+    },
 }

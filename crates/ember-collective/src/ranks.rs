@@ -1,0 +1,195 @@
+//! The rounds of a hierarchical data-parallel job; see the crate docs.
+
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use ember_step::burn::{GradientWindow, Reduction};
+
+use crate::flat::{parameter_sizes, parameters, read_gradients, with_parameters, write_gradients};
+use crate::{CollectiveError, Communicator, shard_range};
+
+/// A data-parallel job's ranks, as this process takes part in them: the communicator and the
+/// shape of a round.
+///
+/// The round buffer is the model's gradients (every float parameter in visit order), one
+/// presence flag per parameter, then this rank's [`RoundState`] (gradient sets, done, stop) and
+/// one failure slot per rank: one all-reduce carries the gradients and every rank's state.
+#[derive(Debug)]
+pub struct Ranks {
+    comm: Box<dyn Communicator>,
+    /// Elements of the gradients, and how many parameters, once the model is known.
+    shape: Option<(usize, usize)>,
+    buffer: Vec<f32>,
+    rounds: u64,
+}
+
+/// What this rank brings to a round besides its gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RoundState {
+    /// This rank's data for the epoch is used up; it joins rounds with what it has left, then
+    /// with nothing, until every rank's is.
+    pub done: bool,
+    /// This rank was asked to stop: every rank ends the epoch after this round.
+    pub stop: bool,
+}
+
+/// What a round gave every rank alike.
+#[derive(Debug)]
+pub struct Round {
+    /// The reduced gradients (summed, and for [`Reduction::Mean`] divided by
+    /// [`sets`](Self::sets)); `None` when no rank had any, so no optimizer steps.
+    pub gradients: Option<GradientsParams>,
+    /// The gradient sets of every rank together.
+    pub sets: usize,
+    /// Every rank's data is used up: the epoch is over.
+    pub all_done: bool,
+    /// Some rank was asked to stop: every rank ends the epoch (and the run) after this round.
+    pub stopped: bool,
+}
+
+const TRAILER: usize = 3;
+
+impl Ranks {
+    /// This process's part of the job `comm` connects.
+    pub fn new(comm: impl Communicator + 'static) -> Self {
+        Self {
+            comm: Box::new(comm),
+            shape: None,
+            buffer: Vec::new(),
+            rounds: 0,
+        }
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// How many ranks the job has.
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// Rounds completed so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// This rank's contiguous share of `items` (see [`shard_range`]).
+    pub fn shard(&self, items: usize) -> std::ops::Range<usize> {
+        shard_range(items, self.size(), self.rank())
+    }
+
+    /// `model` with rank 0's parameters, on every rank; this also fixes the size of a round.
+    /// The ranks' models must have the same structure: one that differs is an error on every
+    /// rank ([`CollectiveError::LengthMismatch`]), found before any parameter moves.
+    pub fn broadcast_module<M: Module>(&mut self, model: M) -> Result<M, CollectiveError> {
+        let sizes = parameter_sizes(&model);
+        let len: usize = sizes.iter().sum();
+        // Lengths travel as 16-bit pieces, which f32 holds exactly.
+        let mut root_len = split_u64(len as u64);
+        self.comm.broadcast(&mut root_len, 0)?;
+        let root_len = join_u64(&root_len) as usize;
+        let mut mismatched = [f32::from(root_len != len)];
+        self.comm.all_reduce_sum(&mut mismatched)?;
+        if mismatched[0] > 0.0 {
+            return Err(CollectiveError::LengthMismatch {
+                rank: self.rank(),
+                len,
+                root: 0,
+                root_len,
+            });
+        }
+        let mut values = parameters(&model);
+        self.comm.broadcast(&mut values, 0)?;
+        self.shape = Some((len, sizes.len()));
+        self.buffer = vec![0.0; len + sizes.len() + TRAILER + self.size()];
+        Ok(with_parameters(model, &values))
+    }
+
+    /// One round: this rank's window (its plain sum, emptied) and `state` against every other
+    /// rank's. Every rank gets the same [`Round`]; when a rank announced a failure in this
+    /// round, every other rank gets [`CollectiveError::PeersFailed`] instead.
+    pub fn round<M: Module>(
+        &mut self,
+        window: &mut GradientWindow<M>,
+        model: &M,
+        state: RoundState,
+    ) -> Result<Round, CollectiveError> {
+        let (len, params) = self.shape.ok_or(CollectiveError::NotStarted)?;
+        let reduction = window.reduction();
+        let (grads, sets) = window.take_sum();
+        let size = self.size();
+        let (gradients, rest) = self.buffer.split_at_mut(len);
+        let (present, rest) = rest.split_at_mut(params);
+        write_gradients(model, (sets > 0).then_some(&grads), gradients, present);
+        drop(grads);
+        rest.fill(0.0);
+        rest[0] = sets as f32;
+        rest[1] = f32::from(state.done);
+        rest[2] = f32::from(state.stop);
+        self.comm.all_reduce_sum(&mut self.buffer)?;
+        self.rounds += 1;
+
+        let (gradients, rest) = self.buffer.split_at(len);
+        let (present, trailer) = rest.split_at(params);
+        let failed: Vec<usize> = (0..size).filter(|r| trailer[TRAILER + r] > 0.0).collect();
+        if !failed.is_empty() {
+            return Err(CollectiveError::PeersFailed { ranks: failed });
+        }
+        let sets = trailer[0] as usize;
+        let scale = match reduction {
+            Reduction::Mean if sets > 0 => 1.0 / sets as f32,
+            _ => 1.0,
+        };
+        Ok(Round {
+            gradients: (sets > 0).then(|| read_gradients(model, gradients, present, scale)),
+            sets,
+            all_done: trailer[1] as usize >= size,
+            stopped: trailer[2] > 0.0,
+        })
+    }
+
+    /// Tells every other rank that this one failed, by joining the round they are in (or will
+    /// be in next) with its failure slot set. Their round then ends with
+    /// [`CollectiveError::PeersFailed`] naming this rank. Does nothing before the model was
+    /// broadcast (no rank has started a round then).
+    pub fn announce_failure(&mut self) -> Result<(), CollectiveError> {
+        if self.shape.is_none() {
+            return Ok(());
+        }
+        let rank = self.rank();
+        self.buffer.fill(0.0);
+        let at = self.buffer.len() - self.size() + rank;
+        self.buffer[at] = 1.0;
+        // Done, so that ranks counting done ranks never wait for this one again.
+        let done = self.buffer.len() - self.size() - TRAILER + 1;
+        self.buffer[done] = 1.0;
+        self.comm.all_reduce_sum(&mut self.buffer)?;
+        self.rounds += 1;
+        Ok(())
+    }
+}
+
+fn split_u64(n: u64) -> [f32; 4] {
+    [0, 16, 32, 48].map(|shift| ((n >> shift) & 0xffff) as f32)
+}
+
+fn join_u64(parts: &[f32]) -> u64 {
+    parts
+        .iter()
+        .zip([0, 16, 32, 48])
+        .map(|(part, shift)| (*part as u64) << shift)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_travel_exactly() {
+        for n in [0u64, 1, 65_535, 65_536, 16_777_217, 123_456_789_012] {
+            assert_eq!(join_u64(&split_u64(n)), n);
+        }
+    }
+}
