@@ -14,6 +14,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask features",
     "cargo test --workspace",
     "cargo xtask compat",
+    "cargo xtask mpi",
 ];
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {

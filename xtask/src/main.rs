@@ -21,6 +21,7 @@ mod codegen;
 mod compat;
 mod features;
 mod layers;
+mod mpi;
 
 use std::path::PathBuf;
 
@@ -34,9 +35,10 @@ fn main() -> anyhow::Result<()> {
         Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
         Some("features") => features::run(&root),
         Some("layers") => layers::run(&root),
+        Some("mpi") => mpi::run(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  features logging-only ember builds no Burn; docs of both feature sets build\n  layers   check the crate layering against docs/architecture.md"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  features logging-only ember builds no Burn; docs of both feature sets build\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)"
             );
             Ok(())
         }

@@ -7,6 +7,7 @@
 mod bench;
 mod digits;
 mod inspect;
+mod job;
 mod train;
 
 use std::io::Write;
@@ -99,13 +100,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// The default log directory: `runs/<UTC date-time>`.
-pub(crate) fn default_logdir() -> PathBuf {
-    let secs = std::time::SystemTime::now()
+/// The default log directory for a run started at `secs`: `runs/<UTC date-time>`.
+pub(crate) fn default_logdir_at(secs: u64) -> PathBuf {
+    PathBuf::from("runs").join(utc_stamp(secs))
+}
+
+/// Seconds since the Unix epoch, now.
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
-        .unwrap_or(0);
-    PathBuf::from("runs").join(utc_stamp(secs))
+        .unwrap_or(0)
 }
 
 /// `YYYY-MM-DDTHH-MM-SSZ` for seconds since the Unix epoch (UTC; `-` rather than `:` so the

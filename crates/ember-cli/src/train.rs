@@ -2,6 +2,11 @@
 //! Trainer, recording its summaries, with a progress bar. At the end, in TensorBoard's format,
 //! the hidden-layer activations of the held-out digits go to the projector as an embedding.
 //!
+//! Built with the `mpi` feature and started by `mpirun -n N`, each process is one rank of a
+//! data-parallel job (see [`ember::Trainer`]): each trains its shard on its own workers, rank
+//! 0 prints, draws the bar and records the run, and every rank records its workers' step
+//! times in its own event file of the same run.
+//!
 //! Ctrl-C (SIGINT) stops training after the current step: the summaries are completed and
 //! closed (the hyper-parameters with TensorBoard's failure status, which MindInsight's lineage
 //! file gets too), and the command exits with code 130. A second Ctrl-C exits at once.
@@ -25,6 +30,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::FormatArg;
 use crate::digits::{self, CLASSES, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
+use crate::job::Job;
 
 /// The seed of the train/test split and of the training shuffle.
 const SPLIT_SEED: u64 = 1998;
@@ -69,6 +75,12 @@ pub(crate) struct TrainArgs {
     /// since a first step on a GPU may compile kernels for long.
     #[arg(long, value_parser = parse_seconds)]
     step_timeout: Option<std::time::Duration>,
+    /// Under mpirun: end the whole job when a rank waits longer than this many seconds for
+    /// the others in one round (a rank hung or gone). Rounds come once a step, so this bounds
+    /// the slowest rank's step and each epoch's validation.
+    #[cfg(feature = "mpi")]
+    #[arg(long, default_value = "300", value_parser = parse_seconds)]
+    collective_timeout: std::time::Duration,
 }
 
 /// A positive, finite number of seconds.
@@ -150,12 +162,21 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         args.lr
     );
 
+    #[cfg(feature = "mpi")]
+    let collective_timeout = args.collective_timeout;
+    #[cfg(not(feature = "mpi"))]
+    let collective_timeout = Duration::ZERO;
+    let mut job = Job::start(collective_timeout)?;
+    let lead = job.lead();
+
     let subset = args.subset.map(|n| n as usize);
     let (train, test) = digits::split(digits::load()?, SPLIT_SEED, subset, TEST_FRACTION);
     ensure!(
-        train.len() >= workers,
-        "{} training examples cannot feed {workers} workers; use a larger --subset or fewer --devices",
-        train.len()
+        train.len() >= workers * job.size(),
+        "{} training examples cannot feed {workers} workers on each of {} rank(s); use a larger \
+         --subset or fewer --devices",
+        train.len(),
+        job.size()
     );
     let samples: Vec<Digit> = test.iter().take(SAMPLES).cloned().collect();
     let held_out: Vec<Digit> = test.clone();
@@ -166,15 +187,24 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let main = devices[0].clone();
     main.seed(INIT_SEED);
 
-    let logdir = args.logdir.clone().unwrap_or_else(crate::default_logdir);
+    let logdir = match args.logdir.clone() {
+        Some(logdir) => logdir,
+        None => crate::default_logdir_at(job.rank_zero_s(crate::now_secs())?),
+    };
     let format = args.format.format();
     let mut summary = SummaryRecord::builder(&logdir)
         .format(format)
+        .rank(job.rank() as u32, job.size() as u32)
         .build()
         .with_context(|| format!("cannot create log dir {}", crate::shown(&logdir)))?;
 
-    let total_steps = epochs * steps_per_epoch(train_len, workers, batch_size);
-    let bar = ProgressBar::new(total_steps as u64);
+    let shard = ember::collective::shard_range(train_len, job.size(), job.rank()).len();
+    let total_steps = epochs * steps_per_epoch(shard, workers, batch_size);
+    let bar = if lead {
+        ProgressBar::new(total_steps as u64)
+    } else {
+        ProgressBar::hidden()
+    };
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] step {pos}/{len} {msg} ({elapsed})")
             .map_err(|e| anyhow::anyhow!("progress bar template: {e}"))?
@@ -182,11 +212,18 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     let stop = stop_on_ctrl_c(bar.clone());
-    eprintln!(
-        "training a {PIXELS}-{hidden}-10 MLP on {train_len} digits ({test_len} held out for \
-         testing), {workers} worker(s) on {}, {epochs} epoch(s)",
-        backend_name()
-    );
+    if lead {
+        let ranks = if job.size() > 1 {
+            format!(" on each of {} ranks", job.size())
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "training a {PIXELS}-{hidden}-10 MLP on {train_len} digits ({test_len} held out for \
+             testing), {workers} worker(s) on {}{ranks}, {epochs} epoch(s)",
+            backend_name()
+        );
+    }
 
     let step_bar = bar.clone();
     let epoch_bar = bar.clone();
@@ -221,6 +258,10 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         step_bar.set_position(step.step as u64);
     })
     .on_epoch(move |model: &DigitMlp, report, step, summary| {
+        // The run's own summaries and lines are rank 0's.
+        if !lead {
+            return Ok(());
+        }
         let line = epoch_line(report, epochs);
         if epoch_bar.is_hidden() {
             eprintln!("{line}");
@@ -235,7 +276,8 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             None => Ok(()),
         }
     });
-    if format == Format::TensorBoard {
+    let trainer = job.join(trainer);
+    if lead && format == Format::TensorBoard {
         // One chart per metric with both splits on it; written first, as TensorBoard reads the
         // first layout of a run.
         summary.add_custom_scalars(
@@ -252,19 +294,28 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let test_loader = loader(test, batch_size, None, &main);
     let result = trainer.fit(model, train_loader, Some(test_loader), Some(&mut summary));
     bar.finish_and_clear();
-    let (model, report) = result.context("training failed")?;
-    record_embedding(
-        &model,
-        &projected,
-        &main,
-        format,
-        &mut summary,
-        report.steps as i64,
-    )
-    .context("recording the hidden-layer embedding")?;
+    let (model, report) = result.with_context(|| format!("{}training failed", job.prefix()))?;
+    if lead {
+        record_embedding(
+            &model,
+            &projected,
+            &main,
+            format,
+            &mut summary,
+            report.steps as i64,
+        )
+        .context("recording the hidden-layer embedding")?;
+    }
     summary
         .close()
         .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
+    if !lead {
+        return Ok(if report.interrupted {
+            ExitCode::from(INTERRUPTED)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
     if report.interrupted {
         eprintln!(
             "interrupted after {} step(s), {} of {epochs} epoch(s) finished; the logs are \

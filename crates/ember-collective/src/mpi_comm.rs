@@ -35,6 +35,9 @@ pub struct MpiComm {
     rank: usize,
     size: usize,
     timeout: Duration,
+    /// The all-reduce's send buffer, kept between rounds: a round's gradients are often
+    /// megabytes, whose fresh allocation (and page faults) cost more than the copy.
+    send: Vec<f32>,
     // Held for its drop, which finalizes MPI.
     _universe: Universe,
 }
@@ -66,6 +69,7 @@ impl MpiComm {
             rank,
             size,
             timeout,
+            send: Vec::new(),
             _universe: universe,
         })
     }

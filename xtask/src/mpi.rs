@@ -1,0 +1,521 @@
+//! `cargo xtask mpi [--bench]`: ember across processes, under the system's `mpirun`.
+//!
+//! 1. Finds Open MPI (`mpirun`, `mpicc`) and libclang (rsmpi's bindgen needs it); as root with
+//!    `apt-get`, installs Debian's `openmpi-bin libopenmpi-dev libclang-dev` when missing.
+//!    Without them the task is skipped in one line, except under `CI=true`, where that is a
+//!    failure.
+//! 2. Lints the `mpi` feature's code (`cargo clippy ... -D warnings`), which the workspace's
+//!    clippy, built without MPI, does not see.
+//! 3. Builds `crates/ember/examples/mpi_ranks.rs` and `ember` with `--features mpi`, and runs,
+//!    each under a wall-clock limit:
+//!    - one process with 4 workers (`--single`), then `mpirun -n 2` of 2 workers each, on the
+//!      same data: the ranks' parameters after every optimizer step must be the same bytes,
+//!      and within 1e-5 of the single process's;
+//!    - a rank whose step panics: every rank must end with an error, rank 1 with its own and
+//!      rank 0 naming rank 1;
+//!    - a rank killed (SIGKILL) mid-run: `mpirun` must end the job with an error naming rank 1;
+//!    - a rank that hangs: rank 0's bounded wait must end the job, saying so;
+//!    - `ember train` under `mpirun -n 2`: rank 0 reports, and both ranks write their event
+//!      files (`.rank0`, `.rank1`) into the one run directory.
+//!
+//! `--bench` instead times `MpiComm`'s all-reduce per gradient size on 1 and 2 processes
+//! (`crates/ember-collective/examples/allreduce.rs`, release build), rounds alternating,
+//! into `target/bench/mpi.{md,json}`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::compat::{cargo, skip_or_fail, target_dir};
+
+const TASK: &str = "mpi";
+
+/// Debian's packages for Open MPI and rsmpi's bindgen.
+const PACKAGES: &[&str] = &["openmpi-bin", "libopenmpi-dev", "libclang-dev"];
+
+/// How long any one run may take before it counts as hung (a debug build of 2 ranks trains
+/// in about a second).
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The wait of the hang scenario: rank 0 must end the job soon after it.
+const HANG_TIMEOUT_SECS: u64 = 5;
+
+pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    if let Err(why) = ensure_mpi() {
+        return skip_or_fail(TASK, &why);
+    }
+    if args.iter().any(|a| a == "--bench") {
+        let rounds = match args.iter().position(|a| a == "--rounds") {
+            Some(at) => args
+                .get(at + 1)
+                .context("--rounds needs a number")?
+                .parse()
+                .context("--rounds needs a number")?,
+            None => 3,
+        };
+        return bench(root, rounds);
+    }
+    lint(root)?;
+    let target = target_dir(root);
+    build(
+        root,
+        &[
+            "build",
+            "-p",
+            "ember",
+            "--features",
+            "mpi",
+            "--example",
+            "mpi_ranks",
+        ],
+    )?;
+    build(root, &["build", "-p", "ember-cli", "--features", "mpi"])?;
+    let example = target.join("debug/examples/mpi_ranks");
+    let ember = target.join("debug/ember");
+    let work = tempdir(&target)?;
+
+    equivalence(&example, &work.join("params"))?;
+    faults(&example, &work.join("faults"))?;
+    train(&ember, &work.join("train"))?;
+    std::fs::remove_dir_all(&work).ok();
+    eprintln!("{TASK}: all scenarios passed");
+    Ok(())
+}
+
+/// Finds what rsmpi needs, installing it when this process may; `Err` says what is missing.
+fn ensure_mpi() -> Result<(), String> {
+    if missing().is_empty() {
+        return Ok(());
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+    if root && on_path("apt-get") {
+        eprintln!("{TASK}: installing {}", PACKAGES.join(" "));
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(PACKAGES)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !install() {
+            let _ = Command::new("apt-get")
+                .args(["update", "-q"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            install();
+        }
+    }
+    let missing = missing();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "no {} (Debian: apt-get install {})",
+            missing.join(", "),
+            PACKAGES.join(" ")
+        ))
+    }
+}
+
+fn missing() -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    for tool in ["mpirun", "mpicc"] {
+        if !on_path(tool) {
+            missing.push(tool);
+        }
+    }
+    if !has_libclang() {
+        missing.push("libclang");
+    }
+    missing
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+}
+
+fn has_libclang() -> bool {
+    if let Some(dir) = std::env::var_os("LIBCLANG_PATH") {
+        return Path::new(&dir).is_dir();
+    }
+    let Ok(lib) = std::fs::read_dir("/usr/lib") else {
+        return false;
+    };
+    lib.flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("llvm-"))
+        .any(|e| {
+            std::fs::read_dir(e.path().join("lib")).is_ok_and(|files| {
+                files
+                    .flatten()
+                    .any(|f| f.file_name().to_string_lossy().starts_with("libclang.so"))
+            })
+        })
+}
+
+/// `mpirun` with two ranks on this machine (as root, where Open MPI asks for consent).
+fn mpirun(ranks: usize) -> Command {
+    let mut command = Command::new("mpirun");
+    command.args(["--oversubscribe", "-n", &ranks.to_string()]);
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+    if root {
+        command.arg("--allow-run-as-root");
+    }
+    command
+}
+
+fn lint(root: &Path) -> anyhow::Result<()> {
+    build(
+        root,
+        &[
+            "clippy",
+            "-p",
+            "ember-collective",
+            "-p",
+            "ember",
+            "-p",
+            "ember-cli",
+            "--features",
+            "ember-collective/mpi,ember/mpi,ember-cli/mpi",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )
+}
+
+fn build(root: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let status = cargo()
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("starting cargo {}", args.join(" ")))?;
+    ensure!(
+        status.success(),
+        "cargo {} failed ({status})",
+        args.join(" ")
+    );
+    Ok(())
+}
+
+fn tempdir(target: &Path) -> anyhow::Result<PathBuf> {
+    let dir = target.join(format!("mpi-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// A finished run: whether it succeeded, everything it printed, how long it took.
+struct Ran {
+    success: bool,
+    status: String,
+    output: String,
+    elapsed: Duration,
+}
+
+/// Runs `command` to its end or `limit`, whichever is first (then it is killed, and that is
+/// an error: a job that does not end is what these checks exist to catch).
+fn run_limited(mut command: Command, what: &str, log: &Path) -> anyhow::Result<Ran> {
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let started = Instant::now();
+    let mut child = command
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{what} did not end within {LIMIT:?}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Ok(Ran {
+        success: status.success(),
+        status: status.to_string(),
+        output: std::fs::read_to_string(log).unwrap_or_default(),
+        elapsed: started.elapsed(),
+    })
+}
+
+fn expect_success(ran: &Ran, what: &str) -> anyhow::Result<()> {
+    ensure!(
+        ran.success,
+        "{what} failed ({}):\n{}",
+        ran.status,
+        ran.output
+    );
+    Ok(())
+}
+
+fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+fn equivalence(example: &Path, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let mut single = Command::new(example);
+    single
+        .arg("--single")
+        .args(["--workers", "4"])
+        .arg("--out")
+        .arg(out);
+    let ran = run_limited(single, "one process of 4 workers", &out.join("single.log"))?;
+    expect_success(&ran, "one process of 4 workers")?;
+
+    let mut job = mpirun(2);
+    job.arg(example)
+        .args(["--workers", "2"])
+        .arg("--out")
+        .arg(out);
+    let ran = run_limited(job, "mpirun -n 2 of 2 workers", &out.join("ranks.log"))?;
+    expect_success(&ran, "mpirun -n 2 of 2 workers")?;
+
+    let rank0 = std::fs::read(out.join("params.rank0"))?;
+    let rank1 = std::fs::read(out.join("params.rank1"))?;
+    ensure!(!rank0.is_empty(), "rank 0 recorded no optimizer step");
+    ensure!(
+        rank0 == rank1,
+        "the ranks' parameters differ after some optimizer step"
+    );
+    let ranks = read_f32s(&out.join("params.rank0"))?;
+    let one = read_f32s(&out.join("params.single"))?;
+    ensure!(
+        ranks.len() == one.len(),
+        "the ranks made {} optimizer-step values, one process {}",
+        ranks.len(),
+        one.len()
+    );
+    let worst = ranks
+        .iter()
+        .zip(&one)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    ensure!(
+        worst <= 1e-5,
+        "2 ranks x 2 workers and 1 process x 4 differ by {worst:e} (more than 1e-5)"
+    );
+    let steps = ran
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("rank 0 of 2: "))
+        .unwrap_or("?")
+        .to_owned();
+    eprintln!(
+        "{TASK}: 2 ranks x 2 workers: {steps}; ranks bit-identical after every one; \
+         max |ranks - 1 process x 4 workers| = {worst:.1e}"
+    );
+    Ok(())
+}
+
+fn faults(example: &Path, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let scenario = |fault: &str, extra: &[&str]| -> anyhow::Result<Ran> {
+        let mut job = mpirun(2);
+        job.arg(example)
+            .args(["--workers", "2", fault])
+            .args(extra)
+            .arg("--out")
+            .arg(out.join(fault.trim_start_matches('-')));
+        let what = format!("mpirun -n 2 with {fault}");
+        let ran = run_limited(job, &what, &out.join(format!("{}.log", &fault[2..])))?;
+        ensure!(
+            !ran.success,
+            "{what} succeeded; it must fail:\n{}",
+            ran.output
+        );
+        Ok(ran)
+    };
+    let contains = |ran: &Ran, what: &str, needles: &[&str]| -> anyhow::Result<()> {
+        for needle in needles {
+            ensure!(
+                ran.output.contains(needle),
+                "{what}: the job's output does not say `{needle}`:\n{}",
+                ran.output
+            );
+        }
+        Ok(())
+    };
+
+    let failed = scenario("--fail", &[])?;
+    contains(
+        &failed,
+        "a failing rank",
+        &[
+            "error: rank 1 of 2: training step",
+            "a batch this rank cannot train on",
+            "error: rank 0 of 2: training step",
+            "rank 1 failed",
+        ],
+    )?;
+    eprintln!(
+        "{TASK}: a rank whose step fails: every rank ends with an error naming rank 1 ({:.1} s)",
+        failed.elapsed.as_secs_f64()
+    );
+
+    let killed = scenario("--kill", &[])?;
+    contains(&killed, "a killed rank", &["rank 1", "signal 9"])?;
+    eprintln!(
+        "{TASK}: a rank killed mid-run: mpirun ends the job naming rank 1 ({:.1} s)",
+        killed.elapsed.as_secs_f64()
+    );
+
+    let hung = scenario("--hang", &["--timeout", &HANG_TIMEOUT_SECS.to_string()])?;
+    contains(&hung, "a hung rank", &["error: rank 0 of 2:", "waited"])?;
+    eprintln!(
+        "{TASK}: a rank that hangs: rank 0's {HANG_TIMEOUT_SECS} s wait ends the job ({:.1} s)",
+        hung.elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let logdir = out.join("run");
+    let mut job = mpirun(2);
+    job.arg(ember)
+        .args([
+            "train",
+            "--epochs",
+            "2",
+            "--subset",
+            "400",
+            "--devices",
+            "2",
+        ])
+        .arg("--logdir")
+        .arg(&logdir);
+    let ran = run_limited(job, "mpirun -n 2 ember train", &out.join("train.log"))?;
+    expect_success(&ran, "mpirun -n 2 ember train")?;
+    ensure!(
+        ran.output.matches("test accuracy:").count() == 1,
+        "rank 0 alone reports the result:\n{}",
+        ran.output
+    );
+    let names: Vec<String> = std::fs::read_dir(&logdir)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for rank in ["rank0", "rank1"] {
+        ensure!(
+            names
+                .iter()
+                .any(|n| n.contains("tfevents") && n.ends_with(rank)),
+            "no event file of {rank} in {}: {names:?}",
+            logdir.display()
+        );
+    }
+    eprintln!(
+        "{TASK}: ember train under mpirun -n 2: one report, event files of both ranks ({:.1} s)",
+        ran.elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Gradient sizes timed, in `f32` values.
+const BENCH_SIZES: &[usize] = &[1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
+fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
+    build(
+        root,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "ember-collective",
+            "--features",
+            "mpi",
+            "--example",
+            "allreduce",
+        ],
+    )?;
+    let target = target_dir(root);
+    let example = target.join("release/examples/allreduce");
+    let out = target.join("bench");
+    std::fs::create_dir_all(&out)?;
+    let sizes: Vec<String> = BENCH_SIZES.iter().map(usize::to_string).collect();
+    // [processes][size] -> every round's median µs.
+    let mut figures = vec![vec![Vec::new(); BENCH_SIZES.len()]; 2];
+    for round in 0..rounds.max(1) {
+        let order: [usize; 2] = if round % 2 == 0 { [1, 2] } else { [2, 1] };
+        for processes in order {
+            let mut job = mpirun(processes);
+            job.arg(&example).args(&sizes);
+            let ran = run_limited(
+                job,
+                &format!("the all-reduce benchmark on {processes} process(es)"),
+                &out.join("mpi-bench.log"),
+            )?;
+            expect_success(&ran, "the all-reduce benchmark")?;
+            for line in ran.output.lines().filter(|l| l.starts_with("{")) {
+                let value: serde_json::Value = serde_json::from_str(line)?;
+                let size = value["values"].as_u64().context("values")? as usize;
+                let micros = value["median_us"].as_f64().context("median_us")?;
+                if let Some(at) = BENCH_SIZES.iter().position(|s| *s == size) {
+                    figures[processes - 1][at].push(micros);
+                }
+            }
+        }
+    }
+    let summary = |samples: &[f64]| -> (f64, f64, f64) {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        match sorted.as_slice() {
+            [] => (f64::NAN, f64::NAN, f64::NAN),
+            s => (s[s.len() / 2], s[0], s[s.len() - 1]),
+        }
+    };
+    let mut md = String::from(
+        "| gradient (f32 values) | bytes | 1 process: µs per all-reduce | 2 processes | 2 processes: bus bandwidth |\n\
+         |---:|---:|---:|---:|---:|\n",
+    );
+    let mut json = Vec::new();
+    for (at, size) in BENCH_SIZES.iter().enumerate() {
+        let one = summary(&figures[0][at]);
+        let two = summary(&figures[1][at]);
+        let bytes = size * 4;
+        // A ring all-reduce moves 2(p-1)/p of the buffer through each link: bytes for p = 2.
+        let bandwidth = bytes as f64 / (two.0 * 1e-6) / 1e9;
+        md.push_str(&format!(
+            "| {size} | {} | {:.1} ({:.1}–{:.1}) | {:.1} ({:.1}–{:.1}) | {bandwidth:.2} GB/s |\n",
+            bytes, one.0, one.1, one.2, two.0, two.1, two.2
+        ));
+        json.push(serde_json::json!({
+            "values": size,
+            "bytes": bytes,
+            "one_process_us": figures[0][at],
+            "two_processes_us": figures[1][at],
+        }));
+    }
+    std::fs::write(out.join("mpi.md"), &md)?;
+    std::fs::write(
+        out.join("mpi.json"),
+        serde_json::to_string_pretty(&serde_json::json!({ "rounds": rounds, "sizes": json }))?,
+    )?;
+    print!("{md}");
+    eprintln!("{TASK}: wrote {}", out.join("mpi.md").display());
+    Ok(())
+}
