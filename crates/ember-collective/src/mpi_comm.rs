@@ -125,7 +125,9 @@ impl Communicator for MpiComm {
     }
 
     fn all_reduce_sum(&mut self, values: &mut [f32]) -> Result<(), CollectiveError> {
-        let send = values.to_vec();
+        let mut send = std::mem::take(&mut self.send);
+        send.clear();
+        send.extend_from_slice(values);
         scope(|scope| {
             let request = self.world.immediate_all_reduce_into(
                 scope,
@@ -135,6 +137,7 @@ impl Communicator for MpiComm {
             );
             self.wait(request, "all-reduce");
         });
+        self.send = send;
         Ok(())
     }
 
