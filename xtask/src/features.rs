@@ -2,7 +2,7 @@
 //! and the docs build without warnings with and without it.
 //!
 //! 1. `cargo tree -p ember --no-default-features -e normal` must name no `burn` crate (and no
-//!    `ember-pool`); the crate counts with and without the feature are printed.
+//!    `ember-pool`, `ember-step`, `ember-collective` or `mpi`); the crate counts with and without the feature are printed.
 //! 2. A scratch crate under `<target>/logging-only` depends on `ember` with
 //!    `default-features = false`, exactly as the README shows, and builds and runs
 //!    `crates/ember/examples/logging.rs` as its `main`: the example cannot lean on a feature
@@ -53,7 +53,10 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let with = crates(root, &[])?;
     let leaked: Vec<&String> = without
         .iter()
-        .filter(|c| c.starts_with("burn") || *c == "ember-pool" || *c == "ember-step")
+        .filter(|c| {
+            c.starts_with("burn")
+                || ["ember-pool", "ember-step", "ember-collective", "mpi"].contains(&c.as_str())
+        })
         .collect();
     ensure!(
         leaked.is_empty(),
