@@ -4,8 +4,8 @@
 //!    `apt-get`, installs Debian's `openmpi-bin libopenmpi-dev libclang-dev` when missing.
 //!    Without them the task is skipped in one line, except under `CI=true`, where that is a
 //!    failure.
-//! 2. Lints the `mpi` feature's code (`cargo clippy ... -D warnings`), which the workspace's
-//!    clippy, built without MPI, does not see.
+//! 2. Lints the `mpi` feature's code and builds its docs (`-D warnings` both), which the
+//!    workspace's clippy and `cargo xtask features`, built without MPI, do not see.
 //! 3. Builds `crates/ember/examples/mpi_ranks.rs` and `ember` with `--features mpi`, and runs,
 //!    each under a wall-clock limit:
 //!    - one process with 4 workers (`--single`), then `mpirun -n 2` of 2 workers each, on the
@@ -194,7 +194,20 @@ fn lint(root: &Path) -> anyhow::Result<()> {
             "-D",
             "warnings",
         ],
-    )
+    )?;
+    // The feature's docs, as `cargo xtask features` checks the default ones.
+    let status = cargo()
+        .args(["doc", "--no-deps", "-p", "ember-collective", "-p", "ember"])
+        .args(["--features", "ember-collective/mpi,ember/mpi"])
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .current_dir(root)
+        .status()
+        .context("starting cargo doc")?;
+    ensure!(
+        status.success(),
+        "the mpi feature's docs do not build ({status})"
+    );
+    Ok(())
 }
 
 fn build(root: &Path, args: &[&str]) -> anyhow::Result<()> {

@@ -61,8 +61,10 @@ pub use types::{EpochReport, StepReport, TrainError, TrainReport, TrainerConfig,
 /// summaries (losses, hyper-parameters, graph, epochs, lineage); every rank records its own
 /// devices' step times as `rank/<r>/device/<d>/step_seconds`, so a [`SummaryRecord`] built
 /// with [`rank`](crate::SummaryRecordBuilder::rank) writes them into its rank's file of the
-/// same run. Every rank validates on the whole validation loader. A failure on one rank ends
-/// every rank: the failed one with its own error, the others with
+/// same run. Every rank validates on the whole validation loader. A shuffling loader shuffles
+/// within each slice (burn forks its generator per slice), so ranks see their shards in
+/// another order than one process with as many devices would; unshuffled, they train alike.
+/// A failure on one rank ends every rank: the failed one with its own error, the others with
 /// [`TrainError::Ranks`] naming it.
 pub struct Trainer<M: TrainStep + Module> {
     devices: Vec<Device>,
