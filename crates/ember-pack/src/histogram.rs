@@ -200,13 +200,13 @@ pub(crate) fn stats(t: &TensorValue) -> Stats {
     parts.iter().fold(Stats::empty(), |s, p| s.then(p))
 }
 
-/// [`stats`] of `f32` elements: one pass per block of [`CHUNK`] that the compiler vectorizes
-/// (eight lanes, extremes compared in `f32`, which widening to `f64` does not change), taken
-/// again by [`stats_of`] for the rare block that holds a NaN or an infinity.
+/// [`stats`] of `f32` elements: one pass per block of [`CHUNK`] (eight lanes, extremes
+/// compared in `f32`, which widening to `f64` does not change), taken again by [`stats_of`]
+/// for the rare block that holds a NaN or an infinity.
 fn stats_f32(elems: &[[u8; 4]]) -> Stats {
     let mut s = Stats::empty();
     for block in elems.chunks(CHUNK) {
-        let Some(b) = finite_block_f32(block) else {
+        let Some(b) = finite_block_f32_widest(block) else {
             s = s.then(&stats_of(block, f32_le));
             continue;
         };
@@ -220,34 +220,56 @@ fn stats_f32(elems: &[[u8; 4]]) -> Stats {
     s
 }
 
+/// [`finite_block_f32`] compiled for AVX2 and run that way where the CPU has it.
+///
+/// Its lanes are eight `f64` sums, which the SSE2 baseline holds in four registers each and
+/// the compiler then converts and adds one element at a time; with AVX2 they are two
+/// registers and the pass runs about twice as fast. One block per call: compiled into a
+/// loop over the blocks, the same code measured half as fast again.
+fn finite_block_f32_widest(block: &[[u8; 4]]) -> Option<Stats> {
+    struct Pass<'a>(&'a [[u8; 4]]);
+    impl pulp::WithSimd for Pass<'_> {
+        type Output = Option<Stats>;
+        // Inlined into each of pulp's per-instruction-set functions, so that the pass is
+        // compiled once for each.
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) -> Option<Stats> {
+            finite_block_f32(self.0)
+        }
+    }
+    pulp::Arch::new().dispatch(Pass(block))
+}
+
 /// The sums and extremes of one block of `f32` elements, or `None` when it holds a NaN or an
 /// infinity.
 #[inline(always)]
 fn finite_block_f32(block: &[[u8; 4]]) -> Option<Stats> {
     // Element `i` goes to lane `i % 8`; the lanes are added in a fixed tree at the end.
+    // Whole-array steps, each one vector operation or two.
     let mut sum = [0f64; 8];
     let mut sq = [0f64; 8];
     let mut min = [f32::INFINITY; 8];
     let mut max = [f32::NEG_INFINITY; 8];
-    let mut add = |j: usize, x: f32| {
-        let d = f64::from(x);
-        sum[j] += d;
-        sq[j] += d * d;
-        // Compares rather than `f32::min`: a lane keeps the first of equal values (-0 and
-        // +0), as it always has, and needs no NaN handling (a block with a NaN is not taken
-        // from here).
-        min[j] = if x < min[j] { x } else { min[j] };
-        max[j] = if x > max[j] { x } else { max[j] };
-    };
     let (octs, rest) = block.as_chunks::<8>();
     for o in octs {
         let x: [f32; 8] = std::array::from_fn(|j| f32::from_le_bytes(o[j]));
-        for (j, &x) in x.iter().enumerate() {
-            add(j, x);
-        }
+        let d: [f64; 8] = x.map(f64::from);
+        let d2: [f64; 8] = std::array::from_fn(|j| d[j] * d[j]);
+        sum = std::array::from_fn(|j| sum[j] + d[j]);
+        sq = std::array::from_fn(|j| sq[j] + d2[j]);
+        // Compares rather than `f32::min`: a lane keeps the first of equal values (-0 and
+        // +0), as it always has, and needs no NaN handling (a block with a NaN is not taken
+        // from here).
+        min = std::array::from_fn(|j| if x[j] < min[j] { x[j] } else { min[j] });
+        max = std::array::from_fn(|j| if x[j] > max[j] { x[j] } else { max[j] });
     }
     for (j, &e) in rest.iter().enumerate() {
-        add(j, f32::from_le_bytes(e));
+        let x = f32::from_le_bytes(e);
+        let d = f64::from(x);
+        sum[j] += d;
+        sq[j] += d * d;
+        min[j] = if x < min[j] { x } else { min[j] };
+        max[j] = if x > max[j] { x } else { max[j] };
     }
     // No test per element: the sums of at most 128 finite `f32` (and of their squares) are
     // finite in `f64`, so a NaN or an infinity shows as a sum that is not.
