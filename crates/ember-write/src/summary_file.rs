@@ -144,7 +144,7 @@ impl SummaryFile {
         if !self.metadata {
             return self
                 .writer
-                .write_events(idx, &events, ctx)
+                .write_events(idx, events, ctx)
                 .map_err(SummaryFailure::File);
         }
         if self.plan_holds {
@@ -152,7 +152,7 @@ impl SummaryFile {
             match self.writer.prepare(total, ctx) {
                 Ok(Prepared::Ready { rotated: false }) => {
                     self.writer
-                        .append_all(idx, &events, ctx)
+                        .append_all(idx, events, ctx)
                         .map_err(SummaryFailure::File)?;
                     if let Some(new) = planned.assumed {
                         self.seen.extend(new.iter().cloned());
@@ -219,7 +219,7 @@ impl SummaryFile {
                 Ok(Prepared::Ready { rotated: true }) => self.seen.clear(),
                 Ok(Prepared::Ready { rotated: false }) => {
                     self.writer
-                        .append_all(idx, &events, ctx)
+                        .append_all(idx, events, ctx)
                         .map_err(SummaryFailure::File)?;
                     for (tag, _) in record.values() {
                         if !rejected.contains(tag) {

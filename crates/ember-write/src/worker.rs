@@ -506,7 +506,7 @@ impl Worker {
                     // nothing to write.
                     None => self.lost_to_failed(slot_index(FileKind::Projector), idx, 1),
                 },
-                kind => self.write_plain(kind, idx, &[bytes]),
+                kind => self.write_plain(kind, idx, vec![bytes]),
             }
         }
         if !summary.is_empty() {
@@ -518,7 +518,7 @@ impl Worker {
     }
 
     /// Writes the events of record `idx` to the `kind` writer (no tag metadata).
-    fn write_plain(&mut self, kind: FileKind, idx: usize, events: &[Vec<u8>]) {
+    fn write_plain(&mut self, kind: FileKind, idx: usize, events: Vec<Vec<u8>>) {
         let slot = slot_index(kind);
         let result = match &mut self.slots[slot] {
             Slot::Event(w) => w.write_events(idx, events, &mut self.ctx),
