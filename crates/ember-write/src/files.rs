@@ -38,7 +38,7 @@ const BUF_CAPACITY: usize = 256 * 1024;
 /// copied into the writer's: a copy of a large event costs as much as a good
 /// part of its `write(2)`, while an event this size amortizes a slice of its
 /// own in the `writev(2)`.
-const HOLD_MIN: usize = 64 * 1024;
+pub(crate) const HOLD_MIN: usize = 64 * 1024;
 
 /// How many names a writer tries when a file of the same name already exists.
 const NAME_TRIES: u64 = 64;
@@ -504,7 +504,9 @@ impl EventFileWriter {
         self.stats.bytes_written += kept as u64;
         file.buffered.clear();
         file.buf.clear();
-        file.held.clear();
+        for held in file.held.drain(..) {
+            ctx.spare.keep(held.data);
+        }
         file.pending = 0;
         if kept > 0 {
             file.unsynced = true;

@@ -61,14 +61,22 @@ pub(crate) struct SummaryFile {
     empty: HashSet<Tag>,
 }
 
-/// Packs `record` with metadata on `tags`, a panic turned into its message.
+/// Packs `record` with metadata on `tags`, its summary event into `buffer`
+/// (see [`Packer::pack_into`]), a panic turned into its message.
 pub(crate) fn pack_caught(
     packer: &Packer,
     record: &Record,
     tags: &NewTags,
     empty: &HashSet<Tag>,
+    buffer: Vec<u8>,
 ) -> Result<ember_pack::PackedRecord, String> {
-    caught(|| packer.pack(record, MetadataFor::Only(tags.as_ref().unwrap_or(empty))))
+    caught(|| {
+        packer.pack_into(
+            record,
+            MetadataFor::Only(tags.as_ref().unwrap_or(empty)),
+            buffer,
+        )
+    })
 }
 
 /// Runs `f`, turning a panic into its message: a bug in packing must cost one
@@ -194,10 +202,11 @@ impl SummaryFile {
         for _ in 0..REPACK_TRIES {
             let needed = self.unseen(record);
             if needed != packed_for {
-                let repacked = pack_caught(packer, record, &needed, &self.empty).map_err(|m| {
-                    self.writer.lost(idx, events.len(), ctx);
-                    SummaryFailure::Panicked(m)
-                })?;
+                let repacked = pack_caught(packer, record, &needed, &self.empty, Vec::new())
+                    .map_err(|m| {
+                        self.writer.lost(idx, events.len(), ctx);
+                        SummaryFailure::Panicked(m)
+                    })?;
                 events = repacked
                     .items
                     .into_iter()

@@ -21,7 +21,7 @@ use crate::error::{FileError, WriteError};
 use crate::export::{ExportOutcome, ExportWriter};
 use crate::files::{self, EventFileWriter, FileSettings, HeaderFn};
 use crate::guard::DiskGuard;
-use crate::ledger::{Ctx, Fate, Ledger};
+use crate::ledger::{Ctx, Fate, Ledger, Spare};
 use crate::options::{Durability, WriterOptions};
 use crate::pool::Shared;
 use crate::projector::{ProjectorOutcome, ProjectorWriter};
@@ -218,6 +218,7 @@ impl Worker {
                 guard: DiskGuard::new(options.disk_guard_factor, options.free_space.clone()),
                 ledger: Ledger::default(),
                 fsyncs: 0,
+                spare: Spare::new(options.max_queued_bytes),
             },
             max_batch: options.max_batch,
             max_delay: options.max_delay,
@@ -374,6 +375,28 @@ impl Worker {
     ) -> Vec<Result<PackedRecord, String>> {
         let packer = &*self.packer;
         let empty = &self.empty;
+        // The buffers of large events written before, for the records whose
+        // summary event will be large (raw tensors; the other heavy values pack
+        // small).
+        let buffers: Vec<Vec<u8>> = batch
+            .iter()
+            .map(|r| {
+                let raw: usize = r
+                    .values()
+                    .iter()
+                    .map(|(_, v)| match v {
+                        Value::Tensor(t) => t.bytes().len(),
+                        _ => 0,
+                    })
+                    .sum();
+                if raw >= files::HOLD_MIN {
+                    self.ctx.spare.take()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        self.ctx.spare.clear();
         let heavy = batch
             .iter()
             .flat_map(|r| r.values())
@@ -405,7 +428,8 @@ impl Worker {
                     batch
                         .par_iter()
                         .zip(plan.par_iter())
-                        .map(|(r, tags)| pack_caught(packer, r, tags, empty))
+                        .zip(buffers.into_par_iter())
+                        .map(|((r, tags), buffer)| pack_caught(packer, r, tags, empty, buffer))
                         .collect()
                 });
             }
@@ -413,7 +437,8 @@ impl Worker {
         batch
             .iter()
             .zip(plan)
-            .map(|(r, tags)| pack_caught(packer, r, tags, empty))
+            .zip(buffers)
+            .map(|((r, tags), buffer)| pack_caught(packer, r, tags, empty, buffer))
             .collect()
     }
 
