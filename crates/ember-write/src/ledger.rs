@@ -102,3 +102,24 @@ impl Spare {
         self.bytes = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_buffers_stay_within_their_bytes() {
+        let mut spare = Spare::new(300);
+        spare.keep(Vec::with_capacity(200));
+        spare.keep(Vec::with_capacity(200));
+        assert_eq!(spare.buffers.len(), 1, "the second would pass 300 bytes");
+        spare.keep(Vec::with_capacity(100));
+        assert_eq!(spare.bytes, 300);
+        assert!(spare.take().capacity() >= 100);
+        assert!(spare.take().capacity() >= 200);
+        assert_eq!((spare.take().capacity(), spare.bytes), (0, 0));
+        spare.keep(Vec::with_capacity(50));
+        spare.clear();
+        assert_eq!((spare.buffers.len(), spare.bytes), (0, 0));
+    }
+}
