@@ -162,6 +162,21 @@ struct OpenFile {
     buffered: Vec<(usize, usize)>,
 }
 
+/// One unframed event on its way to a file, with the masked CRC-32C of its
+/// bytes when it was computed already (on a pack thread, for a large event:
+/// the pool thread that writes it then only hands it to the system).
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub(crate) data: Vec<u8>,
+    pub(crate) crc: Option<u32>,
+}
+
+impl From<Vec<u8>> for Event {
+    fn from(data: Vec<u8>) -> Self {
+        Self { data, crc: None }
+    }
+}
+
 /// A large event buffered as the packer made it, with its framing.
 #[derive(Debug)]
 struct Held {
@@ -343,7 +358,8 @@ impl EventFileWriter {
 
     /// Buffers one event of record `idx` of the batch, framed. It reaches the
     /// file when the buffer is full or the batch ends.
-    fn append(&mut self, idx: usize, data: Vec<u8>, ctx: &mut Ctx) -> Result<(), FileError> {
+    fn append(&mut self, idx: usize, event: Event, ctx: &mut Ctx) -> Result<(), FileError> {
+        let Event { data, crc } = event;
         if data.len() as u64 > MAX_RECORD_LEN {
             return Err(FileError::RecordTooLarge {
                 len: data.len() as u64,
@@ -367,7 +383,9 @@ impl EventFileWriter {
             file.held.push(Held {
                 after: file.buf.len(),
                 header: framing::header(data.len()),
-                crc: framing::masked_crc32c(&data).to_le_bytes(),
+                crc: crc
+                    .unwrap_or_else(|| framing::masked_crc32c(&data))
+                    .to_le_bytes(),
                 data,
             });
         } else {
@@ -388,7 +406,7 @@ impl EventFileWriter {
     pub(crate) fn append_all(
         &mut self,
         idx: usize,
-        events: Vec<Vec<u8>>,
+        events: Vec<Event>,
         ctx: &mut Ctx,
     ) -> Result<(), FileError> {
         let count = events.len();
@@ -413,10 +431,13 @@ impl EventFileWriter {
     pub(crate) fn write_events(
         &mut self,
         idx: usize,
-        events: Vec<Vec<u8>>,
+        events: Vec<Event>,
         ctx: &mut Ctx,
     ) -> Result<(), FileError> {
-        let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+        let total = events
+            .iter()
+            .map(|e| framing::framed_len(e.data.len()))
+            .sum();
         match self.prepare(total, ctx) {
             Ok(Prepared::Drop) => {
                 self.dropped(idx, events.len(), ctx);

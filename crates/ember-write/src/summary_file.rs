@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use ember_pack::{FileKind, MetadataFor, Packer, Record, Tag};
 
 use crate::error::FileError;
-use crate::files::{EventFileWriter, Prepared};
+use crate::files::{Event, EventFileWriter, Prepared};
 use crate::framing;
 use crate::ledger::Ctx;
 
@@ -144,7 +144,7 @@ impl SummaryFile {
     pub(crate) fn write(
         &mut self,
         planned: Planned<'_>,
-        events: Vec<Vec<u8>>,
+        events: Vec<Event>,
         packer: &Packer,
         ctx: &mut Ctx,
     ) -> Result<(), SummaryFailure> {
@@ -156,7 +156,10 @@ impl SummaryFile {
                 .map_err(SummaryFailure::File);
         }
         if self.plan_holds {
-            let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+            let total = events
+                .iter()
+                .map(|e| framing::framed_len(e.data.len()))
+                .sum();
             match self.writer.prepare(total, ctx) {
                 Ok(Prepared::Ready { rotated: false }) => {
                     self.writer
@@ -188,7 +191,7 @@ impl SummaryFile {
     fn write_checked(
         &mut self,
         planned: Planned<'_>,
-        mut events: Vec<Vec<u8>>,
+        mut events: Vec<Event>,
         packer: &Packer,
         ctx: &mut Ctx,
     ) -> Result<(), SummaryFailure> {
@@ -211,11 +214,14 @@ impl SummaryFile {
                     .items
                     .into_iter()
                     .filter(|i| i.kind == FileKind::Summary)
-                    .map(|i| i.bytes)
+                    .map(|i| Event::from(i.bytes))
                     .collect();
                 packed_for = needed;
             }
-            let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+            let total = events
+                .iter()
+                .map(|e| framing::framed_len(e.data.len()))
+                .sum();
             match self.writer.prepare(total, ctx) {
                 Err(e) => {
                     self.writer.lost(idx, events.len(), ctx);

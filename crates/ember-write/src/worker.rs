@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::error::{FileError, WriteError};
 use crate::export::{ExportOutcome, ExportWriter};
-use crate::files::{self, EventFileWriter, FileSettings, HeaderFn};
+use crate::files::{self, Event, EventFileWriter, FileSettings, HeaderFn};
 use crate::guard::DiskGuard;
 use crate::ledger::{Ctx, Fate, Ledger, Spare};
 use crate::options::{Durability, WriterOptions};
@@ -112,6 +112,26 @@ const SPLIT_HISTOGRAM_BYTES: usize = 32 * 1024 * 4;
 /// Whether packing `value` splits across the pack pool's threads.
 fn splits(value: &Value) -> bool {
     matches!(value, Value::Histogram(Histogram::Raw(t)) if t.bytes().len() >= SPLIT_HISTOGRAM_BYTES)
+}
+
+/// A packed record with the CRC of each large event, computed on the pack
+/// thread that made it (in `items` order; `None` for the others).
+struct Packed {
+    record: PackedRecord,
+    crcs: Vec<Option<u32>>,
+}
+
+impl Packed {
+    fn new(record: PackedRecord) -> Self {
+        let crcs = record.items.iter().map(crc_if_held).collect();
+        Self { record, crcs }
+    }
+}
+
+/// The masked CRC of a summary event that the writer will hold.
+fn crc_if_held(item: &PackedItem) -> Option<u32> {
+    (item.kind == FileKind::Summary && item.bytes.len() >= files::HOLD_MIN)
+        .then(|| crate::framing::masked_crc32c(&item.bytes))
 }
 
 /// One writer slot per file kind.
@@ -368,11 +388,7 @@ impl Worker {
         self.ctx.ledger.mark(idx, Fate::Failed);
     }
 
-    fn pack_batch(
-        &mut self,
-        batch: &[Record],
-        plan: &[NewTags],
-    ) -> Vec<Result<PackedRecord, String>> {
+    fn pack_batch(&mut self, batch: &[Record], plan: &[NewTags]) -> Vec<Result<Packed, String>> {
         let packer = &*self.packer;
         let empty = &self.empty;
         // The buffers of large events written before, for the records whose
@@ -429,7 +445,9 @@ impl Worker {
                         .par_iter()
                         .zip(plan.par_iter())
                         .zip(buffers.into_par_iter())
-                        .map(|((r, tags), buffer)| pack_caught(packer, r, tags, empty, buffer))
+                        .map(|((r, tags), buffer)| {
+                            pack_caught(packer, r, tags, empty, buffer).map(Packed::new)
+                        })
                         .collect()
                 });
             }
@@ -438,7 +456,7 @@ impl Worker {
             .iter()
             .zip(plan)
             .zip(buffers)
-            .map(|((r, tags), buffer)| pack_caught(packer, r, tags, empty, buffer))
+            .map(|((r, tags), buffer)| pack_caught(packer, r, tags, empty, buffer).map(Packed::new))
             .collect()
     }
 
@@ -477,9 +495,12 @@ impl Worker {
         idx: usize,
         record: &Record,
         assumed: &NewTags,
-        packed: Result<PackedRecord, String>,
+        packed: Result<Packed, String>,
     ) {
-        let PackedRecord { items, rejected } = match packed {
+        let Packed {
+            record: PackedRecord { items, rejected },
+            crcs,
+        } = match packed {
             Ok(packed) => packed,
             Err(message) => {
                 self.break_plan();
@@ -508,8 +529,8 @@ impl Worker {
                 return;
             }
         }
-        let mut summary: Vec<Vec<u8>> = Vec::new();
-        for item in items {
+        let mut summary: Vec<Event> = Vec::new();
+        for (item, crc) in items.into_iter().zip(crcs) {
             let PackedItem {
                 kind,
                 bytes,
@@ -517,7 +538,7 @@ impl Worker {
                 projector,
             } = item;
             match kind {
-                FileKind::Summary => summary.push(bytes),
+                FileKind::Summary => summary.push(Event { data: bytes, crc }),
                 FileKind::Export => {
                     let (tag, step) = match &export {
                         Some(key) => (key.tag.as_str().to_owned(), key.step),
@@ -531,7 +552,7 @@ impl Worker {
                     // nothing to write.
                     None => self.lost_to_failed(slot_index(FileKind::Projector), idx, 1),
                 },
-                kind => self.write_plain(kind, idx, vec![bytes]),
+                kind => self.write_plain(kind, idx, vec![Event::from(bytes)]),
             }
         }
         if !summary.is_empty() {
@@ -543,7 +564,7 @@ impl Worker {
     }
 
     /// Writes the events of record `idx` to the `kind` writer (no tag metadata).
-    fn write_plain(&mut self, kind: FileKind, idx: usize, events: Vec<Vec<u8>>) {
+    fn write_plain(&mut self, kind: FileKind, idx: usize, events: Vec<Event>) {
         let slot = slot_index(kind);
         let result = match &mut self.slots[slot] {
             Slot::Event(w) => w.write_events(idx, events, &mut self.ctx),
@@ -562,7 +583,7 @@ impl Worker {
         idx: usize,
         record: &Record,
         assumed: &NewTags,
-        events: Vec<Vec<u8>>,
+        events: Vec<Event>,
         rejected_tags: &[Tag],
     ) {
         let slot = slot_index(FileKind::Summary);
