@@ -115,7 +115,8 @@ fn splits(value: &Value) -> bool {
 }
 
 /// A packed record with the CRC of each large event, computed on the pack
-/// thread that made it (in `items` order; `None` for the others).
+/// thread that made it (in `items` order; `None` for the others, and empty,
+/// without an allocation, when no event is large: scalars come by millions).
 struct Packed {
     record: PackedRecord,
     crcs: Vec<Option<u32>>,
@@ -123,15 +124,23 @@ struct Packed {
 
 impl Packed {
     fn new(record: PackedRecord) -> Self {
-        let crcs = record.items.iter().map(crc_if_held).collect();
+        let crcs = if record.items.iter().any(held) {
+            record.items.iter().map(crc_if_held).collect()
+        } else {
+            Vec::new()
+        };
         Self { record, crcs }
     }
 }
 
 /// The masked CRC of a summary event that the writer will hold.
 fn crc_if_held(item: &PackedItem) -> Option<u32> {
-    (item.kind == FileKind::Summary && item.bytes.len() >= files::HOLD_MIN)
-        .then(|| crate::framing::masked_crc32c(&item.bytes))
+    held(item).then(|| crate::framing::masked_crc32c(&item.bytes))
+}
+
+/// Whether the writer will hold `item` as it is (see `files::HOLD_MIN`).
+fn held(item: &PackedItem) -> bool {
+    item.kind == FileKind::Summary && item.bytes.len() >= files::HOLD_MIN
 }
 
 /// One writer slot per file kind.
@@ -530,7 +539,8 @@ impl Worker {
             }
         }
         let mut summary: Vec<Event> = Vec::new();
-        for (item, crc) in items.into_iter().zip(crcs) {
+        for (i, item) in items.into_iter().enumerate() {
+            let crc = crcs.get(i).copied().flatten();
             let PackedItem {
                 kind,
                 bytes,
