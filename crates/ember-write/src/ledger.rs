@@ -96,6 +96,11 @@ impl Spare {
         buffer
     }
 
+    /// Whether no buffer is kept.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+
     /// Frees every kept buffer.
     pub(crate) fn clear(&mut self) {
         self.buffers.clear();

@@ -402,25 +402,29 @@ impl Worker {
         let empty = &self.empty;
         // The buffers of large events written before, for the records whose
         // summary event will be large (raw tensors; the other heavy values pack
-        // small).
-        let buffers: Vec<Vec<u8>> = batch
-            .iter()
-            .map(|r| {
-                let raw: usize = r
-                    .values()
-                    .iter()
-                    .map(|(_, v)| match v {
-                        Value::Tensor(t) => t.bytes().len(),
-                        _ => 0,
-                    })
-                    .sum();
-                if raw >= files::HOLD_MIN {
-                    self.ctx.spare.take()
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect();
+        // small). None kept, none to look for: scalars pass untouched.
+        let buffers: Vec<Vec<u8>> = if self.ctx.spare.is_empty() {
+            Vec::new()
+        } else {
+            batch
+                .iter()
+                .map(|r| {
+                    let raw: usize = r
+                        .values()
+                        .iter()
+                        .map(|(_, v)| match v {
+                            Value::Tensor(t) => t.bytes().len(),
+                            _ => 0,
+                        })
+                        .sum();
+                    if raw >= files::HOLD_MIN {
+                        self.ctx.spare.take()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect()
+        };
         self.ctx.spare.clear();
         let heavy = batch
             .iter()
@@ -449,6 +453,8 @@ impl Worker {
             }
             if let Some(pool) = &self.pack_pool {
                 self.shared.parallel_batch();
+                let mut buffers = buffers;
+                buffers.resize_with(batch.len(), Vec::new);
                 return pool.install(|| {
                     batch
                         .par_iter()
@@ -464,8 +470,14 @@ impl Worker {
         batch
             .iter()
             .zip(plan)
-            .zip(buffers)
-            .map(|((r, tags), buffer)| pack_caught(packer, r, tags, empty, buffer).map(Packed::new))
+            .zip(buffers.into_iter().chain(std::iter::repeat_with(Vec::new)))
+            // On this thread the writer computes the CRCs as it frames.
+            .map(|((r, tags), buffer)| {
+                pack_caught(packer, r, tags, empty, buffer).map(|record| Packed {
+                    record,
+                    crcs: Vec::new(),
+                })
+            })
             .collect()
     }
 
