@@ -239,11 +239,13 @@ impl Part<'_> {
 
 /// The `Event{wall_time, step, summary}` holding `parts`, as prost would encode it: TensorBoard
 /// (proto3) leaves out a zero wall time and step, MindSpore (proto2) always writes both.
+/// Encoded into `buf` (cleared) when it is large enough.
 pub(crate) fn summary_event(
     format: Format,
     wall_time: f64,
     step: i64,
     parts: &[Part<'_>],
+    mut buf: Vec<u8>,
 ) -> Vec<u8> {
     let proto3 = format == Format::TensorBoard;
     let write_time = !proto3 || wall_time != 0.0;
@@ -256,7 +258,11 @@ pub(crate) fn summary_event(
             0
         }
         + wire::len_field_len(5, summary_len);
-    let mut buf = Vec::with_capacity(len);
+    buf.clear();
+    if buf.capacity() < len {
+        // A fresh allocation: growing would copy the old contents for nothing.
+        buf = Vec::with_capacity(len);
+    }
     if write_time {
         wire::put_f64_field(&mut buf, 1, wall_time);
     }
@@ -383,6 +389,19 @@ impl Packer {
     /// file has seen). Rejected values are listed in [`PackedRecord::rejected`], with the error
     /// [`Packer::check`] gives for them; the others pack.
     pub fn pack(&self, record: &Record, metadata_for: MetadataFor<'_>) -> PackedRecord {
+        self.pack_into(record, metadata_for, Vec::new())
+    }
+
+    /// [`Packer::pack`], encoding the record's summary event into `buffer` (its contents are
+    /// discarded, its capacity used when it is enough). A writer that hands back the buffers of
+    /// events it has written spares a large allocation per record, and the page faults of
+    /// memory the allocator gave back to the system in between.
+    pub fn pack_into(
+        &self,
+        record: &Record,
+        metadata_for: MetadataFor<'_>,
+        buffer: Vec<u8>,
+    ) -> PackedRecord {
         let mut sink = Sink {
             parts: Vec::with_capacity(record.len()),
             items: Vec::new(),
@@ -413,7 +432,13 @@ impl Packer {
         }
         let mut items = sink.items;
         if !sink.parts.is_empty() {
-            let bytes = summary_event(self.options.format, wall_time, record.step(), &sink.parts);
+            let bytes = summary_event(
+                self.options.format,
+                wall_time,
+                record.step(),
+                &sink.parts,
+                buffer,
+            );
             items.push(PackedItem {
                 kind: FileKind::Summary,
                 bytes,

@@ -557,3 +557,26 @@ fn pack_many_keeps_order() {
         assert_eq!(tb_event(&p.items[0].bytes).step, i as i64);
     }
 }
+
+/// `pack_into` gives the bytes `pack` gives, whatever the buffer held before and however large
+/// it is.
+#[test]
+fn pack_into_a_used_buffer_equals_pack() {
+    let values: Vec<f32> = (0..50_000).map(|i| i as f32 * 0.5).collect();
+    let mut record = Record::new(300, 1.7e9);
+    record.add(tag("t"), TensorValue::from(values));
+    record.add(tag("loss"), 0.25);
+    for format in [Format::TensorBoard, Format::MindInsight] {
+        let packer = Packer::new(PackOptions::new(format));
+        let want = packer.pack(&record, MetadataFor::All);
+        let mut big = Vec::with_capacity(1 << 20);
+        big.extend_from_slice(&[0xab; 1000]);
+        for buffer in [Vec::new(), vec![0xcd; 10], big] {
+            assert_eq!(
+                packer.pack_into(&record, MetadataFor::All, buffer),
+                want,
+                "{format:?}"
+            );
+        }
+    }
+}

@@ -10,11 +10,14 @@
 //! which record of the batch each buffered event belongs to, so that it knows
 //! exactly which events reached the file when a `write(2)` fails part way
 //! (a full disk): those count as written, the rest as failed, and the file is
-//! cut back to its last whole event. The pool thread hands every buffer to the
-//! operating system at the end of each batch. It lives on the pool thread only.
+//! cut back to its last whole event. Small events are framed into one buffer;
+//! a large one is kept as the packer made it and written from there, between
+//! its framing, by the same `writev(2)`, so its bytes are not copied again. The
+//! pool thread hands every buffer to the operating system at the end of each
+//! batch. It lives on the pool thread only.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,6 +33,12 @@ use crate::stats::WriterStats;
 /// Buffered bytes past which a writer hands its buffer to the operating
 /// system before the batch ends.
 const BUF_CAPACITY: usize = 256 * 1024;
+
+/// Events at least this large are written from their own buffer rather than
+/// copied into the writer's: a copy of a large event costs as much as a good
+/// part of its `write(2)`, while an event this size amortizes a slice of its
+/// own in the `writev(2)`.
+pub(crate) const HOLD_MIN: usize = 64 * 1024;
 
 /// How many names a writer tries when a file of the same name already exists.
 const NAME_TRIES: u64 = 64;
@@ -139,12 +148,43 @@ struct OpenFile {
     events: u64,
     /// Bytes reached the file since the last fsync.
     unsynced: bool,
+    /// Small events, framed.
     buf: Vec<u8>,
-    /// The framed header's length while it is in `buf`, else 0.
+    /// Large events, in the order they come among the bytes of `buf`.
+    held: Vec<Held>,
+    /// Bytes buffered in all: `buf` and the held events with their framing.
+    /// Offsets below count in this stream, `buf` with the held events in it.
+    pending: usize,
+    /// The framed header's length while it is buffered, else 0.
     header_in_buf: usize,
     /// For each buffered event: its record's index in the batch and the
-    /// buffer offset where it ends.
+    /// offset where it ends.
     buffered: Vec<(usize, usize)>,
+}
+
+/// One unframed event on its way to a file, with the masked CRC-32C of its
+/// bytes when it was computed already (on a pack thread, for a large event:
+/// the pool thread that writes it then only hands it to the system).
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub(crate) data: Vec<u8>,
+    pub(crate) crc: Option<u32>,
+}
+
+impl From<Vec<u8>> for Event {
+    fn from(data: Vec<u8>) -> Self {
+        Self { data, crc: None }
+    }
+}
+
+/// A large event buffered as the packer made it, with its framing.
+#[derive(Debug)]
+struct Held {
+    /// The length of `buf` when it came: it goes after those bytes.
+    after: usize,
+    header: [u8; framing::HEADER_LEN],
+    data: Vec<u8>,
+    crc: [u8; 4],
 }
 
 /// Writes framed events of one [`FileKind`] to its current file.
@@ -301,11 +341,14 @@ impl EventFileWriter {
             events: 0,
             unsynced: true,
             buf: Vec::with_capacity(BUF_CAPACITY),
+            held: Vec::new(),
+            pending: 0,
             header_in_buf: 0,
             buffered: Vec::new(),
         };
         if !header.is_empty() {
             framing::frame_into(&mut open.buf, &header);
+            open.pending = open.buf.len();
             open.header_in_buf = open.buf.len();
             open.size = open.buf.len() as u64;
             ctx.guard.buffered(open.size);
@@ -315,7 +358,8 @@ impl EventFileWriter {
 
     /// Buffers one event of record `idx` of the batch, framed. It reaches the
     /// file when the buffer is full or the batch ends.
-    fn append(&mut self, idx: usize, data: &[u8], ctx: &mut Ctx) -> Result<(), FileError> {
+    fn append(&mut self, idx: usize, event: Event, ctx: &mut Ctx) -> Result<(), FileError> {
+        let Event { data, crc } = event;
         if data.len() as u64 > MAX_RECORD_LEN {
             return Err(FileError::RecordTooLarge {
                 len: data.len() as u64,
@@ -335,8 +379,20 @@ impl EventFileWriter {
         };
         ctx.guard
             .check(&self.settings.log_dir, &file.path, framed_len)?;
-        framing::frame_into(&mut file.buf, data);
-        file.buffered.push((idx, file.buf.len()));
+        if data.len() >= HOLD_MIN {
+            file.held.push(Held {
+                after: file.buf.len(),
+                header: framing::header(data.len()),
+                crc: crc
+                    .unwrap_or_else(|| framing::masked_crc32c(&data))
+                    .to_le_bytes(),
+                data,
+            });
+        } else {
+            framing::frame_into(&mut file.buf, &data);
+        }
+        file.pending += framed_len as usize;
+        file.buffered.push((idx, file.pending));
         file.size += framed_len;
         file.events += 1;
         ctx.guard.buffered(framed_len);
@@ -350,19 +406,20 @@ impl EventFileWriter {
     pub(crate) fn append_all(
         &mut self,
         idx: usize,
-        events: &[Vec<u8>],
+        events: Vec<Event>,
         ctx: &mut Ctx,
     ) -> Result<(), FileError> {
-        for (i, data) in events.iter().enumerate() {
+        let count = events.len();
+        for (i, data) in events.into_iter().enumerate() {
             if let Err(e) = self.append(idx, data, ctx) {
-                self.lost(idx, events.len() - i, ctx);
+                self.lost(idx, count - i, ctx);
                 return Err(e);
             }
         }
         if self
             .file
             .as_ref()
-            .is_some_and(|f| f.buf.len() >= BUF_CAPACITY)
+            .is_some_and(|f| f.pending >= BUF_CAPACITY)
         {
             self.write_out(ctx)?;
         }
@@ -374,10 +431,13 @@ impl EventFileWriter {
     pub(crate) fn write_events(
         &mut self,
         idx: usize,
-        events: &[Vec<u8>],
+        events: Vec<Event>,
         ctx: &mut Ctx,
     ) -> Result<(), FileError> {
-        let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+        let total = events
+            .iter()
+            .map(|e| framing::framed_len(e.data.len()))
+            .sum();
         match self.prepare(total, ctx) {
             Ok(Prepared::Drop) => {
                 self.dropped(idx, events.len(), ctx);
@@ -404,18 +464,35 @@ impl EventFileWriter {
         let Some(file) = self.file.as_mut() else {
             return Ok(());
         };
-        if file.buf.is_empty() {
+        let total = file.pending;
+        if total == 0 {
             return Ok(());
         }
+        // `buf` cut at each held event, the held events between their framing.
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(1 + 4 * file.held.len());
+        let mut from = 0;
+        for held in &file.held {
+            slices.push(IoSlice::new(&file.buf[from..held.after]));
+            slices.push(IoSlice::new(&held.header));
+            slices.push(IoSlice::new(&held.data));
+            slices.push(IoSlice::new(&held.crc));
+            from = held.after;
+        }
+        slices.push(IoSlice::new(&file.buf[from..]));
+        slices.retain(|s| !s.is_empty());
+        let mut rest = &mut slices[..];
         let mut written = 0;
         let mut failure = None;
-        while written < file.buf.len() {
-            match file.file.write(&file.buf[written..]) {
+        while written < total {
+            match file.file.write_vectored(rest) {
                 Ok(0) => {
                     failure = Some(io::Error::from(io::ErrorKind::WriteZero));
                     break;
                 }
-                Ok(n) => written += n,
+                Ok(n) => {
+                    written += n;
+                    IoSlice::advance_slices(&mut rest, n);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     failure = Some(e);
@@ -423,7 +500,8 @@ impl EventFileWriter {
                 }
             }
         }
-        ctx.guard.drained(file.buf.len() as u64);
+        drop(slices);
+        ctx.guard.drained(total as u64);
         let whole = file
             .buffered
             .iter()
@@ -447,6 +525,10 @@ impl EventFileWriter {
         self.stats.bytes_written += kept as u64;
         file.buffered.clear();
         file.buf.clear();
+        for held in file.held.drain(..) {
+            ctx.spare.keep(held.data);
+        }
+        file.pending = 0;
         if kept > 0 {
             file.unsynced = true;
         }

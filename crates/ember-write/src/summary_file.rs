@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use ember_pack::{FileKind, MetadataFor, Packer, Record, Tag};
 
 use crate::error::FileError;
-use crate::files::{EventFileWriter, Prepared};
+use crate::files::{Event, EventFileWriter, Prepared};
 use crate::framing;
 use crate::ledger::Ctx;
 
@@ -61,14 +61,22 @@ pub(crate) struct SummaryFile {
     empty: HashSet<Tag>,
 }
 
-/// Packs `record` with metadata on `tags`, a panic turned into its message.
+/// Packs `record` with metadata on `tags`, its summary event into `buffer`
+/// (see [`Packer::pack_into`]), a panic turned into its message.
 pub(crate) fn pack_caught(
     packer: &Packer,
     record: &Record,
     tags: &NewTags,
     empty: &HashSet<Tag>,
+    buffer: Vec<u8>,
 ) -> Result<ember_pack::PackedRecord, String> {
-    caught(|| packer.pack(record, MetadataFor::Only(tags.as_ref().unwrap_or(empty))))
+    caught(|| {
+        packer.pack_into(
+            record,
+            MetadataFor::Only(tags.as_ref().unwrap_or(empty)),
+            buffer,
+        )
+    })
 }
 
 /// Runs `f`, turning a panic into its message: a bug in packing must cost one
@@ -136,7 +144,7 @@ impl SummaryFile {
     pub(crate) fn write(
         &mut self,
         planned: Planned<'_>,
-        events: Vec<Vec<u8>>,
+        events: Vec<Event>,
         packer: &Packer,
         ctx: &mut Ctx,
     ) -> Result<(), SummaryFailure> {
@@ -144,15 +152,18 @@ impl SummaryFile {
         if !self.metadata {
             return self
                 .writer
-                .write_events(idx, &events, ctx)
+                .write_events(idx, events, ctx)
                 .map_err(SummaryFailure::File);
         }
         if self.plan_holds {
-            let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+            let total = events
+                .iter()
+                .map(|e| framing::framed_len(e.data.len()))
+                .sum();
             match self.writer.prepare(total, ctx) {
                 Ok(Prepared::Ready { rotated: false }) => {
                     self.writer
-                        .append_all(idx, &events, ctx)
+                        .append_all(idx, events, ctx)
                         .map_err(SummaryFailure::File)?;
                     if let Some(new) = planned.assumed {
                         self.seen.extend(new.iter().cloned());
@@ -180,7 +191,7 @@ impl SummaryFile {
     fn write_checked(
         &mut self,
         planned: Planned<'_>,
-        mut events: Vec<Vec<u8>>,
+        mut events: Vec<Event>,
         packer: &Packer,
         ctx: &mut Ctx,
     ) -> Result<(), SummaryFailure> {
@@ -194,19 +205,23 @@ impl SummaryFile {
         for _ in 0..REPACK_TRIES {
             let needed = self.unseen(record);
             if needed != packed_for {
-                let repacked = pack_caught(packer, record, &needed, &self.empty).map_err(|m| {
-                    self.writer.lost(idx, events.len(), ctx);
-                    SummaryFailure::Panicked(m)
-                })?;
+                let repacked = pack_caught(packer, record, &needed, &self.empty, Vec::new())
+                    .map_err(|m| {
+                        self.writer.lost(idx, events.len(), ctx);
+                        SummaryFailure::Panicked(m)
+                    })?;
                 events = repacked
                     .items
                     .into_iter()
                     .filter(|i| i.kind == FileKind::Summary)
-                    .map(|i| i.bytes)
+                    .map(|i| Event::from(i.bytes))
                     .collect();
                 packed_for = needed;
             }
-            let total = events.iter().map(|b| framing::framed_len(b.len())).sum();
+            let total = events
+                .iter()
+                .map(|e| framing::framed_len(e.data.len()))
+                .sum();
             match self.writer.prepare(total, ctx) {
                 Err(e) => {
                     self.writer.lost(idx, events.len(), ctx);
@@ -219,7 +234,7 @@ impl SummaryFile {
                 Ok(Prepared::Ready { rotated: true }) => self.seen.clear(),
                 Ok(Prepared::Ready { rotated: false }) => {
                     self.writer
-                        .append_all(idx, &events, ctx)
+                        .append_all(idx, events, ctx)
                         .map_err(SummaryFailure::File)?;
                     for (tag, _) in record.values() {
                         if !rejected.contains(tag) {

@@ -19,9 +19,9 @@ use rayon::prelude::*;
 
 use crate::error::{FileError, WriteError};
 use crate::export::{ExportOutcome, ExportWriter};
-use crate::files::{self, EventFileWriter, FileSettings, HeaderFn};
+use crate::files::{self, Event, EventFileWriter, FileSettings, HeaderFn};
 use crate::guard::DiskGuard;
-use crate::ledger::{Ctx, Fate, Ledger};
+use crate::ledger::{Ctx, Fate, Ledger, Spare};
 use crate::options::{Durability, WriterOptions};
 use crate::pool::Shared;
 use crate::projector::{ProjectorOutcome, ProjectorWriter};
@@ -112,6 +112,35 @@ const SPLIT_HISTOGRAM_BYTES: usize = 32 * 1024 * 4;
 /// Whether packing `value` splits across the pack pool's threads.
 fn splits(value: &Value) -> bool {
     matches!(value, Value::Histogram(Histogram::Raw(t)) if t.bytes().len() >= SPLIT_HISTOGRAM_BYTES)
+}
+
+/// A packed record with the CRC of each large event, computed on the pack
+/// thread that made it (in `items` order; `None` for the others, and empty,
+/// without an allocation, when no event is large: scalars come by millions).
+struct Packed {
+    record: PackedRecord,
+    crcs: Vec<Option<u32>>,
+}
+
+impl Packed {
+    fn new(record: PackedRecord) -> Self {
+        let crcs = if record.items.iter().any(held) {
+            record.items.iter().map(crc_if_held).collect()
+        } else {
+            Vec::new()
+        };
+        Self { record, crcs }
+    }
+}
+
+/// The masked CRC of a summary event that the writer will hold.
+fn crc_if_held(item: &PackedItem) -> Option<u32> {
+    held(item).then(|| crate::framing::masked_crc32c(&item.bytes))
+}
+
+/// Whether the writer will hold `item` as it is (see `files::HOLD_MIN`).
+fn held(item: &PackedItem) -> bool {
+    item.kind == FileKind::Summary && item.bytes.len() >= files::HOLD_MIN
 }
 
 /// One writer slot per file kind.
@@ -218,6 +247,7 @@ impl Worker {
                 guard: DiskGuard::new(options.disk_guard_factor, options.free_space.clone()),
                 ledger: Ledger::default(),
                 fsyncs: 0,
+                spare: Spare::new(options.max_queued_bytes),
             },
             max_batch: options.max_batch,
             max_delay: options.max_delay,
@@ -367,13 +397,35 @@ impl Worker {
         self.ctx.ledger.mark(idx, Fate::Failed);
     }
 
-    fn pack_batch(
-        &mut self,
-        batch: &[Record],
-        plan: &[NewTags],
-    ) -> Vec<Result<PackedRecord, String>> {
+    fn pack_batch(&mut self, batch: &[Record], plan: &[NewTags]) -> Vec<Result<Packed, String>> {
         let packer = &*self.packer;
         let empty = &self.empty;
+        // The buffers of large events written before, for the records whose
+        // summary event will be large (raw tensors; the other heavy values pack
+        // small). None kept, none to look for: scalars pass untouched.
+        let buffers: Vec<Vec<u8>> = if self.ctx.spare.is_empty() {
+            Vec::new()
+        } else {
+            batch
+                .iter()
+                .map(|r| {
+                    let raw: usize = r
+                        .values()
+                        .iter()
+                        .map(|(_, v)| match v {
+                            Value::Tensor(t) => t.bytes().len(),
+                            _ => 0,
+                        })
+                        .sum();
+                    if raw >= files::HOLD_MIN {
+                        self.ctx.spare.take()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect()
+        };
+        self.ctx.spare.clear();
         let heavy = batch
             .iter()
             .flat_map(|r| r.values())
@@ -401,11 +453,16 @@ impl Worker {
             }
             if let Some(pool) = &self.pack_pool {
                 self.shared.parallel_batch();
+                let mut buffers = buffers;
+                buffers.resize_with(batch.len(), Vec::new);
                 return pool.install(|| {
                     batch
                         .par_iter()
                         .zip(plan.par_iter())
-                        .map(|(r, tags)| pack_caught(packer, r, tags, empty))
+                        .zip(buffers.into_par_iter())
+                        .map(|((r, tags), buffer)| {
+                            pack_caught(packer, r, tags, empty, buffer).map(Packed::new)
+                        })
                         .collect()
                 });
             }
@@ -413,7 +470,14 @@ impl Worker {
         batch
             .iter()
             .zip(plan)
-            .map(|(r, tags)| pack_caught(packer, r, tags, empty))
+            .zip(buffers.into_iter().chain(std::iter::repeat_with(Vec::new)))
+            // On this thread the writer computes the CRCs as it frames.
+            .map(|((r, tags), buffer)| {
+                pack_caught(packer, r, tags, empty, buffer).map(|record| Packed {
+                    record,
+                    crcs: Vec::new(),
+                })
+            })
             .collect()
     }
 
@@ -452,9 +516,12 @@ impl Worker {
         idx: usize,
         record: &Record,
         assumed: &NewTags,
-        packed: Result<PackedRecord, String>,
+        packed: Result<Packed, String>,
     ) {
-        let PackedRecord { items, rejected } = match packed {
+        let Packed {
+            record: PackedRecord { items, rejected },
+            crcs,
+        } = match packed {
             Ok(packed) => packed,
             Err(message) => {
                 self.break_plan();
@@ -483,8 +550,9 @@ impl Worker {
                 return;
             }
         }
-        let mut summary: Vec<Vec<u8>> = Vec::new();
-        for item in items {
+        let mut summary: Vec<Event> = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let crc = crcs.get(i).copied().flatten();
             let PackedItem {
                 kind,
                 bytes,
@@ -492,7 +560,7 @@ impl Worker {
                 projector,
             } = item;
             match kind {
-                FileKind::Summary => summary.push(bytes),
+                FileKind::Summary => summary.push(Event { data: bytes, crc }),
                 FileKind::Export => {
                     let (tag, step) = match &export {
                         Some(key) => (key.tag.as_str().to_owned(), key.step),
@@ -506,7 +574,7 @@ impl Worker {
                     // nothing to write.
                     None => self.lost_to_failed(slot_index(FileKind::Projector), idx, 1),
                 },
-                kind => self.write_plain(kind, idx, &[bytes]),
+                kind => self.write_plain(kind, idx, vec![Event::from(bytes)]),
             }
         }
         if !summary.is_empty() {
@@ -518,7 +586,7 @@ impl Worker {
     }
 
     /// Writes the events of record `idx` to the `kind` writer (no tag metadata).
-    fn write_plain(&mut self, kind: FileKind, idx: usize, events: &[Vec<u8>]) {
+    fn write_plain(&mut self, kind: FileKind, idx: usize, events: Vec<Event>) {
         let slot = slot_index(kind);
         let result = match &mut self.slots[slot] {
             Slot::Event(w) => w.write_events(idx, events, &mut self.ctx),
@@ -537,7 +605,7 @@ impl Worker {
         idx: usize,
         record: &Record,
         assumed: &NewTags,
-        events: Vec<Vec<u8>>,
+        events: Vec<Event>,
         rejected_tags: &[Tag],
     ) {
         let slot = slot_index(FileKind::Summary);

@@ -271,6 +271,22 @@ fn mixed_record(step: i64) -> Record {
     r
 }
 
+/// A scalar, and every third step an 80 KB tensor: large enough that the
+/// writer writes it from the packer's buffer, between small events framed in
+/// its own, in one `writev(2)`.
+fn large_record(step: i64) -> Record {
+    let mut r = Record::new(step, 1.7e9 + step as f64);
+    r.add(Tag::new("loss").unwrap(), step as f64);
+    if step % 3 == 0 {
+        let v = vec![step as f32; 20_000];
+        r.add(
+            Tag::new("w").unwrap(),
+            Value::Tensor(TensorValue::from_slice(&v, vec![20_000])),
+        );
+    }
+    r
+}
+
 /// A scalar and a 64-element tensor: a few hundred bytes framed.
 fn small_record(step: i64) -> Record {
     let mut r = Record::new(step, 1.7e9 + step as f64);
@@ -283,14 +299,19 @@ fn small_record(step: i64) -> Record {
     r
 }
 
-fn enospc_fails_the_writer_and_the_counters_match_the_file(format: Format) {
+/// Writes `n` records from `record`, of more bytes than the 512 KiB tmpfs
+/// holds, flushing every `flush_every`.
+fn enospc_fails_the_writer_and_the_counters_match_the_file(
+    format: Format,
+    n: i64,
+    flush_every: i64,
+    record: fn(i64) -> Record,
+) {
     let Some(fs) = tmpfs_or_skip() else {
         return;
     };
     let log = fs.path().join("log");
-    // About 1.3 MB of records, for 512 KiB.
-    let n = 600;
-    let (errors, stats) = write_until_full(log.clone(), format, Some(0), n, 25, mixed_record);
+    let (errors, stats) = write_until_full(log.clone(), format, Some(0), n, flush_every, record);
 
     assert_eq!(
         errors.len(),
@@ -354,14 +375,47 @@ fn the_guard_refuses_before_the_disk_is_full(format: Format) {
     drop(fs);
 }
 
+// About 1.3 MB of records, for 512 KiB.
 #[test]
 fn enospc_tensorboard() {
-    enospc_fails_the_writer_and_the_counters_match_the_file(Format::TensorBoard);
+    enospc_fails_the_writer_and_the_counters_match_the_file(
+        Format::TensorBoard,
+        600,
+        25,
+        mixed_record,
+    );
 }
 
 #[test]
 fn enospc_mindinsight() {
-    enospc_fails_the_writer_and_the_counters_match_the_file(Format::MindInsight);
+    enospc_fails_the_writer_and_the_counters_match_the_file(
+        Format::MindInsight,
+        600,
+        25,
+        mixed_record,
+    );
+}
+
+// About 1.1 MB of records, for 512 KiB, the large events written from where
+// they lie.
+#[test]
+fn enospc_large_events_tensorboard() {
+    enospc_fails_the_writer_and_the_counters_match_the_file(
+        Format::TensorBoard,
+        40,
+        5,
+        large_record,
+    );
+}
+
+#[test]
+fn enospc_large_events_mindinsight() {
+    enospc_fails_the_writer_and_the_counters_match_the_file(
+        Format::MindInsight,
+        40,
+        5,
+        large_record,
+    );
 }
 
 #[test]
