@@ -94,7 +94,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             // One line: the context chain joined, no backtrace.
-            eprintln!("error: {error:#}");
+            // One write, so that under mpirun, which merges every rank's stderr, the line is
+            // not interleaved with another rank's.
+            let line = format!("error: {error:#}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             ExitCode::FAILURE
         }
     }

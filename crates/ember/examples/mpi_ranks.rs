@@ -109,7 +109,10 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("error: rank {rank} of {size}: {error}");
+            // One write: mpirun merges every rank's stderr, and a line written in pieces
+            // interleaves with another rank's.
+            let line = format!("error: rank {rank} of {size}: {error}\n");
+            let _ = std::io::stderr().write_all(line.as_bytes());
             ExitCode::FAILURE
         }
     }
