@@ -15,8 +15,9 @@
 //!      rank 0 naming rank 1;
 //!    - a rank killed (SIGKILL) mid-run: `mpirun` must end the job with an error naming rank 1;
 //!    - a rank that hangs: rank 0's bounded wait must end the job, saying so;
-//!    - `ember train` under `mpirun -n 2`: rank 0 reports, and both ranks write their event
-//!      files (`.rank0`, `.rank1`) into the one run directory.
+//!    - `ember train` under `mpirun -n 2`: rank 0 reports, both ranks write their event files
+//!      (`.rank0`, `.rank1`) into the one run directory, and `ember inspect` reads them back
+//!      whole, with the run's series and each rank's step times.
 //!
 //! `--bench` instead times `MpiComm`'s all-reduce per gradient size on 1 and 2 processes
 //! (`crates/ember-collective/examples/allreduce.rs`, release build), rounds alternating,
@@ -441,11 +442,60 @@ fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
             logdir.display()
         );
     }
+    // Read back as one run by ember's checking reader: every record of both files whole, the
+    // run's own series from rank 0 and each rank's device step times.
+    let inspect = Command::new(ember)
+        .args(["inspect", "--json"])
+        .arg(&logdir)
+        .output()
+        .context("starting ember inspect")?;
+    ensure!(
+        inspect.status.success(),
+        "ember inspect finds problems in the ranks' files ({}):\n{}{}",
+        inspect.status,
+        String::from_utf8_lossy(&inspect.stdout),
+        String::from_utf8_lossy(&inspect.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&inspect.stdout).context("parsing ember inspect --json")?;
+    let mut tags = Vec::new();
+    collect_tags(&report, &mut tags);
+    let mut expected = vec!["train/loss".to_owned(), "valid/accuracy".to_owned()];
+    for rank in 0..2 {
+        for device in 0..2 {
+            expected.push(format!("rank/{rank}/device/{device}/step_seconds"));
+        }
+    }
+    for tag in &expected {
+        ensure!(
+            tags.contains(tag),
+            "the run has no `{tag}`; ember inspect found {tags:?}"
+        );
+    }
+    ensure!(
+        !tags.iter().any(|t| t.starts_with("device/")),
+        "a rank recorded step times without its rank: {tags:?}"
+    );
     eprintln!(
-        "{TASK}: ember train under mpirun -n 2: one report, event files of both ranks ({:.1} s)",
+        "{TASK}: ember train under mpirun -n 2: one report; both ranks' files read back whole by \
+         ember inspect, with the run's series and each rank's step times ({:.1} s)",
         ran.elapsed.as_secs_f64()
     );
     Ok(())
+}
+
+/// Every `"tag"` string anywhere in `value`.
+fn collect_tags(value: &serde_json::Value, tags: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::String(tag)) = map.get("tag") {
+                tags.push(tag.clone());
+            }
+            map.values().for_each(|v| collect_tags(v, tags));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_tags(v, tags)),
+        _ => {}
+    }
 }
 
 /// Gradient sizes timed, in `f32` values.
