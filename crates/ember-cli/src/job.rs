@@ -56,15 +56,7 @@ impl Job {
     pub(crate) fn rank_zero_s(&mut self, value: u64) -> anyhow::Result<u64> {
         #[cfg(feature = "mpi")]
         if let Some(comm) = self.comm.as_mut() {
-            use ember::Communicator;
-            // f32 holds 16-bit pieces exactly.
-            let mut pieces = [0u32, 16, 32, 48].map(|shift| ((value >> shift) & 0xffff) as f32);
-            comm.broadcast(&mut pieces, 0)?;
-            return Ok(pieces
-                .iter()
-                .zip([0u32, 16, 32, 48])
-                .map(|(piece, shift)| (*piece as u64) << shift)
-                .sum());
+            return Ok(ember::collective::broadcast_u64(comm, value, 0)?);
         }
         Ok(value)
     }

@@ -45,7 +45,7 @@ use std::time::Duration;
 pub use local::{LocalComm, LocalGroup};
 #[cfg(feature = "mpi")]
 pub use mpi_comm::{MpiComm, MpiInitError};
-pub use ranks::{Ranks, Round, RoundState};
+pub use ranks::{Ranks, Round, RoundState, broadcast_u64};
 
 /// One process's view of a data-parallel job: its rank, the job's size and the two collective
 /// operations the rounds need.

@@ -85,10 +85,7 @@ impl Ranks {
     pub fn broadcast_module<M: Module>(&mut self, model: M) -> Result<M, CollectiveError> {
         let sizes = parameter_sizes(&model);
         let len: usize = sizes.iter().sum();
-        // Lengths travel as 16-bit pieces, which f32 holds exactly.
-        let mut root_len = split_u64(len as u64);
-        self.comm.broadcast(&mut root_len, 0)?;
-        let root_len = join_u64(&root_len) as usize;
+        let root_len = broadcast_u64(&mut *self.comm, len as u64, 0)? as usize;
         let mut mismatched = [f32::from(root_len != len)];
         self.comm.all_reduce_sum(&mut mismatched)?;
         if mismatched[0] > 0.0 {
@@ -168,6 +165,18 @@ impl Ranks {
         self.rounds += 1;
         Ok(())
     }
+}
+
+/// Rank `root`'s `value`, on every rank: a count or a time, which the `f32` collectives carry
+/// exactly as four 16-bit pieces.
+pub fn broadcast_u64(
+    comm: &mut dyn Communicator,
+    value: u64,
+    root: usize,
+) -> Result<u64, CollectiveError> {
+    let mut pieces = split_u64(value);
+    comm.broadcast(&mut pieces, root)?;
+    Ok(join_u64(&pieces))
 }
 
 fn split_u64(n: u64) -> [f32; 4] {
