@@ -18,6 +18,9 @@ use crate::error::PackErrorKind;
 use crate::tensor::{DType, TensorValue, buffer_len};
 use crate::value::{Histogram, HistogramBuckets};
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
 /// Checks a histogram as both formats need it. Raw values: bytes matching the shape, at least
 /// one value, and room to widen them to `f64` (see [`Elems::of`]). Precomputed buckets: see
 /// [`check_buckets`].
@@ -202,11 +205,20 @@ pub(crate) fn stats(t: &TensorValue) -> Stats {
 
 /// [`stats`] of `f32` elements: one pass per block of [`CHUNK`] (eight lanes, extremes
 /// compared in `f32`, which widening to `f64` does not change), taken again by [`stats_of`]
-/// for the rare block that holds a NaN or an infinity.
+/// for the rare block that holds a NaN or an infinity. In AVX2 where the CPU has it.
 fn stats_f32(elems: &[[u8; 4]]) -> Stats {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = avx2::detect() {
+        return avx2::stats_f32(simd, elems);
+    }
+    stats_f32_portable(elems)
+}
+
+/// [`stats_f32`] without AVX2.
+fn stats_f32_portable(elems: &[[u8; 4]]) -> Stats {
     let mut s = Stats::empty();
     for block in elems.chunks(CHUNK) {
-        let Some(b) = finite_block_f32_widest(block) else {
+        let Some(b) = finite_block_f32(block) else {
             s = s.then(&stats_of(block, f32_le));
             continue;
         };
@@ -220,32 +232,10 @@ fn stats_f32(elems: &[[u8; 4]]) -> Stats {
     s
 }
 
-/// [`finite_block_f32`] compiled for AVX2 and run that way where the CPU has it.
-///
-/// Its lanes are eight `f64` sums, which the SSE2 baseline holds in four registers each and
-/// the compiler then converts and adds one element at a time; with AVX2 they are two
-/// registers and the pass runs about twice as fast. One block per call: compiled into a
-/// loop over the blocks, the same code measured half as fast again.
-fn finite_block_f32_widest(block: &[[u8; 4]]) -> Option<Stats> {
-    struct Pass<'a>(&'a [[u8; 4]]);
-    impl pulp::WithSimd for Pass<'_> {
-        type Output = Option<Stats>;
-        // Inlined into each of pulp's per-instruction-set functions, so that the pass is
-        // compiled once for each.
-        #[inline(always)]
-        fn with_simd<S: pulp::Simd>(self, _: S) -> Option<Stats> {
-            finite_block_f32(self.0)
-        }
-    }
-    pulp::Arch::new().dispatch(Pass(block))
-}
-
 /// The sums and extremes of one block of `f32` elements, or `None` when it holds a NaN or an
 /// infinity.
-#[inline(always)]
 fn finite_block_f32(block: &[[u8; 4]]) -> Option<Stats> {
     // Element `i` goes to lane `i % 8`; the lanes are added in a fixed tree at the end.
-    // Whole-array steps, each one vector operation or two.
     let mut sum = [0f64; 8];
     let mut sq = [0f64; 8];
     let mut min = [f32::INFINITY; 8];
@@ -271,6 +261,11 @@ fn finite_block_f32(block: &[[u8; 4]]) -> Option<Stats> {
         min[j] = if x < min[j] { x } else { min[j] };
         max[j] = if x > max[j] { x } else { max[j] };
     }
+    block_stats(sum, sq, min, max)
+}
+
+/// A block's statistics from its eight lanes, or `None` when a sum shows a NaN or an infinity.
+fn block_stats(sum: [f64; 8], sq: [f64; 8], min: [f32; 8], max: [f32; 8]) -> Option<Stats> {
     // No test per element: the sums of at most 128 finite `f32` (and of their squares) are
     // finite in `f64`, so a NaN or an infinity shows as a sum that is not.
     if !sum.iter().chain(&sq).all(|v| v.is_finite()) {
@@ -618,11 +613,36 @@ impl Slots32 {
 
     /// The slot counts of `elems`.
     fn count(&self, elems: &[[u8; 4]]) -> Vec<u64> {
-        let slots = self.bounds.len();
-        let bounds = &self.bounds[..];
         // Four counters per slot, so that repeated hits on one slot do not wait on each
         // other.
-        let mut counters = vec![[0u32; 4]; slots];
+        let mut counters = vec![[0u32; 4]; self.bounds.len()];
+        if !self.count_avx2(elems, &mut counters) {
+            self.count_portable(elems, &mut counters);
+        }
+        counters
+            .iter()
+            .map(|c| c.iter().map(|&n| u64::from(n)).sum())
+            .collect()
+    }
+
+    /// Counts `elems` into `counters` in AVX2 where the CPU has it and the positions settle
+    /// most elements ([`Slots32::truncates`]); whether it did.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+    fn count_avx2(&self, elems: &[[u8; 4]], counters: &mut [[u32; 4]]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.truncates
+            && let Some(simd) = avx2::detect()
+        {
+            avx2::count_truncating(simd, self, elems, counters);
+            return true;
+        }
+        false
+    }
+
+    /// Counts `elems` into `counters` (four per slot, by the element's index).
+    fn count_portable(&self, elems: &[[u8; 4]], counters: &mut [[u32; 4]]) {
+        let slots = self.bounds.len();
+        let bounds = &self.bounds[..];
         if self.truncates {
             // Slots sixteen at a time from the positions (a loop the compiler vectorizes);
             // a group with an element too close to a bucket's edge takes the compare.
@@ -685,10 +705,6 @@ impl Slots32 {
                 counters[i][0] += 1;
             }
         }
-        counters
-            .iter()
-            .map(|c| c.iter().map(|&n| u64::from(n)).sum())
-            .collect()
     }
 }
 
@@ -1118,6 +1134,60 @@ mod tests {
                 );
                 // Equal as numbers: which zero a tie between -0 and +0 keeps is not promised.
                 assert!(got.min == want.min && got.max == want.max, "{name}, {len}");
+            }
+        }
+    }
+
+    /// The tests above take the AVX2 passes where the CPU has them; these hold the portable
+    /// passes to the same bits there (elsewhere the tests above already take them).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn portable_passes_equal_the_avx2_ones() {
+        let Some(simd) = avx2::detect() else {
+            return;
+        };
+        for (name, xs) in adversarial() {
+            let t = tensor(&xs);
+            let Elems::F32(elems) = Elems::of(&t) else {
+                unreachable!("f32 input")
+            };
+            for len in [1, 7, 8, 9, 1023, 1025, xs.len()] {
+                let elems = &elems[..len.min(elems.len())];
+                let (portable, fast) = (stats_f32_portable(elems), avx2::stats_f32(simd, elems));
+                assert_eq!(
+                    (portable.total, portable.finite, portable.nan),
+                    (fast.total, fast.finite, fast.nan),
+                    "{name}, {len}"
+                );
+                assert_eq!(portable.sum.to_bits(), fast.sum.to_bits(), "{name}, {len}");
+                assert_eq!(
+                    portable.sum_squares.to_bits(),
+                    fast.sum_squares.to_bits(),
+                    "{name}, {len}"
+                );
+                assert!(portable.min == fast.min && portable.max == fast.max);
+            }
+            let s = stats(&t);
+            if s.finite == 0 || s.min == s.max {
+                continue;
+            }
+            for k in [2, 7, 30, 1000] {
+                let edges = equal_width_edges(s.min, s.max, k);
+                let guess = Guess {
+                    origin: s.min,
+                    scale: k as f64 / (s.max - s.min),
+                };
+                let plan = Slots32::new(&edges, guess);
+                let mut portable = vec![[0u32; 4]; plan.bounds.len()];
+                let mut fast = portable.clone();
+                plan.count_portable(elems, &mut portable);
+                let took = plan.count_avx2(elems, &mut fast);
+                assert_eq!(took, plan.truncates, "{name}, k {k}");
+                if took {
+                    let sums =
+                        |c: &[[u32; 4]]| -> Vec<u32> { c.iter().map(|l| l.iter().sum()).collect() };
+                    assert_eq!(sums(&portable), sums(&fast), "{name}, k {k}");
+                }
             }
         }
     }

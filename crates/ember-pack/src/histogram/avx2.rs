@@ -1,0 +1,157 @@
+//! The two passes of an `f32` histogram in AVX2, for CPUs that have it.
+//!
+//! Left to the compiler, even when compiled for AVX2 (through `pulp`'s dispatch), both passes
+//! came out as a mix of scalar and 128-bit code with spills, and the counting pass measured
+//! slower so compiled than for the SSE2 baseline. Here each step is one named instruction:
+//! `ember bench write --workload hist` went from 7.2 k to 11.4 k histograms/s. Every operation
+//! is the one the portable code does, lane for lane and in the same order, so the results are
+//! the same bits (the tests compare the two).
+//!
+//! The intrinsics are `pulp`'s safe wrappers: a [`V3`] token proves the CPU has the features,
+//! and [`V3::vectorize`] compiles the closure for them.
+
+use pulp::x86::V3;
+
+use std::arch::x86_64::{__m256, __m256d, __m256i, _CMP_GE_OQ, _CMP_LE_OQ, _CMP_LT_OQ};
+
+use super::{CHUNK, Slots32, Stats, TWO_POW_23, f32_le, stats_of};
+
+/// The AVX2 token, where the CPU has AVX2 (and FMA, which `V3` also asks for).
+pub(super) fn detect() -> Option<V3> {
+    V3::try_new()
+}
+
+/// [`super::stats_f32`]: blocks of [`CHUNK`] in eight lanes, element `i` of a block in lane
+/// `i % 8`, lanes summed in the same tree; a block holding a NaN or an infinity is taken again
+/// by [`stats_of`].
+pub(super) fn stats_f32(simd: V3, elems: &[[u8; 4]]) -> Stats {
+    simd.vectorize(
+        #[inline(always)]
+        || {
+            let mut s = Stats::empty();
+            for block in elems.chunks(CHUNK) {
+                match finite_block(simd, block) {
+                    Some(b) => {
+                        s.total += block.len() as u64;
+                        s.finite += block.len() as u64;
+                        s.sum += b.sum;
+                        s.sum_squares += b.sum_squares;
+                        s.min = s.min.min(b.min);
+                        s.max = s.max.max(b.max);
+                    }
+                    None => s = s.then(&stats_of(block, f32_le)),
+                }
+            }
+            s
+        },
+    )
+}
+
+/// Sums, sums of squares and extremes of one block, or `None` when it holds a NaN or an
+/// infinity (see [`super::finite_block_f32`], which this is lane for lane).
+#[inline(always)]
+fn finite_block(simd: V3, block: &[[u8; 4]]) -> Option<Stats> {
+    let avx = simd.avx;
+    // Lanes 0-3 of the eight `f64` sums in `low`, lanes 4-7 in `high`.
+    let mut sum_low: __m256d = avx._mm256_setzero_pd();
+    let mut sum_high: __m256d = avx._mm256_setzero_pd();
+    let mut sq_low: __m256d = avx._mm256_setzero_pd();
+    let mut sq_high: __m256d = avx._mm256_setzero_pd();
+    let mut min: __m256 = avx._mm256_set1_ps(f32::INFINITY);
+    let mut max: __m256 = avx._mm256_set1_ps(f32::NEG_INFINITY);
+    let (octs, rest) = block.as_chunks::<8>();
+    for o in octs {
+        let x: __m256 = pulp::cast(*o);
+        let low = avx._mm256_cvtps_pd(avx._mm256_castps256_ps128(x));
+        let high = avx._mm256_cvtps_pd(avx._mm256_extractf128_ps::<1>(x));
+        sum_low = avx._mm256_add_pd(sum_low, low);
+        sum_high = avx._mm256_add_pd(sum_high, high);
+        // Fused, where the portable code rounds the product first: the same bits, as the
+        // square of a widened `f32` (24 significant bits) is exact in `f64`.
+        sq_low = simd.fma._mm256_fmadd_pd(low, low, sq_low);
+        sq_high = simd.fma._mm256_fmadd_pd(high, high, sq_high);
+        // `x < min ? x : min`, the portable code's compare (the second operand on ties).
+        min = avx._mm256_min_ps(x, min);
+        max = avx._mm256_max_ps(x, max);
+    }
+    let lanes = |low: __m256d, high: __m256d| -> [f64; 8] {
+        let [a, b]: [[f64; 4]; 2] = [pulp::cast(low), pulp::cast(high)];
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    };
+    let mut sum = lanes(sum_low, sum_high);
+    let mut sq = lanes(sq_low, sq_high);
+    let mut min: [f32; 8] = pulp::cast(min);
+    let mut max: [f32; 8] = pulp::cast(max);
+    for (j, &e) in rest.iter().enumerate() {
+        let x = f32::from_le_bytes(e);
+        let d = f64::from(x);
+        sum[j] += d;
+        sq[j] += d * d;
+        min[j] = if x < min[j] { x } else { min[j] };
+        max[j] = if x > max[j] { x } else { max[j] };
+    }
+    super::block_stats(sum, sq, min, max)
+}
+
+/// [`Slots32::count`] where [`Slots32::truncates`] holds: the slots eight at a time from the
+/// elements' positions, a group with an element too close to a bucket's edge settled by the
+/// compare, then one count each into `counters` (four per slot, by the element's index).
+pub(super) fn count_truncating(
+    simd: V3,
+    plan: &Slots32,
+    elems: &[[u8; 4]],
+    counters: &mut [[u32; 4]],
+) {
+    simd.vectorize(
+        #[inline(always)]
+        || {
+            let avx = simd.avx;
+            let avx2 = simd.avx2;
+            let origin = avx._mm256_set1_ps(plan.origin);
+            let scale = avx._mm256_set1_ps(plan.scale);
+            let zero = avx._mm256_setzero_ps();
+            let top = avx._mm256_set1_ps(plan.top);
+            let shift = avx._mm256_set1_ps(TWO_POW_23);
+            // slot = bits(position + 2^23) - bits(2^23) + 1, less one where the rounding went up.
+            let base = avx._mm256_set1_epi32(TWO_POW_23.to_bits() as i32 - 1);
+            let below = avx._mm256_set1_ps(-super::SURE);
+            let above = avx._mm256_set1_ps(super::SURE);
+            let (groups, rest) = elems.as_chunks::<8>();
+            for group in groups {
+                let x: __m256 = pulp::cast(*group);
+                // `Slots32::position`: `(x - origin) * scale`, then `y > 0 ? y : 0` (NaN to 0)
+                // and `y < top ? y : top`, the second operand on ties and NaN.
+                let y = avx._mm256_mul_ps(avx._mm256_sub_ps(x, origin), scale);
+                let y = avx._mm256_max_ps(y, zero);
+                let y = avx._mm256_min_ps(y, top);
+                let rounded = avx._mm256_add_ps(y, shift);
+                let off = avx._mm256_sub_ps(y, avx._mm256_sub_ps(rounded, shift));
+                let went_up: __m256i = pulp::cast(avx._mm256_cmp_ps::<_CMP_LT_OQ>(off, zero));
+                let slot = avx2
+                    ._mm256_add_epi32(avx2._mm256_sub_epi32(pulp::cast(rounded), base), went_up);
+                let unsure = avx._mm256_and_ps(
+                    avx._mm256_cmp_ps::<_CMP_GE_OQ>(off, below),
+                    avx._mm256_cmp_ps::<_CMP_LE_OQ>(off, above),
+                );
+                let mut slots: [u32; 8] = pulp::cast(slot);
+                if avx._mm256_movemask_ps(unsure) != 0 {
+                    let xs: [f32; 8] = pulp::cast(x);
+                    for j in 0..8 {
+                        slots[j] = plan.settle(plan.guess_slot(xs[j]), xs[j]) as u32;
+                    }
+                }
+                for (j, &s) in slots.iter().enumerate() {
+                    if let Some(c) = counters.get_mut(s as usize) {
+                        c[j % 4] += 1;
+                    }
+                }
+            }
+            for &e in rest {
+                let x = f32::from_le_bytes(e);
+                if let Some(c) = counters.get_mut(plan.settle(plan.guess_slot(x), x)) {
+                    c[0] += 1;
+                }
+            }
+        },
+    )
+}
