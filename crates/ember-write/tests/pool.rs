@@ -56,6 +56,59 @@ fn records_keep_submission_order_under_parallel_packing() {
     assert_metadata_once_per_tag_per_file(&files);
 }
 
+/// Large events, written from the packers' buffers, past the bytes after which the writer
+/// starts the disk's writeback (every 4 MiB) several times, small ones between them, and a
+/// flush part way: every event reads back whole, in order, with its tensor's bytes.
+#[test]
+fn large_events_past_many_writeback_starts_read_back_whole() {
+    use ember_pack::proto::tensorboard::{event::What, summary::value::Value as Proto};
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path()).build().unwrap();
+    let n = 48;
+    for s in 0..n {
+        let mut r = scalars(s, &["loss"], s as f64);
+        if s % 3 != 2 {
+            let v: Vec<f32> = (0..100_000).map(|i| (s * 100_000 + i) as f32).collect();
+            r.add(
+                Tag::new("w").unwrap(),
+                Value::Tensor(TensorValue::from_slice(&v, vec![100_000])),
+            );
+        }
+        pool.write(r).unwrap();
+        if s == n / 2 {
+            pool.flush().unwrap();
+        }
+    }
+    pool.close().unwrap();
+    let files = tb_files(dir.path());
+    assert_eq!(files.len(), 1);
+    let size = std::fs::metadata(&files[0]).unwrap().len();
+    assert!(size > 3 * 4 * 1024 * 1024, "{size}");
+    let events = read_events(&files[0]);
+    assert_eq!(steps(&events), (0..n).collect::<Vec<_>>());
+    for e in events.iter().filter(|e| !is_header(e)) {
+        let Some(What::Summary(summary)) = &e.what else {
+            panic!("not a summary: {e:?}")
+        };
+        let tensors: Vec<&[u8]> = summary
+            .value
+            .iter()
+            .filter_map(|v| match &v.value {
+                Some(Proto::Tensor(t)) => Some(t.tensor_content.as_slice()),
+                _ => None,
+            })
+            .collect();
+        if e.step % 3 == 2 {
+            assert!(tensors.is_empty(), "step {}", e.step);
+            continue;
+        }
+        let want: Vec<u8> = (0..100_000)
+            .flat_map(|i| ((e.step * 100_000 + i) as f32).to_le_bytes())
+            .collect();
+        assert_eq!(tensors, [want.as_slice()], "step {}", e.step);
+    }
+}
+
 #[test]
 fn flush_hands_every_earlier_record_to_the_os() {
     let dir = tempfile::tempdir().unwrap();
