@@ -3,9 +3,10 @@
 //! The summary record's one-time cost (opening files, the fsync at close) is timed on its own
 //! (`record_lifetime`), since it does not grow with training.
 //!
-//! Burn slows down over a long-running process, so whichever case runs second in one process
-//! loses; measure each in a fresh process, alternating:
-//! `cargo bench -p ember --bench overhead -- summaries_off`, then `-- summaries_on`.
+//! In one process the case measured second has been seen to lose (not a slowdown with training
+//! length: docs/benchmarks.md), so measure each in a fresh process, alternating:
+//! `cargo bench -p ember --bench overhead -- summaries_off`, then `-- summaries_on`. A single
+//! run's time spreads widely here; `overhead_paired` resolves the difference better.
 
 use std::time::{Duration, Instant};
 

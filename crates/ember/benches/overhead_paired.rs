@@ -1,0 +1,92 @@
+//! Logging overhead as paired runs in one process: the Trainer run of `overhead` (200 steps on
+//! 2 workers, scalars every step, histograms every 50) with summaries off and on, one pair after
+//! another, the order inside each pair alternating, so that drift of the machine's load and any
+//! advantage of going first or second falls on both sides alike. Prints each pair's ratio and
+//! their median with the quartiles: on a noisy 2-core machine a single criterion figure spreads
+//! ±5%, while the median of 40 paired ratios resolves about 1%.
+//!
+//! `cargo bench -p ember --bench overhead_paired [-- PAIRS]`
+
+use std::time::{Duration, Instant};
+
+use burn::optim::SgdConfig;
+use burn::tensor::Device;
+use ember::{SummaryRecord, Trainer, TrainerConfig};
+use ember_tests::{Mlp, regression_loader};
+
+const BATCH: usize = 128;
+const ROWS: usize = 200 * 2 * BATCH;
+const HIDDEN: usize = 512;
+
+fn run(summary: Option<&mut SummaryRecord>) -> Duration {
+    let device = Device::flex().autodiff();
+    let train = regression_loader(11, ROWS, BATCH, &device);
+    let trainer = Trainer::<Mlp>::new(
+        vec![device.clone(), device.clone()],
+        SgdConfig::new().init(),
+        0.01,
+        TrainerConfig {
+            epochs: 1,
+            histogram_every: Some(50),
+            ..TrainerConfig::default()
+        },
+    );
+    let model = Mlp::new(HIDDEN, &device);
+    let started = Instant::now();
+    trainer
+        .fit(model, train, None, summary)
+        .expect("training runs");
+    started.elapsed()
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let at = q * (sorted.len() - 1) as f64;
+    let (low, high) = (at.floor() as usize, at.ceil() as usize);
+    sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; the one number given is the pair count.
+    let pairs: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(40);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut summary = SummaryRecord::new(dir.path()).expect("summary record");
+    for _ in 0..3 {
+        run(None);
+        run(Some(&mut summary));
+    }
+    let mut ratios = Vec::with_capacity(pairs);
+    let (mut off_total, mut on_total) = (Duration::ZERO, Duration::ZERO);
+    for pair in 0..pairs {
+        let (off, on) = if pair % 2 == 0 {
+            let off = run(None);
+            (off, run(Some(&mut summary)))
+        } else {
+            let on = run(Some(&mut summary));
+            (run(None), on)
+        };
+        off_total += off;
+        on_total += on;
+        let ratio = on.as_secs_f64() / off.as_secs_f64();
+        println!(
+            "pair {pair:>3}: off {:7.2} ms, on {:7.2} ms, on/off {ratio:.3}",
+            off.as_secs_f64() * 1e3,
+            on.as_secs_f64() * 1e3
+        );
+        ratios.push(ratio);
+    }
+    summary.close().expect("summaries close");
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "{pairs} pairs: on/off median {:.3} (quartiles {:.3}-{:.3}, min {:.3}, max {:.3}); totals off {:.1} ms, on {:.1} ms",
+        quantile(&ratios, 0.5),
+        quantile(&ratios, 0.25),
+        quantile(&ratios, 0.75),
+        ratios[0],
+        ratios[pairs - 1],
+        off_total.as_secs_f64() * 1e3,
+        on_total.as_secs_f64() * 1e3,
+    );
+}
