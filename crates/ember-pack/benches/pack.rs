@@ -1,5 +1,6 @@
-//! Packing throughput, single thread: scalar records (1 and 10 values), a histogram of 100,000
-//! f32, an image 3x64x64 f32, a tensor of 100,000 f32, in both formats.
+//! Packing throughput, single thread: scalar records (1 and 10 values), histograms of 100,000
+//! f32 (a sine's values, many near the extremes, and normal ones), an image 3x64x64 f32, a
+//! tensor of 100,000 f32, in both formats.
 //!
 //! Targets (2-core machine): ≥ 2M one-scalar records/s; histogram ≥ 1 GB/s of input; tensor
 //! ≥ 2 GB/s; ≥ 20k 64x64 PNG images/s.
@@ -14,6 +15,25 @@ use ember_pack::{
 
 fn floats(n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i as f32) * 0.618).sin() * 4.0).collect()
+}
+
+/// Standard normal values (SplitMix64, Box–Muller), as weights and `ember bench write --workload
+/// hist` have them: most fall inside the buckets, away from their edges.
+fn normal(n: usize) -> Vec<f32> {
+    let mut state = 0x5eed_u64;
+    let mut uniform = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|_| {
+            let (u, v) = (1.0 - uniform(), uniform());
+            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect()
 }
 
 fn bench(c: &mut Criterion) {
@@ -50,6 +70,15 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(400_000));
         group.bench_function("histogram_100k_f32", |b| {
             b.iter(|| packer.pack(black_box(&hist), MetadataFor::Only(&seen)))
+        });
+
+        let mut normal_hist = Record::new(1, 1.0);
+        normal_hist.add(
+            Tag::new("w/hist").unwrap(),
+            Value::histogram(normal(100_000)),
+        );
+        group.bench_function("histogram_100k_f32_normal", |b| {
+            b.iter(|| packer.pack(black_box(&normal_hist), MetadataFor::Only(&seen)))
         });
 
         let mut tensor = Record::new(1, 1.0);
