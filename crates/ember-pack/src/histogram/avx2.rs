@@ -105,45 +105,33 @@ pub(super) fn count_truncating(
     simd.vectorize(
         #[inline(always)]
         || {
-            let avx = simd.avx;
-            let avx2 = simd.avx2;
-            let origin = avx._mm256_set1_ps(plan.origin);
-            let scale = avx._mm256_set1_ps(plan.scale);
-            let zero = avx._mm256_setzero_ps();
-            let top = avx._mm256_set1_ps(plan.top);
-            let shift = avx._mm256_set1_ps(TWO_POW_23);
-            // slot = bits(position + 2^23) - bits(2^23) + 1, less one where the rounding went up.
-            let base = avx._mm256_set1_epi32(TWO_POW_23.to_bits() as i32 - 1);
-            let below = avx._mm256_set1_ps(-super::SURE);
-            let above = avx._mm256_set1_ps(super::SURE);
-            let (groups, rest) = elems.as_chunks::<8>();
-            for group in groups {
-                let x: __m256 = pulp::cast(*group);
-                // `Slots32::position`: `(x - origin) * scale`, then `y > 0 ? y : 0` (NaN to 0)
-                // and `y < top ? y : top`, the second operand on ties and NaN.
-                let y = avx._mm256_mul_ps(avx._mm256_sub_ps(x, origin), scale);
-                let y = avx._mm256_max_ps(y, zero);
-                let y = avx._mm256_min_ps(y, top);
-                let rounded = avx._mm256_add_ps(y, shift);
-                let off = avx._mm256_sub_ps(y, avx._mm256_sub_ps(rounded, shift));
-                let went_up: __m256i = pulp::cast(avx._mm256_cmp_ps::<_CMP_LT_OQ>(off, zero));
-                let slot = avx2
-                    ._mm256_add_epi32(avx2._mm256_sub_epi32(pulp::cast(rounded), base), went_up);
-                let unsure = avx._mm256_and_ps(
-                    avx._mm256_cmp_ps::<_CMP_GE_OQ>(off, below),
-                    avx._mm256_cmp_ps::<_CMP_LE_OQ>(off, above),
-                );
-                let mut slots: [u32; 8] = pulp::cast(slot);
-                if avx._mm256_movemask_ps(unsure) != 0 {
-                    let xs: [f32; 8] = pulp::cast(x);
-                    for j in 0..8 {
-                        slots[j] = plan.settle(plan.guess_slot(xs[j]), xs[j]) as u32;
+            let positions = Positions::new(simd, plan);
+            // Eight counters per slot, one per lane: an element's count then waits only on
+            // the one eight elements before it.
+            let mut lanes = vec![[0u32; 8]; counters.len()];
+            let mut count = |slots: &[u32; 8]| {
+                for (j, &s) in slots.iter().enumerate() {
+                    if let Some(c) = lanes.get_mut(s as usize) {
+                        c[j] += 1;
                     }
                 }
-                for (j, &s) in slots.iter().enumerate() {
-                    if let Some(c) = counters.get_mut(s as usize) {
-                        c[j % 4] += 1;
-                    }
+            };
+            // The slots of eight groups are stored, then counted, each read back from memory:
+            // taking each out of its vector register instead measured slower.
+            let (blocks, tail) = elems.as_chunks::<64>();
+            for block in blocks {
+                let groups: &[[[u8; 4]; 8]; 8] = pulp::bytemuck::cast_ref(block);
+                let pending: [[u32; 8]; 8] =
+                    std::array::from_fn(|g| positions.slots(plan, pulp::cast(groups[g])));
+                pending.iter().for_each(&mut count);
+            }
+            let (groups, rest) = tail.as_chunks::<8>();
+            for group in groups {
+                count(&positions.slots(plan, pulp::cast(*group)));
+            }
+            for (c, l) in counters.iter_mut().zip(&lanes) {
+                for j in 0..4 {
+                    c[j] += l[j] + l[j + 4];
                 }
             }
             for &e in rest {
@@ -154,4 +142,68 @@ pub(super) fn count_truncating(
             }
         },
     )
+}
+
+/// The constants of [`Slots32::position`] and of the slot arithmetic, in vectors.
+struct Positions {
+    simd: V3,
+    origin: __m256,
+    scale: __m256,
+    zero: __m256,
+    top: __m256,
+    shift: __m256,
+    /// `bits(2^23) - 1`: slot = bits(position + 2^23) - bits(2^23) + 1, less one where the
+    /// rounding went up.
+    base: __m256i,
+    below: __m256,
+    above: __m256,
+}
+
+impl Positions {
+    #[inline(always)]
+    fn new(simd: V3, plan: &Slots32) -> Positions {
+        let avx = simd.avx;
+        Positions {
+            simd,
+            origin: avx._mm256_set1_ps(plan.origin),
+            scale: avx._mm256_set1_ps(plan.scale),
+            zero: avx._mm256_setzero_ps(),
+            top: avx._mm256_set1_ps(plan.top),
+            shift: avx._mm256_set1_ps(TWO_POW_23),
+            base: avx._mm256_set1_epi32(TWO_POW_23.to_bits() as i32 - 1),
+            below: avx._mm256_set1_ps(-super::SURE),
+            above: avx._mm256_set1_ps(super::SURE),
+        }
+    }
+
+    /// The slots of eight elements: from their positions, or by [`Slots32::settle`] for all
+    /// eight when one lies too close to a bucket's edge.
+    #[inline(always)]
+    fn slots(&self, plan: &Slots32, x: __m256) -> [u32; 8] {
+        let (avx, avx2) = (self.simd.avx, self.simd.avx2);
+        // `Slots32::position`: `(x - origin) * scale`, then `y > 0 ? y : 0` (NaN to 0) and
+        // `y < top ? y : top`, the second operand on ties and NaN.
+        let y = avx._mm256_mul_ps(avx._mm256_sub_ps(x, self.origin), self.scale);
+        let y = avx._mm256_max_ps(y, self.zero);
+        let y = avx._mm256_min_ps(y, self.top);
+        let rounded = avx._mm256_add_ps(y, self.shift);
+        let off = avx._mm256_sub_ps(y, avx._mm256_sub_ps(rounded, self.shift));
+        let went_up: __m256i = pulp::cast(avx._mm256_cmp_ps::<_CMP_LT_OQ>(off, self.zero));
+        let slot = avx2._mm256_add_epi32(
+            avx2._mm256_sub_epi32(pulp::cast(rounded), self.base),
+            went_up,
+        );
+        let unsure = avx._mm256_and_ps(
+            avx._mm256_cmp_ps::<_CMP_GE_OQ>(off, self.below),
+            avx._mm256_cmp_ps::<_CMP_LE_OQ>(off, self.above),
+        );
+        let mut slots: [u32; 8] = pulp::cast(slot);
+        if avx._mm256_movemask_ps(unsure) != 0 {
+            let xs: [f32; 8] = pulp::cast(x);
+            for j in 0..8 {
+                slots[j] = plan.settle(plan.guess_slot(xs[j]), xs[j]) as u32;
+            }
+        }
+        slots
+    }
 }
