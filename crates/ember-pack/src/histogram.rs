@@ -216,20 +216,16 @@ fn stats_f32(elems: &[[u8; 4]]) -> Stats {
 
 /// [`stats_f32`] without AVX2.
 fn stats_f32_portable(elems: &[[u8; 4]]) -> Stats {
-    let mut s = Stats::empty();
-    for block in elems.chunks(CHUNK) {
-        let Some(b) = finite_block_f32(block) else {
-            s = s.then(&stats_of(block, f32_le));
-            continue;
-        };
-        s.total += block.len() as u64;
-        s.finite += block.len() as u64;
-        s.sum += b.sum;
-        s.sum_squares += b.sum_squares;
-        s.min = s.min.min(b.min);
-        s.max = s.max.max(b.max);
-    }
-    s
+    stats_by_block(elems, finite_block_f32)
+}
+
+/// The statistics of `elems`, block by block: from `finite_block`, or for a block it refuses
+/// (one holding a NaN or an infinity) from [`stats_of`].
+#[inline(always)]
+fn stats_by_block(elems: &[[u8; 4]], finite_block: impl Fn(&[[u8; 4]]) -> Option<Stats>) -> Stats {
+    elems.chunks(CHUNK).fold(Stats::empty(), |s, block| {
+        s.then(&finite_block(block).unwrap_or_else(|| stats_of(block, f32_le)))
+    })
 }
 
 /// The sums and extremes of one block of `f32` elements, or `None` when it holds a NaN or an
@@ -253,6 +249,20 @@ fn finite_block_f32(block: &[[u8; 4]]) -> Option<Stats> {
         min = std::array::from_fn(|j| if x[j] < min[j] { x[j] } else { min[j] });
         max = std::array::from_fn(|j| if x[j] > max[j] { x[j] } else { max[j] });
     }
+    block_stats(block.len(), sum, sq, min, max, rest)
+}
+
+/// The statistics of a block of `len` elements from its eight lanes and the `rest` of it (fewer
+/// than eight elements, element `j` in lane `j`), or `None` when a sum shows a NaN or an
+/// infinity.
+fn block_stats(
+    len: usize,
+    mut sum: [f64; 8],
+    mut sq: [f64; 8],
+    mut min: [f32; 8],
+    mut max: [f32; 8],
+    rest: &[[u8; 4]],
+) -> Option<Stats> {
     for (j, &e) in rest.iter().enumerate() {
         let x = f32::from_le_bytes(e);
         let d = f64::from(x);
@@ -261,11 +271,6 @@ fn finite_block_f32(block: &[[u8; 4]]) -> Option<Stats> {
         min[j] = if x < min[j] { x } else { min[j] };
         max[j] = if x > max[j] { x } else { max[j] };
     }
-    block_stats(sum, sq, min, max)
-}
-
-/// A block's statistics from its eight lanes, or `None` when a sum shows a NaN or an infinity.
-fn block_stats(sum: [f64; 8], sq: [f64; 8], min: [f32; 8], max: [f32; 8]) -> Option<Stats> {
     // No test per element: the sums of at most 128 finite `f32` (and of their squares) are
     // finite in `f64`, so a NaN or an infinity shows as a sum that is not.
     if !sum.iter().chain(&sq).all(|v| v.is_finite()) {
@@ -275,6 +280,8 @@ fn block_stats(sum: [f64; 8], sq: [f64; 8], min: [f32; 8], max: [f32; 8]) -> Opt
     let low = min.iter().fold(f32::INFINITY, |a, &b| a.min(b));
     let high = max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     Some(Stats {
+        total: len as u64,
+        finite: len as u64,
         sum: total(sum),
         sum_squares: total(sq),
         min: f64::from(low),

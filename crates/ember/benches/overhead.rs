@@ -8,42 +8,14 @@
 //! `cargo bench -p ember --bench overhead -- summaries_off`, then `-- summaries_on`. A single
 //! run's time spreads widely here; `overhead_paired` resolves the difference better.
 
+#[path = "support/trainer_run.rs"]
+mod trainer_run;
+
 use std::time::{Duration, Instant};
 
-use burn::optim::SgdConfig;
-use burn::tensor::Device;
 use criterion::{Criterion, criterion_group, criterion_main};
-use ember::{SummaryRecord, Trainer, TrainerConfig};
-use ember_tests::{Mlp, regression_loader};
-
-/// 200 steps of 2 devices x 128 rows through a 2-512-1 MLP: steps of about a millisecond, the
-/// small end of real training. (With 2-64-1 and 16 rows, steps of ~0.1 ms, the summary record's
-/// fixed cost of about 1 ms for creating and closing files alone is 4% of the run.)
-const BATCH: usize = 128;
-const ROWS: usize = 200 * 2 * BATCH;
-const HIDDEN: usize = 512;
-
-/// One training run; with `summary`, recording into it. Returns the run's wall time.
-fn run(summary: Option<&mut SummaryRecord>) -> Duration {
-    let device = Device::flex().autodiff();
-    let train = regression_loader(11, ROWS, BATCH, &device);
-    let trainer = Trainer::<Mlp>::new(
-        vec![device.clone(), device.clone()],
-        SgdConfig::new().init(),
-        0.01,
-        TrainerConfig {
-            epochs: 1,
-            histogram_every: Some(50),
-            ..TrainerConfig::default()
-        },
-    );
-    let model = Mlp::new(HIDDEN, &device);
-    let started = Instant::now();
-    trainer
-        .fit(model, train, None, summary)
-        .expect("training runs");
-    started.elapsed()
-}
+use ember::SummaryRecord;
+use trainer_run::run;
 
 /// `summaries_on` records into one summary record per sample, created before and closed after
 /// the timed runs: its one-time cost (creating files, the fsync at close: about 1 ms) is left

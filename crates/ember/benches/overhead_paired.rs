@@ -7,37 +7,13 @@
 //!
 //! `cargo bench -p ember --bench overhead_paired [-- PAIRS]`
 
-use std::time::{Duration, Instant};
+#[path = "support/trainer_run.rs"]
+mod trainer_run;
 
-use burn::optim::SgdConfig;
-use burn::tensor::Device;
-use ember::{SummaryRecord, Trainer, TrainerConfig};
-use ember_tests::{Mlp, regression_loader};
+use std::time::Duration;
 
-const BATCH: usize = 128;
-const ROWS: usize = 200 * 2 * BATCH;
-const HIDDEN: usize = 512;
-
-fn run(summary: Option<&mut SummaryRecord>) -> Duration {
-    let device = Device::flex().autodiff();
-    let train = regression_loader(11, ROWS, BATCH, &device);
-    let trainer = Trainer::<Mlp>::new(
-        vec![device.clone(), device.clone()],
-        SgdConfig::new().init(),
-        0.01,
-        TrainerConfig {
-            epochs: 1,
-            histogram_every: Some(50),
-            ..TrainerConfig::default()
-        },
-    );
-    let model = Mlp::new(HIDDEN, &device);
-    let started = Instant::now();
-    trainer
-        .fit(model, train, None, summary)
-        .expect("training runs");
-    started.elapsed()
-}
+use ember::SummaryRecord;
+use trainer_run::run;
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     let at = q * (sorted.len() - 1) as f64;

@@ -14,36 +14,20 @@ use pulp::x86::V3;
 
 use std::arch::x86_64::{__m256, __m256d, __m256i, _CMP_GE_OQ, _CMP_LE_OQ, _CMP_LT_OQ};
 
-use super::{CHUNK, Slots32, Stats, TWO_POW_23, f32_le, stats_of};
+use super::{Slots32, Stats, TWO_POW_23, stats_by_block};
 
 /// The AVX2 token, where the CPU has AVX2 (and FMA, which `V3` also asks for).
 pub(super) fn detect() -> Option<V3> {
     V3::try_new()
 }
 
-/// [`super::stats_f32`]: blocks of [`CHUNK`] in eight lanes, element `i` of a block in lane
+/// [`super::stats_f32`]: blocks of [`super::CHUNK`] in eight lanes, element `i` of a block in lane
 /// `i % 8`, lanes summed in the same tree; a block holding a NaN or an infinity is taken again
-/// by [`stats_of`].
+/// by [`super::stats_of`].
 pub(super) fn stats_f32(simd: V3, elems: &[[u8; 4]]) -> Stats {
     simd.vectorize(
         #[inline(always)]
-        || {
-            let mut s = Stats::empty();
-            for block in elems.chunks(CHUNK) {
-                match finite_block(simd, block) {
-                    Some(b) => {
-                        s.total += block.len() as u64;
-                        s.finite += block.len() as u64;
-                        s.sum += b.sum;
-                        s.sum_squares += b.sum_squares;
-                        s.min = s.min.min(b.min);
-                        s.max = s.max.max(b.max);
-                    }
-                    None => s = s.then(&stats_of(block, f32_le)),
-                }
-            }
-            s
-        },
+        || stats_by_block(elems, |block| finite_block(simd, block)),
     )
 }
 
@@ -78,19 +62,14 @@ fn finite_block(simd: V3, block: &[[u8; 4]]) -> Option<Stats> {
         let [a, b]: [[f64; 4]; 2] = [pulp::cast(low), pulp::cast(high)];
         [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
     };
-    let mut sum = lanes(sum_low, sum_high);
-    let mut sq = lanes(sq_low, sq_high);
-    let mut min: [f32; 8] = pulp::cast(min);
-    let mut max: [f32; 8] = pulp::cast(max);
-    for (j, &e) in rest.iter().enumerate() {
-        let x = f32::from_le_bytes(e);
-        let d = f64::from(x);
-        sum[j] += d;
-        sq[j] += d * d;
-        min[j] = if x < min[j] { x } else { min[j] };
-        max[j] = if x > max[j] { x } else { max[j] };
-    }
-    super::block_stats(sum, sq, min, max)
+    super::block_stats(
+        block.len(),
+        lanes(sum_low, sum_high),
+        lanes(sq_low, sq_high),
+        pulp::cast(min),
+        pulp::cast(max),
+        rest,
+    )
 }
 
 /// [`Slots32::count`] where [`Slots32::truncates`] holds: the slots eight at a time from the
