@@ -11,7 +11,8 @@ gave ember. Every expectation below is computed here from those inputs and the d
   (edge[i] = min*(1-i/k) + max*(i/k), last edge max, value x in the last bucket with
   edge[i] <= x), or one bucket when all values are equal;
 - images: round(x*255) clamped to 0..255, a batch tiled into min(N, 8) columns on black;
-- text, tensors, hparams, graph: as given;
+- text, tensors, hparams, graph: as given; 1.2 MB tensors at twelve steps (past the
+  writer's writeback starts): as `arange`;
 - pr curves: from the labels and predictions by the curve's definition (at threshold
   i/(n-1), the positives are the predictions at or above it; precision tp/(tp+fp) and
   recall tp/(tp+fn), 0 for an empty count), read through the pr_curves plugin's
@@ -177,7 +178,9 @@ def check_kinds(manifest, acc, plugin_acc):
     }
     want_hists = {h["tag"] for h in manifest["histograms"]}
     want_images = {i["tag"] for i in manifest["images"]}
-    want_tensors = {t["tag"] for t in manifest["tensors"]} | {t["tag"] for t in manifest["texts"]}
+    want_tensors = {t["tag"] for t in manifest["tensors"] + manifest["large_tensors"]} | {
+        t["tag"] for t in manifest["texts"]
+    }
     new_kinds = {
         manifest["pr_raw"]["tag"]: "pr_curves",
         manifest["audio"]["tag"]: "audio",
@@ -206,7 +209,7 @@ def check_kinds(manifest, acc, plugin_acc):
         plugins[tag] = "images"
     for t in manifest["texts"]:
         plugins[t["tag"]] = "text"
-    for t in manifest["tensors"]:
+    for t in manifest["tensors"] + manifest["large_tensors"]:
         plugins[t["tag"]] = "tensor"
     for tag in want_hparams:
         plugins[tag] = "hparams"
@@ -361,6 +364,27 @@ def check_tensors(manifest, acc):
             f"{tag}: values {array.ravel().tolist()}, expected {want.ravel().tolist()}",
         )
     return len(manifest["tensors"])
+
+
+def check_large_tensors(manifest, acc):
+    """Tensors of 1.2 MB at twelve steps: the file passes the 4 MiB after which ember's writer
+    starts the disk's writeback three times, and every one reads back whole."""
+    count = 0
+    for item in manifest["large_tensors"]:
+        tag, n = item["tag"], item["n"]
+        got = acc.Tensors(tag)
+        steps = [e.step for e in got]
+        if not expect(steps == item["steps"], f"{tag}: steps {steps}, expected {item['steps']}"):
+            continue
+        for event in got:
+            array = tensor_util.make_ndarray(event.tensor_proto)
+            want = np.arange(event.step * n, event.step * n + n, dtype=np.float32)
+            expect(
+                array.dtype == want.dtype and np.array_equal(array, want),
+                f"{tag} step {event.step}: {array.dtype} {array.shape} differs from arange",
+            )
+            count += 1
+    return count
 
 
 def check_hparams(manifest, plugin_acc):
@@ -733,6 +757,7 @@ def main():
         "images": check_images(manifest, acc, plugin_acc),
         "texts": check_texts(manifest, plugin_acc),
         "tensors": check_tensors(manifest, acc),
+        "large tensors past writeback starts": check_large_tensors(manifest, acc),
         "hparams": check_hparams(manifest, plugin_acc),
         "graph nodes": check_graph(manifest, acc, plugin_acc),
         "pr curves (plugin)": check_pr_curves(manifest, path),

@@ -260,6 +260,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ]),
     );
 
+    // Twelve large tensors, 1.2 MB each: 14.4 MB, past the 4 MiB after which the writer starts
+    // the disk's writeback three times; value `i` at step `s` is `s * LARGE + i`, exact in f32.
+    const LARGE: usize = 300_000;
+    let large_steps: Vec<i64> = (20..32).collect();
+    for &step in &large_steps {
+        let values: Vec<f32> = (0..LARGE)
+            .map(|i| (step as usize * LARGE + i) as f32)
+            .collect();
+        summary.add_tensor(
+            "tensor/large",
+            TensorValue::from_slice(&values, vec![LARGE]),
+            step,
+        )?;
+    }
+    manifest.add(
+        "large_tensors",
+        format!(
+            "[{{\"tag\":\"tensor/large\",\"steps\":{:?},\"n\":{LARGE}}}]",
+            large_steps
+        ),
+    );
+
     // Hyper-parameters with metrics and an end status.
     let mut hparams = HParams::new()
         .with("lr", 0.125)
