@@ -45,6 +45,8 @@
 pub mod burn_train;
 mod convert;
 #[cfg(feature = "burn")]
+pub mod devices;
+#[cfg(feature = "burn")]
 mod driver;
 mod error;
 #[cfg(feature = "burn")]
