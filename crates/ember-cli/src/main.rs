@@ -83,6 +83,7 @@ pub(crate) fn out(text: impl std::fmt::Display) {
 }
 
 fn main() -> ExitCode {
+    quiet_vulkan_device_select();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => train::run(args),
@@ -102,6 +103,25 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Turns off Mesa's implicit `VK_LAYER_MESA_device_select` Vulkan layer for this process,
+/// unless the user set `NODEVICE_SELECT` themselves. The layer only reorders adapters by the
+/// desktop's default GPU (ember picks its adapters by index itself), and on a machine without a
+/// Wayland session it prints `error: XDG_RUNTIME_DIR is invalid or not set in the environment.`
+/// each time an instance lists its devices: noise a user of `ember train --device wgpu:0,...`
+/// should not see. The layer reads only its environment switch, so that is the way to say it.
+#[cfg(feature = "wgpu")]
+#[allow(unsafe_code)]
+fn quiet_vulkan_device_select() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        // SAFETY: called first thing in `main`, before any thread exists that could read or
+        // write the environment concurrently.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn quiet_vulkan_device_select() {}
 
 /// The default log directory for a run started at `secs`: `runs/<UTC date-time>`.
 pub(crate) fn default_logdir_at(secs: u64) -> PathBuf {

@@ -24,6 +24,7 @@ use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 use clap::Args;
+use ember::devices::{DeviceSpec, open_devices, parse_devices};
 use ember::pack::{Category, CustomScalarLayout, Format, HParams, Image, ImageLayout, TensorValue};
 use ember::{EpochReport, SummaryError, SummaryRecord, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -46,9 +47,21 @@ const INTERRUPTED: u8 = 130;
 
 #[derive(Debug, Args)]
 pub(crate) struct TrainArgs {
-    /// Worker threads, one per device (the first is the main device).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
-    devices: u16,
+    /// Devices to train on, comma-separated, the first being the main device: `cpu` (Burn's
+    /// flex backend), `wgpu:N` (the N-th logical wgpu device: the N-th GPU, or a device of its
+    /// own on the machine's one adapter), `cuda:N` [default: `cpu`; built with `--features
+    /// wgpu`, `wgpu:0,wgpu:1`; with `--features cuda`, every CUDA device]. A device listed
+    /// twice is shared by two workers.
+    #[arg(long, value_name = "LIST", value_parser = parse_device_list)]
+    device: Option<DeviceList>,
+    /// Worker threads [default: one per listed device; 2 on `cpu`, the flex backend's one
+    /// device, which its workers share]. More workers than listed devices is an error unless
+    /// --share-devices is given.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    devices: Option<u16>,
+    /// Let more workers than listed devices share them, taking the list round robin.
+    #[arg(long)]
+    share_devices: bool,
     /// Passes over the training set.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
     epochs: u16,
@@ -94,37 +107,64 @@ fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("`{text}` is not a positive number of seconds"))
 }
 
-/// The training devices: `n` workers on the backend the build enables (cuda, wgpu, else flex).
-fn devices(n: usize) -> anyhow::Result<Vec<Device>> {
-    #[cfg(feature = "cuda")]
-    {
-        let gpus = Device::enumerate(burn::tensor::DeviceType::Cuda).into_vec();
-        ensure!(
-            !gpus.is_empty(),
-            "built with cuda, but no CUDA device was found"
-        );
-        // Workers beyond the number of GPUs share them, round robin.
-        return Ok((0..n)
-            .map(|i| gpus[i % gpus.len()].clone().autodiff())
-            .collect());
-    }
-    #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
-    {
-        let device = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
-        return Ok(vec![device.autodiff(); n]);
-    }
-    #[allow(unreachable_code)]
-    Ok(vec![Device::flex().autodiff(); n])
+/// `--device`'s list, as one value (clap would take a bare `Vec` for a repeated flag).
+#[derive(Debug, Clone)]
+struct DeviceList(Vec<DeviceSpec>);
+
+fn parse_device_list(text: &str) -> Result<DeviceList, String> {
+    parse_devices(text)
+        .map(DeviceList)
+        .map_err(|e| e.to_string())
 }
 
-fn backend_name() -> &'static str {
-    if cfg!(feature = "cuda") {
-        "cuda"
-    } else if cfg!(feature = "wgpu") {
-        "wgpu"
-    } else {
-        "flex (CPU)"
+/// The devices the build trains on when none are named.
+fn default_devices() -> anyhow::Result<Vec<DeviceSpec>> {
+    #[cfg(feature = "cuda")]
+    {
+        let found = burn::tensor::Device::enumerate(burn::tensor::DeviceType::Cuda).len();
+        ensure!(
+            found > 0,
+            "built with cuda, but the CUDA driver lists no device; name devices with --device"
+        );
+        return Ok((0..found).map(DeviceSpec::Cuda).collect());
     }
+    #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+    return Ok(vec![DeviceSpec::Wgpu(0), DeviceSpec::Wgpu(1)]);
+    #[allow(unreachable_code)]
+    Ok(vec![DeviceSpec::Cpu])
+}
+
+/// Each worker's device: worker `i` on listed device `i`. More workers than devices share
+/// them only where asked to (or on `cpu`, which is one device by nature); fewer workers than
+/// devices would leave a listed device idle, which is refused too.
+fn worker_devices(
+    listed: &[DeviceSpec],
+    workers: Option<usize>,
+    share: bool,
+) -> anyhow::Result<Vec<DeviceSpec>> {
+    let only_cpu = listed.iter().all(|d| *d == DeviceSpec::Cpu);
+    let workers = workers.unwrap_or(if only_cpu && listed.len() == 1 {
+        2
+    } else {
+        listed.len()
+    });
+    let named = listed
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    ensure!(
+        workers <= listed.len() || share || only_cpu,
+        "{workers} workers but {} device(s) listed ({named}): list one device per worker, or \
+         pass --share-devices to share them round robin",
+        listed.len()
+    );
+    ensure!(
+        workers >= listed.len(),
+        "--devices {workers} leaves devices of the list ({named}) without a worker: list only \
+         the devices to train on"
+    );
+    Ok((0..workers).map(|i| listed[i % listed.len()]).collect())
 }
 
 fn loader(
@@ -152,7 +192,12 @@ fn steps_per_epoch(train: usize, workers: usize, batch: usize) -> usize {
 
 pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let workers = usize::from(args.devices);
+    let listed = match args.device.clone() {
+        Some(DeviceList(listed)) => listed,
+        None => default_devices()?,
+    };
+    let specs = worker_devices(&listed, args.devices.map(usize::from), args.share_devices)?;
+    let workers = specs.len();
     let batch_size = usize::from(args.batch_size);
     let hidden = usize::from(args.hidden);
     let epochs = usize::from(args.epochs);
@@ -183,7 +228,8 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let projected: Vec<Digit> = test.clone();
     let (train_len, test_len) = (train.len(), test.len());
 
-    let devices = devices(workers)?;
+    let opened = open_devices(&specs)?;
+    let devices: Vec<Device> = opened.iter().map(|o| o.device.clone()).collect();
     let main = devices[0].clone();
     main.seed(INIT_SEED);
 
@@ -220,9 +266,14 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         };
         eprintln!(
             "training a {PIXELS}-{hidden}-10 MLP on {train_len} digits ({test_len} held out for \
-             testing), {workers} worker(s) on {}{ranks}, {epochs} epoch(s)",
-            backend_name()
+             testing), {workers} worker(s){ranks}, {epochs} epoch(s)",
         );
+        for (worker, device) in opened.iter().enumerate() {
+            eprintln!(
+                "  worker {worker}: {} ({})",
+                device.spec, device.description
+            );
+        }
     }
 
     let step_bar = bar.clone();
@@ -332,6 +383,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         .valid_accuracy
         .context("no test accuracy: the test set is empty; use a larger --subset")?;
     let seconds = started.elapsed().as_secs_f64();
+    print_device_memory(&opened);
     crate::out(format!(
         "test accuracy: {:.2}% ({test_len} held-out digits) after {epochs} epoch(s), \
          {} steps, {seconds:.1} s",
@@ -359,6 +411,28 @@ fn stop_on_ctrl_c(bar: ProgressBar) -> Arc<AtomicBool> {
         eprintln!("warning: Ctrl-C will end training at once, losing the latest logs: {error}");
     }
     stop
+}
+
+/// What each device's allocator holds at the end of training, once per device: its reserved
+/// bytes are the high-water mark of its pools, which keep their pages for reuse. Backends that
+/// report no figure (flex) print nothing.
+fn print_device_memory(opened: &[ember::devices::OpenedDevice]) {
+    let mut seen: Vec<&Device> = Vec::new();
+    for device in opened {
+        if seen.contains(&&device.device) {
+            continue;
+        }
+        seen.push(&device.device);
+        if let Some(usage) = device.device.memory_pool_usage() {
+            let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+            eprintln!(
+                "device memory: {}: {:.1} MiB reserved, {:.1} MiB in use",
+                device.spec,
+                mib(usage.bytes_reserved),
+                mib(usage.bytes_in_use)
+            );
+        }
+    }
 }
 
 /// Where the logs are, and how to view them.
@@ -554,6 +628,40 @@ mod tests {
         // 10 on 3 workers: 3, 3 and 4; batches of 2: the last needs 2 steps.
         assert_eq!(steps_per_epoch(10, 3, 2), 2);
         assert_eq!(steps_per_epoch(240, 1, 32), 8);
+    }
+
+    #[test]
+    fn workers_get_the_listed_devices_and_never_share_unasked() {
+        let gpus = [DeviceSpec::Wgpu(0), DeviceSpec::Wgpu(1)];
+        assert_eq!(worker_devices(&gpus, None, false).unwrap(), gpus);
+        let error = worker_devices(&gpus, Some(4), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("4 workers but 2 device(s) listed (wgpu:0,wgpu:1)"),
+            "{error}"
+        );
+        assert_eq!(
+            worker_devices(&gpus, Some(3), true).unwrap(),
+            [gpus[0], gpus[1], gpus[0]]
+        );
+        let error = worker_devices(&gpus, Some(1), false)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("without a worker"), "{error}");
+        // The CPU backend is one device: its workers share it, two by default.
+        assert_eq!(
+            worker_devices(&[DeviceSpec::Cpu], None, false)
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            worker_devices(&[DeviceSpec::Cpu], Some(4), false)
+                .unwrap()
+                .len(),
+            4
+        );
     }
 
     #[test]

@@ -506,6 +506,42 @@ fn bad_flags_and_uncreatable_log_dirs_fail_cleanly() {
     assert_eq!(output.status.code(), Some(2));
     assert!(!text(&output.stderr).contains("panicked"));
 
+    // An unknown device is clap's error (exit 2), naming what is expected.
+    let output = ember(&["train", "--device", "tpu:0"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr)
+            .contains("unknown device `tpu:0`: expected `cpu`, `wgpu:N` or `cuda:N`"),
+        "{}",
+        text(&output.stderr)
+    );
+    // A device whose backend this build lacks, and more workers than devices: one line each.
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let output = ember(&["train", "--subset", "100", "--device", "wgpu:0,wgpu:1"]);
+        assert_one_error_line(&output);
+        assert!(
+            text(&output.stderr).contains("wgpu:0 needs ember built with the `wgpu` feature"),
+            "{}",
+            text(&output.stderr)
+        );
+    }
+    let output = ember(&[
+        "train",
+        "--subset",
+        "100",
+        "--device",
+        "cuda:0",
+        "--devices",
+        "3",
+    ]);
+    assert_one_error_line(&output);
+    assert!(
+        text(&output.stderr).contains("3 workers but 1 device(s) listed (cuda:0)"),
+        "{}",
+        text(&output.stderr)
+    );
+
     let output = ember(&[
         "bench",
         "write",
