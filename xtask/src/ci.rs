@@ -11,10 +11,13 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask layers",
     "cargo xtask codegen --check",
     "cargo clippy --workspace --all-targets -- -D warnings",
+    "cargo clippy -p ember -p ember-cli -p ember-tests --all-targets --features ember/wgpu,ember-cli/wgpu,ember-tests/wgpu -- -D warnings",
+    "env DOCS_RS=1 cargo clippy -p ember -p ember-cli -p ember-tests --all-targets --features ember/cuda,ember-cli/cuda,ember-tests/cuda -- -D warnings",
     "cargo xtask features",
     "cargo test --workspace",
     "cargo xtask compat",
     "cargo xtask mpi",
+    "cargo xtask devices",
 ];
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {

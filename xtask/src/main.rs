@@ -10,6 +10,10 @@
 //!   `target/`) that every value kind ember writes reads back as written, truncated files,
 //!   graph edges, hparams columns and lineage rows included.
 //! - `codegen [--check]`: regenerates ember-pack's protobuf code (`--check` only verifies it).
+//! - `devices`: multi-device training on two distinct wgpu devices (Mesa's lavapipe where there
+//!   is no GPU), against one device, burn-train's own summary and the flex build.
+//! - `gpu [--epochs E]`: on a machine with CUDA GPUs, the two-device suite and `ember train` on
+//!   1..N GPUs with its throughput and memory, into `target/bench/gpu.md`.
 //! - `features`: checks that `ember` without its `burn` feature builds no Burn, that the logging
 //!   example builds and runs that way in a crate of its own, and that the docs of both feature
 //!   sets build without warnings.
@@ -19,7 +23,9 @@ mod bench;
 mod ci;
 mod codegen;
 mod compat;
+mod devices;
 mod features;
+mod gpu;
 mod layers;
 mod mpi;
 
@@ -33,12 +39,14 @@ fn main() -> anyhow::Result<()> {
         Some("ci") => ci::run(&root),
         Some("compat") => compat::run(&root),
         Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
+        Some("devices") => devices::run(&root),
         Some("features") => features::run(&root),
+        Some("gpu") => gpu::run(&root, &args[1..]),
         Some("layers") => layers::run(&root),
         Some("mpi") => mpi::run(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  features logging-only ember builds no Burn; docs of both feature sets build\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)"
             );
             Ok(())
         }

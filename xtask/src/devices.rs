@@ -1,0 +1,182 @@
+//! `cargo xtask devices`: multi-device training on two *distinct* devices, on any machine.
+//!
+//! Mesa's lavapipe gives Burn's wgpu backend a real Vulkan device on the CPU; ember opens two
+//! logical devices on it (`wgpu:0`, `wgpu:1`), each with its own queue, memory and Burn client.
+//!
+//! 1. Finds lavapipe's Vulkan driver and the Vulkan loader; as root with `apt-get`, installs
+//!    Debian's `mesa-vulkan-drivers libvulkan1` when missing. Without them the task is skipped
+//!    in one line, except under `CI=true`, where that is a failure.
+//! 2. Runs `tests/tests/distinct_devices.rs` (the `wgpu` feature of the tests crate): the two
+//!    devices are distinct; the Trainer on both trains like one device on the concatenated
+//!    batch, with gradient accumulation; burn-train's `Learner` on ember's `PoolStrategy` logs
+//!    what burn's `LearnerSummary` summarises; every failure of the pool is named by device and
+//!    leaves nothing on a wrong device.
+//! 3. Runs `ember train --device wgpu:0,wgpu:1` (built with `--features wgpu`) and the flex
+//!    build's `ember train` on the same data and epochs: both reach the accuracy band, within
+//!    a few points of each other, and the wgpu run prints nothing of the Vulkan stack's own.
+//!
+//! `cargo xtask gpu` is the same on a machine's CUDA devices (see `gpu.rs`).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, ensure};
+
+use crate::compat::{cargo, skip_or_fail, target_dir};
+use crate::mpi::{build, expect_success, install_as_root, run_limited};
+
+const TASK: &str = "devices";
+
+/// Debian's lavapipe driver and the Vulkan loader.
+const PACKAGES: &[&str] = &["mesa-vulkan-drivers", "libvulkan1"];
+
+/// Epochs of the `ember train` comparison: two reach ~90% on the held-out digits.
+const EPOCHS: &str = "2";
+
+/// The lowest test accuracy either build may reach in [`EPOCHS`] epochs, and the largest gap
+/// between them. Both builds start from the same seeded weights on the same batches, but the
+/// flex CPU backend and a Vulkan device round differently, and over 46 Adam steps that moves
+/// the accuracy by a digit or two of the 359 held out (0.3–0.6 points); a device whose
+/// gradients were lost or doubled lands far outside.
+const MIN_ACCURACY: f64 = 85.0;
+const MAX_GAP: f64 = 3.0;
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    if let Err(why) = ensure_lavapipe() {
+        return skip_or_fail(TASK, &why);
+    }
+    let target = target_dir(root);
+    let work = target.join(format!("devices-check-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+
+    let started = std::time::Instant::now();
+    let status = cargo()
+        .args([
+            "test",
+            "-p",
+            "ember-tests",
+            "--features",
+            "wgpu",
+            "--test",
+            "distinct_devices",
+            "--",
+            // The suite measures each device's memory; tests side by side would blur it.
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        // Mesa's device-select layer prints about a missing Wayland session; `ember` turns
+        // it off itself, a test binary is told here.
+        .env("NODEVICE_SELECT", "1")
+        .current_dir(root)
+        .status()
+        .context("starting cargo test")?;
+    ensure!(
+        status.success(),
+        "the distinct-device suite failed ({status})"
+    );
+    eprintln!(
+        "{TASK}: the distinct-device suite passed ({:.0} s with its build)",
+        started.elapsed().as_secs_f64()
+    );
+
+    build(root, &["build", "-p", "ember-cli", "--features", "wgpu"])?;
+    let wgpu = train(&target, &work, "wgpu", &["--device", "wgpu:0,wgpu:1"])?;
+    ensure!(
+        wgpu.output.contains("worker 1: wgpu:1"),
+        "ember train did not put worker 1 on wgpu:1:\n{}",
+        wgpu.output
+    );
+    for noise in ["XDG_RUNTIME_DIR", "MESA", "WARNING"] {
+        ensure!(
+            !wgpu.output.contains(noise),
+            "ember train on wgpu printed the graphics stack's `{noise}`:\n{}",
+            wgpu.output
+        );
+    }
+    build(root, &["build", "-p", "ember-cli"])?;
+    let flex = train(&target, &work, "flex", &[])?;
+    let gap = (wgpu.accuracy - flex.accuracy).abs();
+    eprintln!(
+        "{TASK}: ember train, {EPOCHS} epochs: wgpu:0,wgpu:1 {:.2}% in {:.1} s, flex (2 workers \
+         on cpu) {:.2}% in {:.1} s; gap {gap:.2} points",
+        wgpu.accuracy, wgpu.seconds, flex.accuracy, flex.seconds
+    );
+    for (name, run) in [("wgpu", &wgpu), ("flex", &flex)] {
+        ensure!(
+            run.accuracy >= MIN_ACCURACY,
+            "the {name} build reached {:.2}%, below {MIN_ACCURACY}%",
+            run.accuracy
+        );
+    }
+    ensure!(
+        gap <= MAX_GAP,
+        "the wgpu and flex builds differ by {gap:.2} points (more than {MAX_GAP})"
+    );
+    std::fs::remove_dir_all(&work).ok();
+    eprintln!("{TASK}: all scenarios passed");
+    Ok(())
+}
+
+/// Whether lavapipe and the loader are here, installing them when this process may.
+fn ensure_lavapipe() -> Result<(), String> {
+    if lavapipe_missing().is_none() {
+        return Ok(());
+    }
+    install_as_root(TASK, PACKAGES);
+    match lavapipe_missing() {
+        None => Ok(()),
+        Some(what) => Err(format!(
+            "no {what} (Debian: apt-get install {})",
+            PACKAGES.join(" ")
+        )),
+    }
+}
+
+fn lavapipe_missing() -> Option<&'static str> {
+    let icd = std::fs::read_dir("/usr/share/vulkan/icd.d").is_ok_and(|files| {
+        files
+            .flatten()
+            .any(|f| f.file_name().to_string_lossy().starts_with("lvp_icd"))
+    });
+    if !icd {
+        return Some("lavapipe Vulkan driver");
+    }
+    let loader = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .any(|dir| Path::new(dir).join("libvulkan.so.1").exists());
+    (!loader).then_some("Vulkan loader (libvulkan.so.1)")
+}
+
+/// A finished `ember train`: its test accuracy in percent, its seconds, what it printed.
+struct Trained {
+    accuracy: f64,
+    seconds: f64,
+    output: String,
+}
+
+fn train(target: &Path, work: &Path, name: &str, args: &[&str]) -> anyhow::Result<Trained> {
+    let mut command = Command::new(target.join("debug/ember"));
+    command
+        .args(["train", "--epochs", EPOCHS, "--logdir"])
+        .arg(work.join(name))
+        .args(args);
+    let what = format!("ember train ({name})");
+    let ran = run_limited(command, &what, &work.join(format!("{name}.log")))?;
+    expect_success(&ran, &what)?;
+    let accuracy = ran
+        .output
+        .lines()
+        .find_map(|line| line.strip_prefix("test accuracy: "))
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|number| number.parse().ok())
+        .with_context(|| format!("{what} printed no test accuracy:\n{}", ran.output))?;
+    Ok(Trained {
+        accuracy,
+        seconds: ran.elapsed.as_secs_f64(),
+        output: ran.output,
+    })
+}
