@@ -15,11 +15,14 @@
 //!      rank 0 naming rank 1;
 //!    - a rank killed (SIGKILL) mid-run: `mpirun` must end the job with an error naming rank 1;
 //!    - a rank that hangs: rank 0's bounded wait must end the job, saying so;
+//!    - each of the above twice: over shared memory, and over Open MPI's TCP transport on the
+//!      loopback interface (`--mca pml ob1 --mca btl tcp,self`), what crosses hosts;
 //!    - `ember train` under `mpirun -n 2`: rank 0 reports, both ranks write their event files
 //!      (`.rank0`, `.rank1`) into the one run directory, and `ember inspect` reads them back
 //!      whole, with the run's series and each rank's step times.
 //!
-//! `--bench` instead times `MpiComm`'s all-reduce per gradient size on 1 and 2 processes
+//! `--bench` instead times `MpiComm`'s all-reduce per gradient size on 1 process and on 2 over
+//! shared memory and over TCP
 //! (`crates/ember-collective/examples/allreduce.rs`, release build), rounds alternating,
 //! into `target/bench/mpi.{md,json}`.
 
@@ -77,8 +80,11 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let ember = target.join("debug/ember");
     let work = tempdir(&target)?;
 
-    equivalence(&example, &work.join("params"))?;
-    faults(&example, &work.join("faults"))?;
+    for transport in Transport::ALL {
+        let out = work.join(transport.slug());
+        equivalence(&example, &out.join("params"), transport)?;
+        faults(&example, &out.join("faults"), transport)?;
+    }
     train(&ember, &work.join("train"))?;
     std::fs::remove_dir_all(&work).ok();
     eprintln!("{TASK}: all scenarios passed");
@@ -90,31 +96,7 @@ fn ensure_mpi() -> Result<(), String> {
     if missing().is_empty() {
         return Ok(());
     }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
-    if root && on_path("apt-get") {
-        eprintln!("{TASK}: installing {}", PACKAGES.join(" "));
-        let install = || {
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(PACKAGES)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !install() {
-            let _ = Command::new("apt-get")
-                .args(["update", "-q"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-            install();
-        }
-    }
+    install_as_root(TASK, PACKAGES);
     let missing = missing();
     if missing.is_empty() {
         Ok(())
@@ -124,6 +106,41 @@ fn ensure_mpi() -> Result<(), String> {
             missing.join(", "),
             PACKAGES.join(" ")
         ))
+    }
+}
+
+/// Whether this process runs as root.
+pub(crate) fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+/// Installs Debian's `packages` with `apt-get` where this process is root (updating the package
+/// lists once if the first try fails); elsewhere does nothing. The caller checks what it got.
+pub(crate) fn install_as_root(task: &str, packages: &[&str]) {
+    if !is_root() || !on_path("apt-get") {
+        return;
+    }
+    eprintln!("{task}: installing {}", packages.join(" "));
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !install() {
+        let _ = Command::new("apt-get")
+            .args(["update", "-q"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        install();
     }
 }
 
@@ -140,7 +157,7 @@ fn missing() -> Vec<&'static str> {
     missing
 }
 
-fn on_path(tool: &str) -> bool {
+pub(crate) fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
 }
@@ -163,15 +180,58 @@ fn has_libclang() -> bool {
         })
 }
 
-/// `mpirun` with two ranks on this machine (as root, where Open MPI asks for consent).
-fn mpirun(ranks: usize) -> Command {
+/// How the ranks of a job reach each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Open MPI's choice on one host: shared memory.
+    SharedMemory,
+    /// Open MPI's TCP transport over the loopback interface, the one that crosses hosts: the
+    /// `ob1` message layer with only the `tcp` (and `self`) byte-transfer layers, so neither
+    /// shared memory nor UCX can stand in for it.
+    Tcp,
+}
+
+impl Transport {
+    const ALL: [Transport; 2] = [Transport::SharedMemory, Transport::Tcp];
+
+    fn name(self) -> &'static str {
+        match self {
+            Transport::SharedMemory => "shared memory",
+            Transport::Tcp => "TCP",
+        }
+    }
+
+    /// A file-name-safe name, for logs and output directories.
+    fn slug(self) -> &'static str {
+        match self {
+            Transport::SharedMemory => "shm",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+/// `mpirun` with `ranks` ranks on this machine over `transport` (as root, where Open MPI asks
+/// for consent).
+fn mpirun(ranks: usize, transport: Transport) -> Command {
     let mut command = Command::new("mpirun");
     command.args(["--oversubscribe", "-n", &ranks.to_string()]);
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
-    if root {
+    if transport == Transport::Tcp {
+        command.args([
+            "--mca",
+            "pml",
+            "ob1",
+            "--mca",
+            "btl",
+            "tcp,self",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+            "--mca",
+            "oob_tcp_if_include",
+            "lo",
+        ]);
+    }
+    if is_root() {
         command.arg("--allow-run-as-root");
     }
     command
@@ -211,7 +271,7 @@ fn lint(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn build(root: &Path, args: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn build(root: &Path, args: &[&str]) -> anyhow::Result<()> {
     let status = cargo()
         .args(args)
         .current_dir(root)
@@ -232,16 +292,16 @@ fn tempdir(target: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// A finished run: whether it succeeded, everything it printed, how long it took.
-struct Ran {
-    success: bool,
-    status: String,
-    output: String,
-    elapsed: Duration,
+pub(crate) struct Ran {
+    pub(crate) success: bool,
+    pub(crate) status: String,
+    pub(crate) output: String,
+    pub(crate) elapsed: Duration,
 }
 
 /// Runs `command` to its end or `limit`, whichever is first (then it is killed, and that is
 /// an error: a job that does not end is what these checks exist to catch).
-fn run_limited(mut command: Command, what: &str, log: &Path) -> anyhow::Result<Ran> {
+pub(crate) fn run_limited(mut command: Command, what: &str, log: &Path) -> anyhow::Result<Ran> {
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let started = Instant::now();
     let mut child = command
@@ -271,7 +331,7 @@ fn run_limited(mut command: Command, what: &str, log: &Path) -> anyhow::Result<R
     })
 }
 
-fn expect_success(ran: &Ran, what: &str) -> anyhow::Result<()> {
+pub(crate) fn expect_success(ran: &Ran, what: &str) -> anyhow::Result<()> {
     ensure!(
         ran.success,
         "{what} failed ({}):\n{}",
@@ -289,7 +349,7 @@ fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
         .collect())
 }
 
-fn equivalence(example: &Path, out: &Path) -> anyhow::Result<()> {
+fn equivalence(example: &Path, out: &Path, transport: Transport) -> anyhow::Result<()> {
     std::fs::create_dir_all(out)?;
     let mut single = Command::new(example);
     single
@@ -300,7 +360,7 @@ fn equivalence(example: &Path, out: &Path) -> anyhow::Result<()> {
     let ran = run_limited(single, "one process of 4 workers", &out.join("single.log"))?;
     expect_success(&ran, "one process of 4 workers")?;
 
-    let mut job = mpirun(2);
+    let mut job = mpirun(2, transport);
     job.arg(example)
         .args(["--workers", "2"])
         .arg("--out")
@@ -339,16 +399,19 @@ fn equivalence(example: &Path, out: &Path) -> anyhow::Result<()> {
         .unwrap_or("?")
         .to_owned();
     eprintln!(
-        "{TASK}: 2 ranks x 2 workers: {steps}; ranks bit-identical after every one; \
-         max |ranks - 1 process x 4 workers| = {worst:.1e}"
+        "{TASK} over {}: 2 ranks x 2 workers: {steps}; ranks bit-identical after every one; \
+         max |ranks - 1 process x 4 workers| = {worst:.1e} ({:.1} s)",
+        transport.name(),
+        ran.elapsed.as_secs_f64()
     );
     Ok(())
 }
 
-fn faults(example: &Path, out: &Path) -> anyhow::Result<()> {
+fn faults(example: &Path, out: &Path, transport: Transport) -> anyhow::Result<()> {
+    let over = transport.name();
     std::fs::create_dir_all(out)?;
     let scenario = |fault: &str, extra: &[&str]| -> anyhow::Result<Ran> {
-        let mut job = mpirun(2);
+        let mut job = mpirun(2, transport);
         job.arg(example)
             .args(["--workers", "2", fault])
             .args(extra)
@@ -386,21 +449,21 @@ fn faults(example: &Path, out: &Path) -> anyhow::Result<()> {
         ],
     )?;
     eprintln!(
-        "{TASK}: a rank whose step fails: every rank ends with an error naming rank 1 ({:.1} s)",
+        "{TASK} over {over}: a rank whose step fails: every rank ends with an error naming rank 1 ({:.1} s)",
         failed.elapsed.as_secs_f64()
     );
 
     let killed = scenario("--kill", &[])?;
     contains(&killed, "a killed rank", &["rank 1", "signal 9"])?;
     eprintln!(
-        "{TASK}: a rank killed mid-run: mpirun ends the job naming rank 1 ({:.1} s)",
+        "{TASK} over {over}: a rank killed mid-run: mpirun ends the job naming rank 1 ({:.1} s)",
         killed.elapsed.as_secs_f64()
     );
 
     let hung = scenario("--hang", &["--timeout", &HANG_TIMEOUT_SECS.to_string()])?;
     contains(&hung, "a hung rank", &["error: rank 0 of 2:", "waited"])?;
     eprintln!(
-        "{TASK}: a rank that hangs: rank 0's {HANG_TIMEOUT_SECS} s wait ends the job ({:.1} s)",
+        "{TASK} over {over}: a rank that hangs: rank 0's {HANG_TIMEOUT_SECS} s wait ends the job ({:.1} s)",
         hung.elapsed.as_secs_f64()
     );
     Ok(())
@@ -409,7 +472,7 @@ fn faults(example: &Path, out: &Path) -> anyhow::Result<()> {
 fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(out)?;
     let logdir = out.join("run");
-    let mut job = mpirun(2);
+    let mut job = mpirun(2, Transport::SharedMemory);
     job.arg(ember)
         .args([
             "train",
@@ -520,16 +583,27 @@ fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
     let out = target.join("bench");
     std::fs::create_dir_all(&out)?;
     let sizes: Vec<String> = BENCH_SIZES.iter().map(usize::to_string).collect();
-    // [processes][size] -> every round's median µs.
-    let mut figures = vec![vec![Vec::new(); BENCH_SIZES.len()]; 2];
+    // The jobs timed: one process, and two over each transport.
+    let jobs = [
+        (1, Transport::SharedMemory),
+        (2, Transport::SharedMemory),
+        (2, Transport::Tcp),
+    ];
+    // [job][size] -> every round's median µs.
+    let mut figures = vec![vec![Vec::new(); BENCH_SIZES.len()]; jobs.len()];
     for round in 0..rounds.max(1) {
-        let order: [usize; 2] = if round % 2 == 0 { [1, 2] } else { [2, 1] };
-        for processes in order {
-            let mut job = mpirun(processes);
+        // Rotated each round, so no job always runs first on a warm or cold machine.
+        for offset in 0..jobs.len() {
+            let at_job = (offset + round) % jobs.len();
+            let (processes, transport) = jobs[at_job];
+            let mut job = mpirun(processes, transport);
             job.arg(&example).args(&sizes);
             let ran = run_limited(
                 job,
-                &format!("the all-reduce benchmark on {processes} process(es)"),
+                &format!(
+                    "the all-reduce benchmark on {processes} process(es) over {}",
+                    transport.name()
+                ),
                 &out.join("mpi-bench.log"),
             )?;
             expect_success(&ran, "the all-reduce benchmark")?;
@@ -538,7 +612,7 @@ fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
                 let size = value["values"].as_u64().context("values")? as usize;
                 let micros = value["median_us"].as_f64().context("median_us")?;
                 if let Some(at) = BENCH_SIZES.iter().position(|s| *s == size) {
-                    figures[processes - 1][at].push(micros);
+                    figures[at_job][at].push(micros);
                 }
             }
         }
@@ -552,25 +626,37 @@ fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
         }
     };
     let mut md = String::from(
-        "| gradient (f32 values) | bytes | 1 process: µs per all-reduce | 2 processes | 2 processes: bus bandwidth |\n\
-         |---:|---:|---:|---:|---:|\n",
+        "| gradient (f32 values) | bytes | 1 process: µs per all-reduce | 2 processes, shared memory | bus bandwidth | 2 processes, TCP (loopback) | bus bandwidth |\n\
+         |---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut json = Vec::new();
     for (at, size) in BENCH_SIZES.iter().enumerate() {
         let one = summary(&figures[0][at]);
-        let two = summary(&figures[1][at]);
+        let shm = summary(&figures[1][at]);
+        let tcp = summary(&figures[2][at]);
         let bytes = size * 4;
         // A ring all-reduce moves 2(p-1)/p of the buffer through each link: bytes for p = 2.
-        let bandwidth = bytes as f64 / (two.0 * 1e-6) / 1e9;
+        let bandwidth = |micros: f64| bytes as f64 / (micros * 1e-6) / 1e9;
         md.push_str(&format!(
-            "| {size} | {} | {:.1} ({:.1}–{:.1}) | {:.1} ({:.1}–{:.1}) | {bandwidth:.2} GB/s |\n",
-            bytes, one.0, one.1, one.2, two.0, two.1, two.2
+            "| {size} | {bytes} | {:.1} ({:.1}–{:.1}) | {:.1} ({:.1}–{:.1}) | {:.2} GB/s | {:.1} ({:.1}–{:.1}) | {:.2} GB/s |\n",
+            one.0,
+            one.1,
+            one.2,
+            shm.0,
+            shm.1,
+            shm.2,
+            bandwidth(shm.0),
+            tcp.0,
+            tcp.1,
+            tcp.2,
+            bandwidth(tcp.0),
         ));
         json.push(serde_json::json!({
             "values": size,
             "bytes": bytes,
             "one_process_us": figures[0][at],
             "two_processes_us": figures[1][at],
+            "two_processes_tcp_us": figures[2][at],
         }));
     }
     std::fs::write(out.join("mpi.md"), &md)?;
