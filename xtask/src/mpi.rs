@@ -80,6 +80,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let ember = target.join("debug/ember");
     let work = tempdir(&target)?;
 
+    transports_are_forced(&example, &work.join("control"))?;
     for transport in Transport::ALL {
         let out = work.join(transport.slug());
         equivalence(&example, &out.join("params"), transport)?;
@@ -347,6 +348,32 @@ fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect())
+}
+
+/// The control that makes the TCP runs mean something: under the same `ob1` layer with only the
+/// `self` transport the ranks cannot reach each other, so the transport named is the one used.
+fn transports_are_forced(example: &Path, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let mut job = mpirun(2, Transport::SharedMemory);
+    job.args(["--mca", "pml", "ob1", "--mca", "btl", "self"])
+        .arg(example)
+        .args(["--workers", "2"])
+        .arg("--out")
+        .arg(out);
+    let ran = run_limited(
+        job,
+        "mpirun -n 2 with no transport between ranks",
+        &out.join("control.log"),
+    )?;
+    ensure!(
+        !ran.success && ran.output.contains("unable to reach each other"),
+        "ranks with only the self transport were not refused, so forcing tcp proves nothing:\n{}",
+        ran.output
+    );
+    eprintln!(
+        "{TASK}: control: with only Open MPI's `self` transport the ranks cannot reach each other"
+    );
+    Ok(())
 }
 
 fn equivalence(example: &Path, out: &Path, transport: Transport) -> anyhow::Result<()> {
