@@ -23,7 +23,7 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::compat::{cargo, skip_or_fail, target_dir};
-use crate::mpi::{build, expect_success, install_as_root, run_limited};
+use crate::mpi::{build, ensure_installed, expect_success, run_limited};
 
 const TASK: &str = "devices";
 
@@ -42,7 +42,7 @@ const MIN_ACCURACY: f64 = 85.0;
 const MAX_GAP: f64 = 3.0;
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    if let Err(why) = ensure_lavapipe() {
+    if let Err(why) = ensure_installed(TASK, PACKAGES, lavapipe_missing) {
         return skip_or_fail(TASK, &why);
     }
     let target = target_dir(root);
@@ -117,30 +117,13 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether lavapipe and the loader are here, installing them when this process may.
-fn ensure_lavapipe() -> Result<(), String> {
-    if lavapipe_missing().is_none() {
-        return Ok(());
-    }
-    install_as_root(TASK, PACKAGES);
-    match lavapipe_missing() {
-        None => Ok(()),
-        Some(what) => Err(format!(
-            "no {what} (Debian: apt-get install {})",
-            PACKAGES.join(" ")
-        )),
-    }
-}
-
-fn lavapipe_missing() -> Option<&'static str> {
+/// What of lavapipe and the Vulkan loader is not here.
+fn lavapipe_missing() -> Vec<&'static str> {
     let icd = std::fs::read_dir("/usr/share/vulkan/icd.d").is_ok_and(|files| {
         files
             .flatten()
             .any(|f| f.file_name().to_string_lossy().starts_with("lvp_icd"))
     });
-    if !icd {
-        return Some("lavapipe Vulkan driver");
-    }
     let loader = [
         "/usr/lib/x86_64-linux-gnu",
         "/usr/lib/aarch64-linux-gnu",
@@ -148,7 +131,14 @@ fn lavapipe_missing() -> Option<&'static str> {
     ]
     .iter()
     .any(|dir| Path::new(dir).join("libvulkan.so.1").exists());
-    (!loader).then_some("Vulkan loader (libvulkan.so.1)")
+    let mut missing = Vec::new();
+    if !icd {
+        missing.push("lavapipe Vulkan driver");
+    }
+    if !loader {
+        missing.push("Vulkan loader (libvulkan.so.1)");
+    }
+    missing
 }
 
 /// A finished `ember train`: its test accuracy in percent, its seconds, what it printed.

@@ -94,10 +94,20 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
 
 /// Finds what rsmpi needs, installing it when this process may; `Err` says what is missing.
 fn ensure_mpi() -> Result<(), String> {
+    ensure_installed(TASK, PACKAGES, missing)
+}
+
+/// Finds what a task needs (`missing` names what is not there), installing Debian's `packages`
+/// when this process may; `Err` says what is still missing.
+pub(crate) fn ensure_installed(
+    task: &str,
+    packages: &[&str],
+    missing: fn() -> Vec<&'static str>,
+) -> Result<(), String> {
     if missing().is_empty() {
         return Ok(());
     }
-    install_as_root(TASK, PACKAGES);
+    install_as_root(task, packages);
     let missing = missing();
     if missing.is_empty() {
         Ok(())
@@ -105,7 +115,7 @@ fn ensure_mpi() -> Result<(), String> {
         Err(format!(
             "no {} (Debian: apt-get install {})",
             missing.join(", "),
-            PACKAGES.join(" ")
+            packages.join(" ")
         ))
     }
 }
@@ -120,7 +130,7 @@ pub(crate) fn is_root() -> bool {
 
 /// Installs Debian's `packages` with `apt-get` where this process is root (updating the package
 /// lists once if the first try fails); elsewhere does nothing. The caller checks what it got.
-pub(crate) fn install_as_root(task: &str, packages: &[&str]) {
+fn install_as_root(task: &str, packages: &[&str]) {
     if !is_root() || !on_path("apt-get") {
         return;
     }
