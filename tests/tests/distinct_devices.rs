@@ -112,7 +112,8 @@ fn two_logical_devices_are_distinct_and_mixing_them_needs_a_transfer() {
         "4 MiB on the first device: its bytes in use {} -> {}, the second's {} -> {}",
         before_a.bytes_in_use, after_a.bytes_in_use, before_b.bytes_in_use, after_b.bytes_in_use
     );
-    assert!(after_a.bytes_in_use >= before_a.bytes_in_use + (4 << 20));
+    // (Freed buffers of earlier tensors may leave the pool meanwhile: the bound is absolute.)
+    assert!(after_a.bytes_in_use >= 4 << 20, "{after_a:?}");
     assert_eq!(
         before_b.bytes_in_use, after_b.bytes_in_use,
         "a tensor on the first device took memory on the second"
@@ -437,7 +438,11 @@ fn every_pool_failure_on_distinct_devices_is_named_and_leaves_nothing_on_a_wrong
             (step, other) => panic!("step {step}: unexpected {}", outcome(&other)),
         }
     }
-    assert_eq!(pool.stats().abandoned_workers, 1);
+    // The hung worker was abandoned and replaced; the two that panicked (the poisoned batch,
+    // the batch on the wrong device) were replaced, and step 4 ran on the replacements.
+    let stats = pool.stats();
+    assert_eq!(stats.abandoned_workers, 1);
+    assert_eq!(stats.replaced_after_panic, 2);
     assert!(matches!(
         pool.step(&mut sources, &BurnStep(model.clone())),
         Ok(Step::EpochOver(_))
