@@ -13,7 +13,8 @@
 //!    leaves nothing on a wrong device.
 //! 3. Runs `ember train --device wgpu:0,wgpu:1` (built with `--features wgpu`) and the flex
 //!    build's `ember train` on the same data and epochs: both reach the accuracy band, within
-//!    a few points of each other, and the wgpu run prints nothing of the Vulkan stack's own.
+//!    a few points of each other, and the wgpu run prints nothing of the Vulkan stack's own;
+//!    `ember inspect` reads its logs back whole, with both devices' step times.
 //!
 //! `cargo xtask gpu` is the same on a machine's CUDA devices (see `gpu.rs`).
 
@@ -23,7 +24,9 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::compat::{cargo, skip_or_fail, target_dir};
-use crate::mpi::{build, ensure_installed, expect_success, run_limited};
+use crate::mpi::{
+    build, collect_tags, ensure_installed, expect_success, inspect_json, run_limited,
+};
 
 const TASK: &str = "devices";
 
@@ -93,6 +96,11 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             wgpu.output
         );
     }
+    logs_read_back(
+        &target.join("debug/ember"),
+        &work.join("wgpu"),
+        wgpu.accuracy,
+    )?;
     build(root, &["build", "-p", "ember-cli"])?;
     let flex = train(&target, &work, "flex", &[])?;
     let gap = (wgpu.accuracy - flex.accuracy).abs();
@@ -115,6 +123,51 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     std::fs::remove_dir_all(&work).ok();
     eprintln!("{TASK}: all scenarios passed");
     Ok(())
+}
+
+/// The wgpu run's logs, read back whole by `ember inspect`: both devices' step times, and the
+/// last test accuracy recorded equal to the one printed.
+fn logs_read_back(ember: &Path, logdir: &Path, printed: f64) -> anyhow::Result<()> {
+    let report = inspect_json(ember, logdir)?;
+    let mut tags = Vec::new();
+    collect_tags(&report, &mut tags);
+    for tag in [
+        "train/loss",
+        "device/0/step_seconds",
+        "device/1/step_seconds",
+    ] {
+        ensure!(
+            tags.iter().any(|t| t == tag),
+            "the wgpu run has no `{tag}`; ember inspect found {tags:?}"
+        );
+    }
+    let recorded = find_tag(&report, "valid/accuracy")
+        .and_then(|series| series["scalar"]["last"].as_f64())
+        .context("the wgpu run recorded no valid/accuracy")?;
+    ensure!(
+        (recorded * 100.0 - printed).abs() < 0.01,
+        "ember train printed {printed:.2}% but recorded {:.4}%",
+        recorded * 100.0
+    );
+    eprintln!(
+        "{TASK}: the wgpu run's logs read back whole by ember inspect: both devices' step \
+         times, and the test accuracy printed ({printed:.2}%)"
+    );
+    Ok(())
+}
+
+/// The first object anywhere in `value` whose `"tag"` is `tag`.
+fn find_tag<'v>(value: &'v serde_json::Value, tag: &str) -> Option<&'v serde_json::Value> {
+    match value {
+        serde_json::Value::Object(map) => {
+            if map.get("tag").and_then(|t| t.as_str()) == Some(tag) {
+                return Some(value);
+            }
+            map.values().find_map(|v| find_tag(v, tag))
+        }
+        serde_json::Value::Array(items) => items.iter().find_map(|v| find_tag(v, tag)),
+        _ => None,
+    }
 }
 
 /// What of lavapipe and the Vulkan loader is not here.

@@ -544,20 +544,7 @@ fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
     }
     // Read back as one run by ember's checking reader: every record of both files whole, the
     // run's own series from rank 0 and each rank's device step times.
-    let inspect = Command::new(ember)
-        .args(["inspect", "--json"])
-        .arg(&logdir)
-        .output()
-        .context("starting ember inspect")?;
-    ensure!(
-        inspect.status.success(),
-        "ember inspect finds problems in the ranks' files ({}):\n{}{}",
-        inspect.status,
-        String::from_utf8_lossy(&inspect.stdout),
-        String::from_utf8_lossy(&inspect.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&inspect.stdout).context("parsing ember inspect --json")?;
+    let report = inspect_json(ember, &logdir)?;
     let mut tags = Vec::new();
     collect_tags(&report, &mut tags);
     let mut expected = vec!["train/loss".to_owned(), "valid/accuracy".to_owned()];
@@ -584,8 +571,27 @@ fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `ember inspect --json --values` of `logdir`: every record whole (the command fails on a
+/// corrupt one), as ember's checking reader finds it.
+pub(crate) fn inspect_json(ember: &Path, logdir: &Path) -> anyhow::Result<serde_json::Value> {
+    let inspect = Command::new(ember)
+        .args(["inspect", "--json", "--values"])
+        .arg(logdir)
+        .output()
+        .context("starting ember inspect")?;
+    ensure!(
+        inspect.status.success(),
+        "ember inspect finds problems in {} ({}):\n{}{}",
+        logdir.display(),
+        inspect.status,
+        String::from_utf8_lossy(&inspect.stdout),
+        String::from_utf8_lossy(&inspect.stderr)
+    );
+    serde_json::from_slice(&inspect.stdout).context("parsing ember inspect --json")
+}
+
 /// Every `"tag"` string anywhere in `value`.
-fn collect_tags(value: &serde_json::Value, tags: &mut Vec<String>) {
+pub(crate) fn collect_tags(value: &serde_json::Value, tags: &mut Vec<String>) {
     match value {
         serde_json::Value::Object(map) => {
             if let Some(serde_json::Value::String(tag)) = map.get("tag") {
