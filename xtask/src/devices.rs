@@ -24,7 +24,7 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::compat::{cargo, skip_or_fail, target_dir};
-use crate::mpi::{
+use crate::process::{
     build, collect_tags, ensure_installed, expect_success, inspect_json, run_limited,
 };
 

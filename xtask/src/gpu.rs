@@ -16,7 +16,7 @@ use std::process::Command;
 use anyhow::{Context, bail, ensure};
 
 use crate::compat::{cargo, target_dir};
-use crate::mpi::{build, expect_success, run_limited};
+use crate::process::{build, expect_success, run_limited};
 
 const TASK: &str = "gpu";
 

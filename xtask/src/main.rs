@@ -28,6 +28,7 @@ mod features;
 mod gpu;
 mod layers;
 mod mpi;
+mod process;
 
 use std::path::PathBuf;
 

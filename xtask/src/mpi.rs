@@ -27,21 +27,20 @@
 //! into `target/bench/mpi.{md,json}`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
 use crate::compat::{cargo, skip_or_fail, target_dir};
+use crate::process::{
+    Ran, build, collect_tags, ensure_installed, expect_success, inspect_json, is_root, on_path,
+    run_limited,
+};
 
 const TASK: &str = "mpi";
 
 /// Debian's packages for Open MPI and rsmpi's bindgen.
 const PACKAGES: &[&str] = &["openmpi-bin", "libopenmpi-dev", "libclang-dev"];
-
-/// How long any one run may take before it counts as hung (a debug build of 2 ranks trains
-/// in about a second).
-const LIMIT: Duration = Duration::from_secs(120);
 
 /// The wait of the hang scenario: rank 0 must end the job soon after it.
 const HANG_TIMEOUT_SECS: u64 = 5;
@@ -97,64 +96,6 @@ fn ensure_mpi() -> Result<(), String> {
     ensure_installed(TASK, PACKAGES, missing)
 }
 
-/// Finds what a task needs (`missing` names what is not there), installing Debian's `packages`
-/// when this process may; `Err` says what is still missing.
-pub(crate) fn ensure_installed(
-    task: &str,
-    packages: &[&str],
-    missing: fn() -> Vec<&'static str>,
-) -> Result<(), String> {
-    if missing().is_empty() {
-        return Ok(());
-    }
-    install_as_root(task, packages);
-    let missing = missing();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "no {} (Debian: apt-get install {})",
-            missing.join(", "),
-            packages.join(" ")
-        ))
-    }
-}
-
-/// Whether this process runs as root.
-pub(crate) fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
-/// Installs Debian's `packages` with `apt-get` where this process is root (updating the package
-/// lists once if the first try fails); elsewhere does nothing. The caller checks what it got.
-fn install_as_root(task: &str, packages: &[&str]) {
-    if !is_root() || !on_path("apt-get") {
-        return;
-    }
-    eprintln!("{task}: installing {}", packages.join(" "));
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(packages)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        let _ = Command::new("apt-get")
-            .args(["update", "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        install();
-    }
-}
-
 fn missing() -> Vec<&'static str> {
     let mut missing = Vec::new();
     for tool in ["mpirun", "mpicc"] {
@@ -166,11 +107,6 @@ fn missing() -> Vec<&'static str> {
         missing.push("libclang");
     }
     missing
-}
-
-pub(crate) fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
 }
 
 fn has_libclang() -> bool {
@@ -282,74 +218,10 @@ fn lint(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn build(root: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let status = cargo()
-        .args(args)
-        .current_dir(root)
-        .status()
-        .with_context(|| format!("starting cargo {}", args.join(" ")))?;
-    ensure!(
-        status.success(),
-        "cargo {} failed ({status})",
-        args.join(" ")
-    );
-    Ok(())
-}
-
 fn tempdir(target: &Path) -> anyhow::Result<PathBuf> {
     let dir = target.join(format!("mpi-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
-}
-
-/// A finished run: whether it succeeded, everything it printed, how long it took.
-pub(crate) struct Ran {
-    pub(crate) success: bool,
-    pub(crate) status: String,
-    pub(crate) output: String,
-    pub(crate) elapsed: Duration,
-}
-
-/// Runs `command` to its end or `limit`, whichever is first (then it is killed, and that is
-/// an error: a job that does not end is what these checks exist to catch).
-pub(crate) fn run_limited(mut command: Command, what: &str, log: &Path) -> anyhow::Result<Ran> {
-    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let started = Instant::now();
-    let mut child = command
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .spawn()
-        .with_context(|| format!("starting {what}"))?;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!(
-                "{what} did not end within {LIMIT:?}:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Ok(Ran {
-        success: status.success(),
-        status: status.to_string(),
-        output: std::fs::read_to_string(log).unwrap_or_default(),
-        elapsed: started.elapsed(),
-    })
-}
-
-pub(crate) fn expect_success(ran: &Ran, what: &str) -> anyhow::Result<()> {
-    ensure!(
-        ran.success,
-        "{what} failed ({}):\n{}",
-        ran.status,
-        ran.output
-    );
-    Ok(())
 }
 
 fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
@@ -569,39 +441,6 @@ fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
         ran.elapsed.as_secs_f64()
     );
     Ok(())
-}
-
-/// `ember inspect --json --values` of `logdir`: every record whole (the command fails on a
-/// corrupt one), as ember's checking reader finds it.
-pub(crate) fn inspect_json(ember: &Path, logdir: &Path) -> anyhow::Result<serde_json::Value> {
-    let inspect = Command::new(ember)
-        .args(["inspect", "--json", "--values"])
-        .arg(logdir)
-        .output()
-        .context("starting ember inspect")?;
-    ensure!(
-        inspect.status.success(),
-        "ember inspect finds problems in {} ({}):\n{}{}",
-        logdir.display(),
-        inspect.status,
-        String::from_utf8_lossy(&inspect.stdout),
-        String::from_utf8_lossy(&inspect.stderr)
-    );
-    serde_json::from_slice(&inspect.stdout).context("parsing ember inspect --json")
-}
-
-/// Every `"tag"` string anywhere in `value`.
-pub(crate) fn collect_tags(value: &serde_json::Value, tags: &mut Vec<String>) {
-    match value {
-        serde_json::Value::Object(map) => {
-            if let Some(serde_json::Value::String(tag)) = map.get("tag") {
-                tags.push(tag.clone());
-            }
-            map.values().for_each(|v| collect_tags(v, tags));
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_tags(v, tags)),
-        _ => {}
-    }
 }
 
 /// Gradient sizes timed, in `f32` values.

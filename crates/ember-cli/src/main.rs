@@ -5,6 +5,7 @@
 //! clap's (exit 2).
 
 mod bench;
+mod devices;
 mod digits;
 mod inspect;
 mod job;
