@@ -14,7 +14,8 @@
 //! 3. Runs `ember train --device wgpu:0,wgpu:1` (built with `--features wgpu`) and the flex
 //!    build's `ember train` on the same data and epochs: both reach the accuracy band, within
 //!    a few points of each other, and the wgpu run prints nothing of the Vulkan stack's own;
-//!    `ember inspect` reads its logs back whole, with both devices' step times.
+//!    `ember inspect` reads its logs back whole, with both devices' step times; without a
+//!    Vulkan driver the wgpu build fails before training, in one line.
 //!
 //! `cargo xtask gpu` is the same on a machine's CUDA devices (see `gpu.rs`).
 
@@ -101,6 +102,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         &work.join("wgpu"),
         wgpu.accuracy,
     )?;
+    no_driver_is_one_error_line(&target.join("debug/ember"), &work)?;
     build(root, &["build", "-p", "ember-cli"])?;
     let flex = train(&target, &work, "flex", &[])?;
     let gap = (wgpu.accuracy - flex.accuracy).abs();
@@ -153,6 +155,38 @@ fn logs_read_back(ember: &Path, logdir: &Path, printed: f64) -> anyhow::Result<(
         "{TASK}: the wgpu run's logs read back whole by ember inspect: both devices' step \
          times, and the test accuracy printed ({printed:.2}%)"
     );
+    Ok(())
+}
+
+/// Without a Vulkan driver (the loader pointed at none) `ember train --device wgpu:0` fails
+/// before training with one line saying what to install, not a panic.
+fn no_driver_is_one_error_line(ember: &Path, work: &Path) -> anyhow::Result<()> {
+    let nowhere = work.join("no-such-icd.json");
+    let mut command = Command::new(ember);
+    command
+        .args(["train", "--epochs", "1", "--device", "wgpu:0", "--logdir"])
+        .arg(work.join("no-driver"))
+        // The loader's variables for which drivers to load, old name and new.
+        .env("VK_ICD_FILENAMES", &nowhere)
+        .env("VK_DRIVER_FILES", &nowhere);
+    let what = "ember train --device wgpu:0 without a Vulkan driver";
+    let ran = run_limited(command, what, &work.join("no-driver.log"))?;
+    let expected = "error: cannot open wgpu:0: no wgpu adapter found: install a Vulkan driver";
+    ensure!(
+        !ran.success
+            && ran
+                .output
+                .lines()
+                .filter(|l| l.starts_with("error: "))
+                .count()
+                == 1
+            && ran.output.contains(expected)
+            && !ran.output.contains("panicked"),
+        "{what}: expected one `{expected}` line and exit 1, got ({}):\n{}",
+        ran.status,
+        ran.output
+    );
+    eprintln!("{TASK}: without a Vulkan driver, ember train says so in one line before training");
     Ok(())
 }
 
