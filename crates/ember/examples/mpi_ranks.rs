@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use burn::optim::SgdConfig;
 use burn::tensor::Device;
-use ember::{MpiComm, Trainer, TrainerConfig};
+use ember::{MpiComm, TrainError, Trainer, TrainerConfig};
 use ember_tests::{Mlp, PoisonedLoader, parameters, regression_loader};
 
 const ROWS: usize = 256;
@@ -80,6 +80,10 @@ fn parse() -> Result<Args, String> {
     Ok(args)
 }
 
+/// How long a rank that ends because another failed waits before exiting, so that the failed
+/// rank's own error line reaches mpirun's output before mpirun ends the job.
+const PEER_REPORT_GRACE: Duration = Duration::from_millis(500);
+
 fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
@@ -113,6 +117,14 @@ fn main() -> ExitCode {
             // interleaves with another rank's.
             let line = format!("error: rank {rank} of {size}: {error}\n");
             let _ = std::io::stderr().write_all(line.as_bytes());
+            if error
+                .downcast_ref::<TrainError>()
+                .is_some_and(TrainError::peers_failed)
+            {
+                // mpirun ends the whole job when the first process exits with an error; the
+                // failed rank, released by the same round, is still writing its own.
+                std::thread::sleep(PEER_REPORT_GRACE);
+            }
             ExitCode::FAILURE
         }
     }

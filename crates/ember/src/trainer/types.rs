@@ -205,3 +205,18 @@ pub enum TrainError {
         source: CollectiveError,
     },
 }
+
+impl TrainError {
+    /// Whether this rank ended because another rank of the job failed (which reports its own
+    /// error): under `mpirun`, a process that exits with an error ends the whole job, so such a
+    /// rank may want to give the failed one a moment to be heard first.
+    pub fn peers_failed(&self) -> bool {
+        matches!(
+            self,
+            TrainError::Ranks {
+                source: CollectiveError::PeersFailed { .. },
+                ..
+            }
+        )
+    }
+}
