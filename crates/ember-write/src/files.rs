@@ -342,9 +342,15 @@ impl EventFileWriter {
 
     /// The next file's creation time: the pool's start for the first file,
     /// later strictly after the previous one so names sort in order.
+    /// A first file is also named after every event file already in the log directory (a
+    /// run resumed in the same second as the one it continues), since readers take a
+    /// directory's files in name order.
     fn next_secs(&self) -> u64 {
         match self.last_secs {
-            None => self.settings.start_secs,
+            None => match naming::newest_secs(&self.settings.log_dir) {
+                Some(newest) => self.settings.start_secs.max(newest + 1),
+                None => self.settings.start_secs,
+            },
             Some(prev) => unix_secs().max(prev + 1),
         }
     }

@@ -86,6 +86,7 @@ mod options;
 mod pool;
 mod projector;
 pub mod reader;
+pub mod rollback;
 mod stats;
 mod summary_file;
 mod worker;
@@ -101,6 +102,7 @@ pub use options::{
 };
 pub use pool::WriterPool;
 pub use reader::{RawRecord, ReadProblem, RecordReader, Scan};
+pub use rollback::{LogSnapshot, Ownership, Restored, RollbackError};
 pub use stats::{PoolStats, WriterStats};
 
 use ember_pack::FileKind;

@@ -119,6 +119,24 @@ pub(crate) fn host_name() -> String {
     }
 }
 
+/// The creation time in an event file's name: TensorBoard's `…tfevents.<secs>.…` or
+/// MindInsight's `…summary.<secs>.…`.
+pub fn name_secs(name: &str) -> Option<u64> {
+    let mut segments = name.split('.');
+    segments.find(|s| *s == "tfevents" || *s == "summary")?;
+    segments.next()?.parse().ok()
+}
+
+/// The newest creation time among the event files of `dir`; `None` when it has none (or
+/// cannot be listed: then the new file is named by the clock alone).
+pub(crate) fn newest_secs(dir: &std::path::Path) -> Option<u64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|entry| name_secs(&entry.file_name().to_string_lossy()))
+        .max()
+}
+
 /// Everything that goes into a file name except the time and the counter.
 #[derive(Debug, Clone)]
 pub struct Naming {
@@ -226,6 +244,24 @@ mod tests {
             n.file_name(FileKind::Summary, 1_700_000_000, 0),
             "events.out.tfevents.1700000000.myhost.4242.0.rank7.v2"
         );
+    }
+
+    #[test]
+    fn name_secs_reads_the_creation_time_back() {
+        for format in [Format::TensorBoard, Format::MindInsight] {
+            let n = naming(format);
+            assert_eq!(
+                name_secs(&n.file_name(FileKind::Summary, 1_700_000_001, 3)),
+                Some(1_700_000_001)
+            );
+            assert_eq!(name_secs(&n.file_name(FileKind::Summary, 42, 0)), Some(42));
+        }
+        assert_eq!(
+            name_secs(&naming(Format::MindInsight).file_name(FileKind::Lineage, 9, 0)),
+            Some(9)
+        );
+        assert_eq!(name_secs("projector_config.pbtxt"), None);
+        assert_eq!(name_secs("events.out.tfevents.x.h"), None);
     }
 
     #[test]
