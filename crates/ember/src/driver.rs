@@ -166,6 +166,17 @@ where
         &self.main
     }
 
+    /// Begins `epochs` epochs on every device's slice without drawing a batch, as a resumed
+    /// run does for the epochs before its checkpoint: each begin shuffles a shuffling loader
+    /// once, advancing its generator as the epoch did.
+    pub(crate) fn begin_epochs(&self, epochs: usize) {
+        for loader in &self.loaders {
+            for _ in 0..epochs {
+                drop(loader.iter());
+            }
+        }
+    }
+
     /// Starts an epoch: a fresh iterator on every device's slice. With `ranks`, windows are
     /// reduced across every rank.
     pub(crate) fn epoch<'d>(&'d mut self, ranks: Option<&'d mut Ranks>) -> Epoch<'d, M> {
@@ -220,6 +231,29 @@ where
     /// The progress of every device's slice together.
     pub(crate) fn progress(&self) -> Progress {
         Progress::aggregate(self.sources.iter().map(|source| source.progress()))
+    }
+
+    /// Draws and drops the first `steps` batches of every device's slice, which a resumed
+    /// run trained on before its checkpoint; the next step is then step `steps + 1`.
+    pub(crate) fn skip(&mut self, steps: usize) {
+        for source in &mut self.sources {
+            for _ in 0..steps {
+                if source.next().is_none() {
+                    break;
+                }
+            }
+        }
+        self.step += steps;
+    }
+
+    /// Pool steps of this epoch taken so far (skipped ones included).
+    pub(crate) fn steps_taken(&self) -> usize {
+        self.step
+    }
+
+    /// Whether no gradients wait in the accumulation window: a checkpoint may be taken.
+    pub(crate) fn window_is_empty(&self) -> bool {
+        self.window_steps == 0
     }
 
     /// Whether the epoch ended because another rank was asked to stop: the run stops too.

@@ -43,6 +43,7 @@
 
 #[cfg(feature = "burn")]
 pub mod burn_train;
+pub mod checkpoint;
 mod convert;
 #[cfg(feature = "burn")]
 pub mod devices;
@@ -67,7 +68,8 @@ pub use error::SummaryError;
 pub use summary::{Mode, Plugin, RankLayout, SummaryRecord, SummaryRecordBuilder, SummaryTap};
 #[cfg(feature = "burn")]
 pub use trainer::{
-    EpochReport, StepReport, TrainError, TrainReport, Trainer, TrainerConfig, TrainingItem,
+    CheckpointConfig, EpochReport, StepReport, TrainError, TrainReport, Trainer, TrainerConfig,
+    TrainingItem,
 };
 
 /// Training across processes and hosts (ember-collective, layer L1): communicators and the

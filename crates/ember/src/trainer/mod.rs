@@ -5,6 +5,7 @@
 //! (`run_state.rs`) live beside it.
 
 use std::fmt::Display;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -27,12 +28,16 @@ use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_gradients, named_parameters};
 use crate::{SummaryError, SummaryRecord};
 
+mod checkpointing;
 mod run_state;
 mod types;
 
+use checkpointing::{Checkpointer, EpochTotals, Identity, LogPlace, Position};
 use run_state::{RunState, eval_lineage, train_lineage};
+pub use types::{
+    CheckpointConfig, EpochReport, StepReport, TrainError, TrainReport, TrainerConfig, TrainingItem,
+};
 use types::{EpochHook, StepHook, UpdateHook};
-pub use types::{EpochReport, StepReport, TrainError, TrainReport, TrainerConfig, TrainingItem};
 
 /// Data-parallel training over a Burn model on ember's device pool.
 ///
@@ -77,6 +82,7 @@ pub struct Trainer<M: TrainStep + Module> {
     on_update: Option<UpdateHook<M>>,
     stop: Option<Arc<AtomicBool>>,
     ranks: Option<Ranks>,
+    resume: Option<PathBuf>,
     model: std::marker::PhantomData<M>,
 }
 
@@ -123,6 +129,7 @@ where
             on_update: None,
             stop: None,
             ranks: None,
+            resume: None,
             model: std::marker::PhantomData,
         }
     }
@@ -184,6 +191,25 @@ where
     /// [`interrupted`](TrainReport::interrupted) set.
     pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
         self.stop = Some(flag);
+        self
+    }
+
+    /// Goes on from the newest whole checkpoint in `dir` (see [`CheckpointConfig`]) instead of
+    /// starting afresh: the model `fit` is given takes the checkpoint's parameters, the
+    /// optimizer and scheduler their state, and training goes on from the checkpoint's step,
+    /// mid-epoch included (the epoch's batches trained on before it are drawn and dropped).
+    /// With the same data, seed, devices and configuration, the run ends with the parameters
+    /// an uninterrupted run would have, bit for bit on a deterministic backend.
+    ///
+    /// The summary log given to `fit` is first rolled back to the checkpoint: every file of the
+    /// log is cut back to its length then, and files made since are removed, so every reader
+    /// shows each step once. Newer checkpoints that are torn or damaged are passed over (logged,
+    /// and listed in [`TrainReport::checkpoints_skipped`]). When `dir` holds no whole
+    /// checkpoint, training starts from the beginning, with the log's files from an earlier
+    /// start removed. A checkpoint of another device count, rank count, accumulation,
+    /// reduction or model is refused with [`TrainError::Checkpoint`].
+    pub fn resume_from(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.resume = Some(dir.into());
         self
     }
 
@@ -327,8 +353,49 @@ where
             None => model,
         };
         let lead = self.lead();
+        let world = self.ranks.as_ref().map_or(1, Ranks::size);
+        let identity = Identity::new(
+            &model,
+            self.devices.len(),
+            world,
+            self.config.grad_accumulation,
+            self.config.reduction,
+        );
+        if world > 1 && (self.config.checkpoints.is_some() || self.resume.is_some()) {
+            return Err(TrainError::Config(
+                "checkpoints are not yet written across ranks".into(),
+            ));
+        }
+        let mut checkpointer = self
+            .config
+            .checkpoints
+            .as_ref()
+            .map(Checkpointer::new)
+            .transpose()?;
+        let mut log_place = summary.as_deref().and_then(|summary| {
+            let dir = checkpointer
+                .as_ref()
+                .map(Checkpointer::dir)
+                .or(self.resume.as_deref())?;
+            Some(LogPlace::of(summary, dir))
+        });
+        let (model, start) = match self.resume.take() {
+            Some(dir) => self.resume(
+                &dir,
+                model,
+                &identity,
+                &mut driver,
+                summary.as_deref(),
+                &mut log_place,
+                state,
+            )?,
+            None => (model, None),
+        };
 
-        if lead && let Some(summary) = summary.as_deref_mut() {
+        if start.is_none()
+            && lead
+            && let Some(summary) = summary.as_deref_mut()
+        {
             let as_int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
             let mut hparams = self
                 .hparams
@@ -364,30 +431,54 @@ where
             faults.check(summary.record(0))?;
         }
 
-        let report = &mut state.report;
         let mut stepper = Stepper {
             model,
             optimizer: &mut self.optimizer,
             scheduler: &mut self.scheduler,
             want_gradients: false,
             gradients: None,
-            updates: 0,
+            updates: state.report.optimizer_steps,
             on_update: self.on_update.as_mut(),
         };
         let rank = self.ranks.as_ref().map(Ranks::rank);
         let histogram_every = self.config.histogram_every.filter(|every| *every > 0);
-        for epoch in 1..=self.config.epochs {
+        let first_epoch = start
+            .as_ref()
+            .map_or(1, |p| p.epoch + usize::from(p.epoch_done));
+        for epoch in first_epoch..=self.config.epochs {
             let started = Instant::now();
             let mut run = driver.epoch(self.ranks.as_mut());
-            let (mut loss_sum, mut loss_count, mut examples) = (0.0f64, 0usize, 0usize);
-            let (mut correct, mut judged) = (0usize, 0usize);
+            let mut totals = EpochTotals::default();
+            if let Some(position) = start.as_ref().filter(|p| p.epoch == epoch) {
+                run.skip(position.step_in_epoch);
+                totals = position.totals;
+            }
             loop {
                 if self
                     .stop
                     .as_ref()
                     .is_some_and(|flag| flag.load(Ordering::Acquire))
                 {
-                    report.interrupted = true;
+                    state.report.interrupted = true;
+                    if run.window_is_empty()
+                        && let Some(checkpointer) = checkpointer.as_mut()
+                    {
+                        let position = Position {
+                            epoch,
+                            epoch_done: false,
+                            step_in_epoch: run.steps_taken(),
+                            totals,
+                        };
+                        checkpoint(
+                            checkpointer,
+                            &position,
+                            state,
+                            &identity,
+                            &stepper,
+                            log_place.as_ref(),
+                            summary.as_deref_mut(),
+                        )?;
+                    }
                     break;
                 }
                 // Gradient histograms are taken inside the optimizer step they are due at.
@@ -398,33 +489,34 @@ where
                 let done = match run.step(&mut stepper) {
                     Ok(Some(done)) => done,
                     Ok(None) => {
-                        report.interrupted |= run.stopped_by_peer();
+                        state.report.interrupted |= run.stopped_by_peer();
                         break;
                     }
                     Err(failure) => return Err(step_error(epoch, failure)),
                 };
-                report.steps += 1;
-                let global_step = report.steps as i64;
+                state.report.steps += 1;
+                let global_step = state.report.steps as i64;
                 let mut step_loss = 0.0;
                 let device_count = done.items.len();
                 for output in &done.items {
                     let item = &output.item;
                     state.batch_size.get_or_insert(item.examples());
                     step_loss += scalar(item.loss());
-                    examples += item.examples();
+                    totals.examples += item.examples();
                     if let Some((hits, total)) = item.correct() {
-                        correct += hits;
-                        judged += total;
+                        totals.correct += hits;
+                        totals.judged += total;
                     }
                 }
-                loss_sum += step_loss;
-                loss_count += device_count;
-                state.latest_train_loss = Some(loss_sum / loss_count.max(1) as f64);
+                totals.loss_sum += step_loss;
+                totals.loss_count += device_count;
+                let examples = totals.examples;
+                state.latest_train_loss = Some(totals.loss_sum / totals.loss_count.max(1) as f64);
                 let gradients = stepper.gradients.take();
                 if let Some(lr) = done.learning_rate {
                     state.learning_rate = Some(lr);
                 }
-                report.optimizer_steps = stepper.updates;
+                state.report.optimizer_steps = stepper.updates;
 
                 if let Some(summary) = summary.as_deref_mut()
                     && !lead
@@ -482,6 +574,26 @@ where
                         examples_per_second: examples as f64 / elapsed,
                     });
                 }
+                if done.learning_rate.is_some()
+                    && let Some(checkpointer) = checkpointer.as_mut()
+                    && checkpointer.due(stepper.updates)
+                {
+                    let position = Position {
+                        epoch,
+                        epoch_done: false,
+                        step_in_epoch: done.step,
+                        totals,
+                    };
+                    checkpoint(
+                        checkpointer,
+                        &position,
+                        state,
+                        &identity,
+                        &stepper,
+                        log_place.as_ref(),
+                        summary.as_deref_mut(),
+                    )?;
+                }
             }
             // A partial accumulation window still updates the model, as burn-train does; a
             // stopped run too, so the model returned reflects every step it ran.
@@ -492,11 +604,18 @@ where
             {
                 state.learning_rate = Some(lr);
             }
-            report.optimizer_steps = stepper.updates;
-            if report.interrupted {
+            state.report.optimizer_steps = stepper.updates;
+            if state.report.interrupted {
                 break;
             }
             let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+            let EpochTotals {
+                loss_sum,
+                loss_count,
+                examples,
+                correct,
+                judged,
+            } = totals;
             state.train_examples = Some(examples);
             let (valid_loss, valid_accuracy) = match &valid {
                 Some(valid) => {
@@ -516,7 +635,7 @@ where
                 examples_per_second: examples as f64 / seconds,
             };
             if lead && let Some(summary) = summary.as_deref_mut() {
-                let step = report.steps as i64;
+                let step = state.report.steps as i64;
                 let mut values = vec![("epoch", epoch as f64)];
                 if let Some(accuracy) = epoch_report.train_accuracy {
                     values.push(("train/accuracy", accuracy));
@@ -536,14 +655,111 @@ where
                 faults.check(hook(
                     &stepper.model,
                     &epoch_report,
-                    report.steps as i64,
+                    state.report.steps as i64,
                     summary.as_deref_mut(),
                 ))?;
             }
-            report.epochs.push(epoch_report);
+            state.report.epochs.push(epoch_report);
+            if let Some(checkpointer) = checkpointer.as_mut() {
+                let position = Position {
+                    epoch,
+                    epoch_done: true,
+                    step_in_epoch: 0,
+                    totals: EpochTotals::default(),
+                };
+                checkpoint(
+                    checkpointer,
+                    &position,
+                    state,
+                    &identity,
+                    &stepper,
+                    log_place.as_ref(),
+                    summary.as_deref_mut(),
+                )?;
+            }
+        }
+        if let Some(checkpointer) = checkpointer.as_mut() {
+            checkpointer.wait()?;
+            state.report.checkpoints_written = checkpointer.written;
         }
         Ok(stepper.model)
     }
+
+    /// Starts a resumed run: reads the newest whole checkpoint of `dir` into the model,
+    /// optimizer, scheduler and `state`, rolls the log back to it, and begins the loaders'
+    /// epochs before it. Returns the model and where to go on from (`None`: from the start,
+    /// when `dir` holds no checkpoint).
+    #[allow(clippy::too_many_arguments)]
+    fn resume(
+        &mut self,
+        dir: &std::path::Path,
+        model: M,
+        identity: &Identity,
+        driver: &mut Driver<M>,
+        summary: Option<&SummaryRecord>,
+        log_place: &mut Option<LogPlace>,
+        state: &mut RunState,
+    ) -> Result<(M, Option<Position>), TrainError> {
+        let loaded = checkpointing::load(
+            dir,
+            identity,
+            model.clone(),
+            self.optimizer.clone(),
+            self.scheduler.clone(),
+        )?;
+        let Some((resumed, loaded)) = loaded else {
+            log::warn!(
+                "no whole checkpoint in {}: training from the start",
+                dir.display()
+            );
+            if let (Some(place), Some(summary)) = (log_place.as_ref(), summary) {
+                place.roll_back(&ember_write::LogSnapshot::default(), summary)?;
+            }
+            return Ok((model, None));
+        };
+        if let (Some(place), Some(summary)) = (log_place.as_ref(), summary) {
+            place.roll_back(&checkpointing::snapshot_of(&loaded)?, summary)?;
+        }
+        self.optimizer = resumed.optimizer;
+        self.scheduler = resumed.scheduler;
+        *state = resumed.state;
+        state.report.steps = resumed.steps;
+        state.report.optimizer_steps = resumed.optimizer_steps;
+        state.report.resumed_from = Some(resumed.path);
+        state.report.checkpoints_skipped = loaded.skipped;
+        let position = resumed.position;
+        // The epoch in progress is begun by the loop; the ones before it, here.
+        driver.begin_epochs(position.epoch - usize::from(!position.epoch_done));
+        log::info!(
+            "resuming from checkpoint {} ({}): epoch {}, step {}",
+            resumed.seq,
+            dir.display(),
+            position.epoch,
+            state.report.steps
+        );
+        Ok((resumed.model, Some(position)))
+    }
+}
+
+/// Takes a checkpoint at `position` of the run as `stepper` and `state` have it.
+fn checkpoint<M: Module + Clone>(
+    checkpointer: &mut Checkpointer,
+    position: &Position,
+    state: &RunState,
+    identity: &Identity,
+    stepper: &Stepper<'_, M>,
+    log_place: Option<&LogPlace>,
+    summary: Option<&mut SummaryRecord>,
+) -> Result<(), TrainError> {
+    checkpointer.save(
+        position,
+        state.report.steps,
+        stepper.updates,
+        state,
+        identity,
+        (&stepper.model, &*stepper.optimizer, &*stepper.scheduler),
+        log_place.zip(summary),
+    )
 }
 
 /// The Trainer's side of the driver's optimizer step: Burn's optimizer and scheduler on the

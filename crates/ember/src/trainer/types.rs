@@ -1,6 +1,7 @@
 //! What the Trainer takes and gives: the output items it reads, its configuration, its reports
 //! and its errors.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use burn::tensor::Tensor;
@@ -9,6 +10,7 @@ use ember_pool::SpawnError;
 use ember_pool::step::StepError;
 use ember_pool::step::burn::Reduction;
 
+use crate::checkpoint::CheckpointError;
 use crate::collective::CollectiveError;
 use crate::driver::ValidationError;
 use crate::{SummaryError, SummaryRecord};
@@ -71,6 +73,39 @@ pub struct TrainerConfig {
     /// (`StepError::TooManyAbandonedWorkers`); each still holds a model copy and device memory
     /// until its step returns. `None` for no limit.
     pub max_abandoned_workers: Option<usize>,
+    /// Write checkpoints, from which [`Trainer::resume_from`](super::Trainer::resume_from)
+    /// goes on after a crash. Off by default.
+    pub checkpoints: Option<CheckpointConfig>,
+}
+
+/// Where and how often a [`Trainer`](super::Trainer) writes checkpoints.
+///
+/// A checkpoint is written every [`every`](Self::every) optimizer steps, at the end of every
+/// epoch, and when a run is stopped (by [`stop_when`](super::Trainer::stop_when)'s flag)
+/// between two accumulation windows. Each holds the model, the optimizer's and the
+/// scheduler's state (through Burn's records), the run's position (epoch, step, optimizer
+/// steps, how far the data loaders have gone, the epoch's running totals) and the length of
+/// every file of the summary log at that moment, to which a resumed run rolls the log back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// The directory of checkpoint files (created when needed). It may lie inside the log
+    /// directory; readers of the log ignore it.
+    pub dir: PathBuf,
+    /// Optimizer steps between two checkpoints (`None`: only at epoch ends and stops).
+    pub every: Option<usize>,
+    /// How many checkpoints to keep, newest first (at least 1).
+    pub keep: usize,
+}
+
+impl CheckpointConfig {
+    /// Checkpoints in `dir` every `every` optimizer steps, keeping the newest 3.
+    pub fn new(dir: impl Into<PathBuf>, every: usize) -> Self {
+        Self {
+            dir: dir.into(),
+            every: Some(every),
+            keep: 3,
+        }
+    }
 }
 
 impl Default for TrainerConfig {
@@ -82,6 +117,7 @@ impl Default for TrainerConfig {
             histogram_every: Some(50),
             step_timeout: None,
             max_abandoned_workers: Some(ember_pool::DEFAULT_MAX_ABANDONED_WORKERS),
+            checkpoints: None,
         }
     }
 }
@@ -147,6 +183,12 @@ pub struct TrainReport {
     /// first of each kind was logged. Write failures that happen on the writer threads are not
     /// among them: the record keeps those ([`SummaryRecord::take_errors`]).
     pub summary_errors: u64,
+    /// The checkpoint the run resumed from, when it did.
+    pub resumed_from: Option<PathBuf>,
+    /// Newer checkpoint files passed over on resuming (torn or damaged), and why.
+    pub checkpoints_skipped: Vec<(PathBuf, String)>,
+    /// Checkpoints this run wrote.
+    pub checkpoints_written: usize,
 }
 
 impl TrainReport {
@@ -189,6 +231,9 @@ pub enum TrainError {
         /// Which device and batch, and what happened.
         source: ValidationError,
     },
+    /// A checkpoint could not be written, or the run could not resume from one.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     /// The configuration cannot work.
     #[error("invalid trainer configuration: {0}")]
     Config(String),

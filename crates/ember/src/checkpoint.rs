@@ -1,0 +1,395 @@
+//! Checkpoint files and the directory that keeps them: what lets a killed run start again
+//! where it was.
+//!
+//! A checkpoint is one file of named sections (the trainer's progress, the model, optimizer
+//! and scheduler records, the log directory's snapshot) followed by the CRC-32C of every byte
+//! before it, so that a torn or damaged file is told from a whole one by reading it alone:
+//!
+//! ```text
+//! "EMBERCKP" | version u32 | sections u32 | { name_len u16 | name | len u64 | bytes }* | crc32c u32
+//! ```
+//!
+//! (integers little-endian). [`Checkpoints::write`] makes one durable the way a file system
+//! allows: written whole under a temporary name, fsynced, renamed to `ckpt-<seq>.ember`, and
+//! the directory fsynced; only then are the oldest beyond the number to keep removed, so the
+//! directory never holds only torn checkpoints. [`Checkpoints::latest`] takes the newest whole
+//! one and says why it passed over any newer.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"EMBERCKP";
+const VERSION: u32 = 1;
+const PREFIX: &str = "ckpt-";
+const SUFFIX: &str = ".ember";
+const TMP: &str = ".tmp";
+
+/// What can go wrong writing or reading checkpoints, or resuming from one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// A file system operation failed.
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// A checkpoint file is torn or damaged.
+    #[error("checkpoint {} is not whole: {reason}", path.display())]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A section is missing or cannot be read.
+    #[error("checkpoint {} has no readable `{section}` section: {reason}", path.display())]
+    Section {
+        /// The file.
+        path: PathBuf,
+        /// The section's name.
+        section: String,
+        /// Why.
+        reason: String,
+    },
+    /// Burn could not turn a model, optimizer or scheduler into bytes, or back.
+    #[error("cannot {what}: {reason}")]
+    Record {
+        /// What was being done.
+        what: &'static str,
+        /// Burn's error.
+        reason: String,
+    },
+    /// The checkpoint was taken by a run that cannot be continued by this one.
+    #[error("cannot resume from {}: {reason}", path.display())]
+    Mismatch {
+        /// The checkpoint.
+        path: PathBuf,
+        /// What differs.
+        reason: String,
+    },
+    /// The log directory could not be rolled back to the checkpoint.
+    #[error("cannot roll the log directory back to the checkpoint: {0}")]
+    Rollback(#[from] ember_write::RollbackError),
+    /// The thread writing checkpoints stopped.
+    #[error("the checkpoint writer thread panicked")]
+    WriterPanicked,
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CheckpointError + 'a {
+    move |source| CheckpointError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A checkpoint's contents: named byte sections, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    sections: Vec<(String, Vec<u8>)>,
+}
+
+impl Checkpoint {
+    /// An empty checkpoint.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) the section `name`.
+    pub fn with(mut self, name: &str, bytes: Vec<u8>) -> Self {
+        self.sections.retain(|(n, _)| n != name);
+        self.sections.push((name.to_owned(), bytes));
+        self
+    }
+
+    /// The section `name`'s bytes.
+    pub fn section(&self, name: &str) -> Option<&[u8]> {
+        self.sections
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.as_slice())
+    }
+
+    /// The whole file: sections framed, then the checksum.
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self
+            .sections
+            .iter()
+            .map(|(n, b)| 10 + n.len() + b.len())
+            .sum();
+        let mut out = Vec::with_capacity(20 + size);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(self.sections.len() as u32).to_le_bytes());
+        for (name, bytes) in &self.sections {
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote; `Err` says what is wrong.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let body_len = bytes
+            .len()
+            .checked_sub(4)
+            .ok_or("shorter than a checksum")?;
+        let (body, crc) = bytes.split_at(body_len);
+        let stored = u32::from_le_bytes(crc.try_into().map_err(|_| "no checksum")?);
+        if crc32c::crc32c(body) != stored {
+            return Err(format!(
+                "checksum mismatch over {body_len} bytes (torn or damaged)"
+            ));
+        }
+        let mut at = body;
+        let mut take = |n: usize| -> Result<&[u8], String> {
+            if at.len() < n {
+                return Err("truncated section".into());
+            }
+            let (head, rest) = at.split_at(n);
+            at = rest;
+            Ok(head)
+        };
+        if take(8)? != MAGIC {
+            return Err("not an ember checkpoint".into());
+        }
+        let version = u32::from_le_bytes(take(4)?.try_into().map_err(|_| "bad version")?);
+        if version != VERSION {
+            return Err(format!("version {version}, this ember reads {VERSION}"));
+        }
+        let count = u32::from_le_bytes(take(4)?.try_into().map_err(|_| "bad count")?);
+        let mut sections = Vec::new();
+        for _ in 0..count {
+            let name_len = u16::from_le_bytes(take(2)?.try_into().map_err(|_| "bad name")?);
+            let name = String::from_utf8(take(usize::from(name_len))?.to_vec())
+                .map_err(|_| "a section name is not UTF-8")?;
+            let len = u64::from_le_bytes(take(8)?.try_into().map_err(|_| "bad length")?);
+            let len = usize::try_from(len).map_err(|_| "a section too large")?;
+            sections.push((name, take(len)?.to_vec()));
+        }
+        Ok(Self { sections })
+    }
+}
+
+/// A checkpoint read back, with where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The file.
+    pub path: PathBuf,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its contents.
+    pub checkpoint: Checkpoint,
+    /// Newer checkpoint files that were passed over, and why.
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// A directory of checkpoints; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    dir: PathBuf,
+    keep: usize,
+}
+
+impl Checkpoints {
+    /// The checkpoints in `dir`, keeping the newest `keep` (at least 1) when writing.
+    pub fn new(dir: impl Into<PathBuf>, keep: usize) -> Self {
+        Self {
+            dir: dir.into(),
+            keep: keep.max(1),
+        }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The checkpoint files, newest first, with their sequence numbers.
+    pub fn list(&self) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("list", &self.dir)(e)),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(seq) = name
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.strip_suffix(SUFFIX))
+                .and_then(|seq| seq.parse::<u64>().ok())
+            {
+                found.push((seq, entry.path()));
+            }
+        }
+        found.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+        Ok(found)
+    }
+
+    /// The newest whole checkpoint, `None` when there is none; every newer file passed over
+    /// is logged with its reason and listed in [`Loaded::skipped`].
+    pub fn latest(&self) -> Result<Option<Loaded>, CheckpointError> {
+        let mut skipped = Vec::new();
+        for (seq, path) in self.list()? {
+            let bytes = fs::read(&path).map_err(io_err("read", &path))?;
+            match Checkpoint::decode(&bytes) {
+                Ok(checkpoint) => {
+                    return Ok(Some(Loaded {
+                        path,
+                        seq,
+                        checkpoint,
+                        skipped,
+                    }));
+                }
+                Err(reason) => {
+                    log::warn!(
+                        "passing over checkpoint {}: {reason}; trying the one before",
+                        path.display()
+                    );
+                    skipped.push((path, reason));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The sequence number the next checkpoint gets: past every file there, whole or not.
+    pub fn next_seq(&self) -> Result<u64, CheckpointError> {
+        Ok(self.list()?.first().map_or(1, |(seq, _)| seq + 1))
+    }
+
+    /// Removes what a write killed part way left: temporary files.
+    pub fn clean(&self) -> Result<(), CheckpointError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("list", &self.dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(PREFIX) && name.ends_with(TMP) {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(io_err("remove", &path))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `checkpoint` as number `seq`, durably (see the module docs), then removes the
+    /// oldest beyond the number to keep. Returns its path.
+    pub fn write(&self, seq: u64, checkpoint: &Checkpoint) -> Result<PathBuf, CheckpointError> {
+        fs::create_dir_all(&self.dir).map_err(io_err("create", &self.dir))?;
+        let name = format!("{PREFIX}{seq:012}{SUFFIX}");
+        let path = self.dir.join(&name);
+        let tmp = self.dir.join(format!("{name}{TMP}"));
+        let _ = fs::remove_file(&tmp);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err("create", &tmp))?;
+        file.write_all(&checkpoint.encode())
+            .map_err(io_err("write", &tmp))?;
+        file.sync_all().map_err(io_err("fsync", &tmp))?;
+        drop(file);
+        fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+        sync_dir(&self.dir)?;
+        for (_, old) in self.list()?.into_iter().skip(self.keep) {
+            fs::remove_file(&old).map_err(io_err("remove", &old))?;
+        }
+        Ok(path)
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    #[cfg(unix)]
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("fsync", dir))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(n: u8) -> Checkpoint {
+        Checkpoint::new()
+            .with("meta", format!("n={n}").into_bytes())
+            .with("model", vec![n; 100])
+    }
+
+    #[test]
+    fn the_file_layout_is_the_documented_one() {
+        let bytes = Checkpoint::new().with("ab", vec![7, 8]).encode();
+        let mut expected = b"EMBERCKP".to_vec();
+        expected.extend([
+            1, 0, 0, 0, 1, 0, 0, 0, 2, 0, b'a', b'b', 2, 0, 0, 0, 0, 0, 0, 0, 7, 8,
+        ]);
+        let crc = crc32c::crc32c(&expected);
+        expected.extend(crc.to_le_bytes());
+        assert_eq!(bytes, expected);
+        assert_eq!(
+            Checkpoint::decode(&bytes).unwrap().section("ab"),
+            Some(&[7u8, 8][..])
+        );
+    }
+
+    #[test]
+    fn every_torn_or_flipped_file_is_refused() {
+        let bytes = sample(3).encode();
+        for cut in 0..bytes.len() {
+            assert!(Checkpoint::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0x10;
+            assert!(Checkpoint::decode(&flipped).is_err(), "flip at {at}");
+        }
+    }
+
+    #[test]
+    fn the_newest_whole_checkpoint_wins_and_old_ones_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(dir.path().join("ckpts"), 2);
+        assert!(store.latest().unwrap().is_none());
+        for n in 1..=3u8 {
+            store.write(u64::from(n), &sample(n)).unwrap();
+        }
+        let names: Vec<u64> = store.list().unwrap().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(names, [3, 2]);
+        // A torn newest one (a kill during a write that got as far as the rename cannot
+        // happen, but a damaged disk can) is passed over, with its reason.
+        let newest = store.list().unwrap()[0].1.clone();
+        let bytes = fs::read(&newest).unwrap();
+        fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+        fs::write(store.dir().join("ckpt-000000000004.ember.tmp"), b"half").unwrap();
+        let loaded = store.latest().unwrap().unwrap();
+        assert_eq!(loaded.seq, 2);
+        assert_eq!(loaded.checkpoint, sample(2));
+        assert_eq!(loaded.skipped.len(), 1);
+        assert!(
+            loaded.skipped[0].1.contains("checksum"),
+            "{:?}",
+            loaded.skipped
+        );
+        assert_eq!(store.next_seq().unwrap(), 4);
+        store.clean().unwrap();
+        assert!(!store.dir().join("ckpt-000000000004.ember.tmp").exists());
+    }
+}

@@ -1,0 +1,643 @@
+//! The Trainer's checkpoints: what a run's position is made of, writing it without holding the
+//! training loop up longer than taking it needs, and starting again from one.
+//!
+//! A checkpoint is taken only where the gradient-accumulation window is empty (right after an
+//! optimizer step, or at an epoch's end), so no gradient is ever part of one. The data order
+//! is Burn's loader's: each epoch's shuffle advances the loader's generator once, and its
+//! state cannot be read out, so a checkpoint keeps how many epochs the loaders have begun and a
+//! resumed run begins (and drops) as many on its fresh loaders before it goes on, which leaves
+//! their generators where the killed run's were; the batches the resumed epoch had already
+//! trained on are then drawn and dropped without training.
+
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::store::ModuleRecord;
+use burn::tensor::Bytes;
+use ember_pool::step::burn::Reduction;
+use ember_write::{LogSnapshot, Ownership};
+
+use super::types::{CheckpointConfig, EpochReport};
+use super::{RunState, TrainError};
+use crate::SummaryRecord;
+use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded};
+use crate::model_info::named_parameters;
+
+/// What an epoch has added up so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct EpochTotals {
+    pub(super) loss_sum: f64,
+    pub(super) loss_count: usize,
+    pub(super) examples: usize,
+    pub(super) correct: usize,
+    pub(super) judged: usize,
+}
+
+/// Where a run is: everything besides the model, optimizer and scheduler that a resumed run
+/// needs to go on as the killed one would have.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Position {
+    /// The epoch, from 1.
+    pub(super) epoch: usize,
+    /// Whether that epoch is over (validated, recorded).
+    pub(super) epoch_done: bool,
+    /// Pool steps of the epoch taken.
+    pub(super) step_in_epoch: usize,
+    pub(super) totals: EpochTotals,
+}
+
+/// What must match between the run that took a checkpoint and the one resuming from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Identity {
+    pub(super) devices: usize,
+    pub(super) ranks: usize,
+    pub(super) grad_accumulation: usize,
+    pub(super) reduction: &'static str,
+    /// Every parameter's name and size.
+    pub(super) model: String,
+}
+
+impl Identity {
+    pub(super) fn new<M: Module>(
+        model: &M,
+        devices: usize,
+        ranks: usize,
+        grad_accumulation: usize,
+        reduction: Reduction,
+    ) -> Self {
+        let model = named_parameters(model)
+            .iter()
+            .map(|(name, _, values)| format!("{name}:{}", values.len()))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self {
+            devices,
+            ranks,
+            grad_accumulation,
+            reduction: match reduction {
+                Reduction::Mean => "mean",
+                Reduction::Sum => "sum",
+            },
+            model,
+        }
+    }
+
+    /// Why a run of `self` cannot continue from a checkpoint of `taken`; `None` if it can.
+    fn mismatch(&self, taken: &Fields) -> Option<String> {
+        let number = |key: &str| taken.usize(key).ok();
+        if number("devices") != Some(self.devices) {
+            return Some(format!(
+                "it was taken on {} device(s), this run has {}; resume with the same devices",
+                taken.text("devices").unwrap_or("?"),
+                self.devices
+            ));
+        }
+        if number("ranks") != Some(self.ranks) {
+            return Some(format!(
+                "it was taken by a job of {} rank(s), this one has {}",
+                taken.text("ranks").unwrap_or("?"),
+                self.ranks
+            ));
+        }
+        if number("grad_accumulation") != Some(self.grad_accumulation) {
+            return Some(format!(
+                "it was taken with gradient accumulation {}, this run has {}",
+                taken.text("grad_accumulation").unwrap_or("?"),
+                self.grad_accumulation
+            ));
+        }
+        if taken.text("reduction").ok() != Some(self.reduction) {
+            return Some(format!(
+                "it was taken with reduction {}, this run has {}",
+                taken.text("reduction").unwrap_or("?"),
+                self.reduction
+            ));
+        }
+        if taken.text("model").ok() != Some(self.model.as_str()) {
+            return Some(format!(
+                "the model changed: the checkpoint's parameters are [{}], this model's are [{}]",
+                taken.text("model").unwrap_or("?"),
+                self.model
+            ));
+        }
+        None
+    }
+}
+
+/// A resumed run's starting point, read from a checkpoint.
+pub(super) struct Resumed<M> {
+    pub(super) model: M,
+    pub(super) optimizer: ModuleOptimizer,
+    pub(super) scheduler: ModuleLrScheduler,
+    pub(super) position: Position,
+    pub(super) steps: usize,
+    pub(super) optimizer_steps: usize,
+    pub(super) state: RunState,
+    pub(super) path: PathBuf,
+    pub(super) seq: u64,
+}
+
+/// Where the run's log directory is, to snapshot and roll back.
+#[derive(Debug, Clone)]
+pub(super) struct LogPlace {
+    pub(super) dir: PathBuf,
+    /// The checkpoint directory, relative to the log directory, when it is inside it.
+    pub(super) exclude: Vec<PathBuf>,
+    pub(super) ownership: Ownership,
+}
+
+impl LogPlace {
+    pub(super) fn of(summary: &SummaryRecord, checkpoints: &Path) -> Self {
+        let dir = summary.log_dir().to_path_buf();
+        let (rank, world_size) = summary.rank();
+        let exclude = relative_to(checkpoints, &dir).into_iter().collect();
+        Self {
+            dir,
+            exclude,
+            ownership: Ownership { rank, world_size },
+        }
+    }
+
+    /// Rolls the log back to `snapshot`, leaving the files `summary` has made already.
+    pub(super) fn roll_back(
+        &self,
+        snapshot: &LogSnapshot,
+        summary: &SummaryRecord,
+    ) -> Result<(), CheckpointError> {
+        let keep: Vec<PathBuf> = summary
+            .stats()
+            .map(|stats| {
+                stats
+                    .writers
+                    .iter()
+                    .filter_map(|w| w.path.as_deref())
+                    .filter_map(|p| relative_to(p, &self.dir))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let restored = snapshot.restore(&self.dir, &self.exclude, &keep, self.ownership)?;
+        for path in &restored.shorter {
+            log::warn!(
+                "{} is shorter than when the checkpoint was taken (the machine went down before \
+                 its bytes reached the disk): its last records are lost",
+                self.dir.join(path).display()
+            );
+        }
+        Ok(())
+    }
+}
+
+fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    absolute(path)
+        .strip_prefix(absolute(base))
+        .ok()
+        .filter(|r| !r.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+}
+
+/// Writes a run's checkpoints: the state is taken on the training thread (it must be this
+/// step's), the file written, fsynced and renamed on a thread of its own, so that training
+/// goes on while the disk works; one write at a time, the next waiting for the last.
+pub(super) struct Checkpointer {
+    store: Checkpoints,
+    every: Option<usize>,
+    next_seq: u64,
+    in_flight: Option<JoinHandle<Result<PathBuf, CheckpointError>>>,
+    /// The step and epoch state of the last checkpoint taken, not to take it twice.
+    last: Option<(usize, bool)>,
+    pub(super) written: usize,
+}
+
+impl Checkpointer {
+    pub(super) fn new(config: &CheckpointConfig) -> Result<Self, CheckpointError> {
+        let store = Checkpoints::new(&config.dir, config.keep);
+        store.clean()?;
+        Ok(Self {
+            next_seq: store.next_seq()?,
+            store,
+            every: config.every.filter(|n| *n > 0),
+            in_flight: None,
+            last: None,
+            written: 0,
+        })
+    }
+
+    pub(super) fn dir(&self) -> &Path {
+        self.store.dir()
+    }
+
+    /// Whether a checkpoint is due after optimizer step `updates`.
+    pub(super) fn due(&self, updates: usize) -> bool {
+        self.every
+            .is_some_and(|every| updates.is_multiple_of(every))
+    }
+
+    /// Takes a checkpoint of the run at `position`: the log flushed and snapshot (when there
+    /// is one), the model, optimizer and scheduler turned into bytes, then the file written
+    /// on the checkpoint thread.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn save<M: Module>(
+        &mut self,
+        position: &Position,
+        steps: usize,
+        optimizer_steps: usize,
+        state: &RunState,
+        identity: &Identity,
+        parts: (&M, &ModuleOptimizer, &ModuleLrScheduler),
+        log: Option<(&LogPlace, &mut SummaryRecord)>,
+    ) -> Result<(), TrainError> {
+        if self.last == Some((steps, position.epoch_done)) {
+            return Ok(());
+        }
+        self.wait()?;
+        let snapshot = match log {
+            Some((place, summary)) => {
+                // A flush that fails leaves the file as it is, which the snapshot records.
+                if let Err(error) = summary.flush() {
+                    log::warn!("flushing the summaries before a checkpoint: {error}");
+                }
+                LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
+                    .map_err(CheckpointError::from)?
+                    .encode()
+            }
+            None => String::new(),
+        };
+        let (model, optimizer, scheduler) = parts;
+        let record_err = |what| {
+            move |e: burn::store::RecordError| CheckpointError::Record {
+                what,
+                reason: e.to_string(),
+            }
+        };
+        let model_bytes = model
+            .clone()
+            .into_record()
+            .into_bytes()
+            .map_err(record_err("save the model"))?;
+        let optimizer_bytes = optimizer
+            .into_bytes()
+            .map_err(record_err("save the optimizer state"))?;
+        let scheduler_bytes = scheduler
+            .to_record()
+            .into_bytes()
+            .map_err(record_err("save the scheduler state"))?;
+        let meta = encode_meta(position, steps, optimizer_steps, state, identity);
+        let checkpoint = Checkpoint::new()
+            .with("meta", meta.into_bytes())
+            .with("model", model_bytes.to_vec())
+            .with("optimizer", optimizer_bytes.to_vec())
+            .with("scheduler", scheduler_bytes.to_vec())
+            .with("log", snapshot.into_bytes());
+        let store = self.store.clone();
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.last = Some((steps, position.epoch_done));
+        self.in_flight = Some(
+            std::thread::Builder::new()
+                .name("ember-checkpoint".into())
+                .spawn(move || store.write(seq, &checkpoint))
+                .map_err(|source| CheckpointError::Io {
+                    op: "start the checkpoint thread for",
+                    path: self.store.dir().to_path_buf(),
+                    source,
+                })?,
+        );
+        Ok(())
+    }
+
+    /// Waits for the checkpoint being written, if any.
+    pub(super) fn wait(&mut self) -> Result<(), TrainError> {
+        if let Some(handle) = self.in_flight.take() {
+            handle
+                .join()
+                .map_err(|_| CheckpointError::WriterPanicked)??;
+            self.written += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,
+/// with `optimizer` and `scheduler` as configured; `None` when `dir` has none. The log is
+/// not touched here.
+pub(super) fn load<M: Module>(
+    dir: &Path,
+    identity: &Identity,
+    model: M,
+    optimizer: ModuleOptimizer,
+    scheduler: ModuleLrScheduler,
+) -> Result<Option<(Resumed<M>, Loaded)>, CheckpointError> {
+    let Some(loaded) = Checkpoints::new(dir, 1).latest()? else {
+        return Ok(None);
+    };
+    let path = loaded.path.clone();
+    let section = |name: &str| {
+        loaded
+            .checkpoint
+            .section(name)
+            .ok_or_else(|| CheckpointError::Section {
+                path: path.clone(),
+                section: name.into(),
+                reason: "missing".into(),
+            })
+    };
+    let meta = std::str::from_utf8(section("meta")?).map_err(|e| CheckpointError::Section {
+        path: path.clone(),
+        section: "meta".into(),
+        reason: e.to_string(),
+    })?;
+    let fields = Fields::parse(meta);
+    if let Some(reason) = identity.mismatch(&fields) {
+        return Err(CheckpointError::Mismatch { path, reason });
+    }
+    let bad_meta = |reason: String| CheckpointError::Section {
+        path: path.clone(),
+        section: "meta".into(),
+        reason,
+    };
+    let (position, steps, optimizer_steps, state) = decode_meta(&fields).map_err(bad_meta)?;
+    let record_err = |what| {
+        let path = path.clone();
+        move |e: burn::store::RecordError| CheckpointError::Mismatch {
+            path,
+            reason: format!("{what}: {e}"),
+        }
+    };
+    let bytes = |name: &str| section(name).map(|b| Bytes::from_bytes_vec(b.to_vec()));
+    let record = ModuleRecord::from_bytes(bytes("model")?).map_err(record_err("its model"))?;
+    let model = model
+        .try_load_record(record)
+        .map_err(record_err("its model does not fit this one"))?;
+    let optimizer = optimizer
+        .from_bytes(bytes("optimizer")?)
+        .map_err(record_err("its optimizer state"))?;
+    let scheduler = scheduler.load_record(
+        LrSchedulerRecord::from_bytes(bytes("scheduler")?)
+            .map_err(record_err("its scheduler state"))?,
+    );
+    let resumed = Resumed {
+        model,
+        optimizer,
+        scheduler,
+        position,
+        steps,
+        optimizer_steps,
+        state,
+        path: loaded.path.clone(),
+        seq: loaded.seq,
+    };
+    Ok(Some((resumed, loaded)))
+}
+
+/// The log snapshot a loaded checkpoint holds.
+pub(super) fn snapshot_of(loaded: &Loaded) -> Result<LogSnapshot, CheckpointError> {
+    let text = loaded.checkpoint.section("log").unwrap_or_default();
+    let text = std::str::from_utf8(text).map_err(|e| CheckpointError::Section {
+        path: loaded.path.clone(),
+        section: "log".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(LogSnapshot::decode(text)?)
+}
+
+/// `key=value` lines; numbers in decimal, floats as the hex of their bits (exact), absent
+/// options as `-`.
+fn encode_meta(
+    position: &Position,
+    steps: usize,
+    optimizer_steps: usize,
+    state: &RunState,
+    identity: &Identity,
+) -> String {
+    let float = |x: f64| format!("{:016x}", x.to_bits());
+    let opt_f = |x: Option<f64>| x.map_or("-".into(), float);
+    let opt_n = |x: Option<usize>| x.map_or("-".into(), |n| n.to_string());
+    let t = &position.totals;
+    let mut lines = vec![
+        format!("devices={}", identity.devices),
+        format!("ranks={}", identity.ranks),
+        format!("grad_accumulation={}", identity.grad_accumulation),
+        format!("reduction={}", identity.reduction),
+        format!("model={}", identity.model),
+        format!("epoch={}", position.epoch),
+        format!("epoch_done={}", position.epoch_done),
+        format!("step_in_epoch={}", position.step_in_epoch),
+        format!("steps={steps}"),
+        format!("optimizer_steps={optimizer_steps}"),
+        format!("loss_sum={}", float(t.loss_sum)),
+        format!("loss_count={}", t.loss_count),
+        format!("examples={}", t.examples),
+        format!("correct={}", t.correct),
+        format!("judged={}", t.judged),
+        format!("latest_train_loss={}", opt_f(state.latest_train_loss)),
+        format!("learning_rate={}", opt_f(state.learning_rate)),
+        format!("batch_size={}", opt_n(state.batch_size)),
+        format!("train_examples={}", opt_n(state.train_examples)),
+        format!("valid_examples={}", opt_n(state.valid_examples)),
+        format!("summary_errors={}", state.report.summary_errors),
+    ];
+    for e in &state.report.epochs {
+        lines.push(format!(
+            "epoch_report={} {} {} {} {} {}",
+            e.epoch,
+            float(e.train_loss),
+            opt_f(e.train_accuracy),
+            opt_f(e.valid_loss),
+            opt_f(e.valid_accuracy),
+            float(e.examples_per_second)
+        ));
+    }
+    lines.join("\n")
+}
+
+/// The meta section's fields.
+struct Fields<'a> {
+    pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Fields<'a> {
+    fn parse(text: &'a str) -> Self {
+        Self {
+            pairs: text.lines().filter_map(|l| l.split_once('=')).collect(),
+        }
+    }
+
+    fn text(&self, key: &str) -> Result<&'a str, String> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| format!("no `{key}`"))
+    }
+
+    fn all(&self, key: &str) -> impl Iterator<Item = &'a str> + '_ {
+        let key = key.to_owned();
+        self.pairs
+            .iter()
+            .filter(move |(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    fn usize(&self, key: &str) -> Result<usize, String> {
+        let text = self.text(key)?;
+        text.parse().map_err(|_| format!("`{key}={text}`"))
+    }
+
+    fn opt_usize(&self, key: &str) -> Result<Option<usize>, String> {
+        match self.text(key)? {
+            "-" => Ok(None),
+            _ => self.usize(key).map(Some),
+        }
+    }
+
+    fn float(&self, key: &str) -> Result<f64, String> {
+        parse_float(self.text(key)?).ok_or_else(|| format!("`{key}`"))
+    }
+
+    fn opt_float(&self, key: &str) -> Result<Option<f64>, String> {
+        parse_opt_float(self.text(key)?).ok_or_else(|| format!("`{key}`"))
+    }
+}
+
+fn parse_float(text: &str) -> Option<f64> {
+    u64::from_str_radix(text, 16).ok().map(f64::from_bits)
+}
+
+fn parse_opt_float(text: &str) -> Option<Option<f64>> {
+    match text {
+        "-" => Some(None),
+        _ => parse_float(text).map(Some),
+    }
+}
+
+fn decode_meta(fields: &Fields<'_>) -> Result<(Position, usize, usize, RunState), String> {
+    let position = Position {
+        epoch: fields.usize("epoch")?,
+        epoch_done: fields.text("epoch_done")? == "true",
+        step_in_epoch: fields.usize("step_in_epoch")?,
+        totals: EpochTotals {
+            loss_sum: fields.float("loss_sum")?,
+            loss_count: fields.usize("loss_count")?,
+            examples: fields.usize("examples")?,
+            correct: fields.usize("correct")?,
+            judged: fields.usize("judged")?,
+        },
+    };
+    let mut state = RunState {
+        latest_train_loss: fields.opt_float("latest_train_loss")?,
+        learning_rate: fields.opt_float("learning_rate")?,
+        batch_size: fields.opt_usize("batch_size")?,
+        train_examples: fields.opt_usize("train_examples")?,
+        valid_examples: fields.opt_usize("valid_examples")?,
+        ..RunState::default()
+    };
+    state.report.summary_errors = fields
+        .text("summary_errors")?
+        .parse()
+        .map_err(|_| "`summary_errors`".to_string())?;
+    for line in fields.all("epoch_report") {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let bad = || format!("`epoch_report={line}`");
+        let [epoch, loss, accuracy, valid_loss, valid_accuracy, speed] = parts.as_slice() else {
+            return Err(bad());
+        };
+        state.report.epochs.push(EpochReport {
+            epoch: epoch.parse().map_err(|_| bad())?,
+            train_loss: parse_float(loss).ok_or_else(bad)?,
+            train_accuracy: parse_opt_float(accuracy).ok_or_else(bad)?,
+            valid_loss: parse_opt_float(valid_loss).ok_or_else(bad)?,
+            valid_accuracy: parse_opt_float(valid_accuracy).ok_or_else(bad)?,
+            examples_per_second: parse_float(speed).ok_or_else(bad)?,
+        });
+    }
+    Ok((
+        position,
+        fields.usize("steps")?,
+        fields.usize("optimizer_steps")?,
+        state,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_meta_section_reads_back_exactly() {
+        let mut state = RunState {
+            latest_train_loss: Some(0.1 + 0.2),
+            learning_rate: Some(f64::NAN),
+            batch_size: Some(8),
+            train_examples: None,
+            valid_examples: Some(3),
+            ..RunState::default()
+        };
+        state.report.summary_errors = 4;
+        state.report.epochs.push(EpochReport {
+            epoch: 1,
+            train_loss: 1.0 / 3.0,
+            train_accuracy: None,
+            valid_loss: Some(f64::INFINITY),
+            valid_accuracy: Some(0.5),
+            examples_per_second: 1e9,
+        });
+        let position = Position {
+            epoch: 2,
+            epoch_done: false,
+            step_in_epoch: 3,
+            totals: EpochTotals {
+                loss_sum: 2.5e-300,
+                loss_count: 6,
+                examples: 48,
+                correct: 7,
+                judged: 9,
+            },
+        };
+        let identity = Identity {
+            devices: 2,
+            ranks: 1,
+            grad_accumulation: 2,
+            reduction: "mean",
+            model: "a.weight:6,a.bias:2".into(),
+        };
+        let text = encode_meta(&position, 11, 5, &state, &identity);
+        let fields = Fields::parse(&text);
+        assert_eq!(identity.mismatch(&fields), None);
+        let (p, steps, updates, s) = decode_meta(&fields).unwrap();
+        assert_eq!((p, steps, updates), (position, 11, 5));
+        assert_eq!(s.latest_train_loss, Some(0.1 + 0.2));
+        assert!(s.learning_rate.unwrap().is_nan());
+        assert_eq!(
+            (s.batch_size, s.train_examples, s.valid_examples),
+            (Some(8), None, Some(3))
+        );
+        assert_eq!(s.report.epochs, state.report.epochs);
+        assert_eq!(s.report.summary_errors, 4);
+
+        let other = Identity {
+            devices: 3,
+            ..identity.clone()
+        };
+        assert!(
+            other
+                .mismatch(&fields)
+                .unwrap()
+                .contains("2 device(s), this run has 3")
+        );
+        let other = Identity {
+            model: "a.weight:8".into(),
+            ..identity
+        };
+        assert!(
+            other
+                .mismatch(&fields)
+                .unwrap()
+                .contains("the model changed")
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! A Trainer run that dies at any step and is resumed from its checkpoints ends with the
+//! parameters of a run that never died, bit for bit, and with a log that every reader shows
+//! each step once in, with the uninterrupted run's values.
+//!
+//! The run has what makes resuming hard: two workers, gradient accumulation over two steps,
+//! a shuffling loader (its order per epoch comes from a generator that each epoch advances),
+//! Adam (its moments and step count), a linear learning-rate schedule (its position),
+//! validation, histograms, and checkpoints mid-epoch. The "crash" is a panic from the step
+//! hook, caught; the record is then dropped, which writes out everything it was given, so the
+//! log holds more after the last checkpoint than a killed process would leave. (The binary is
+//! killed with SIGKILL in `cargo xtask resume`.)
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::optim::AdamConfig;
+use burn::optim::lr_scheduler::linear::LinearLrSchedulerConfig;
+use burn::tensor::Device;
+use ember::pack::proto::tensorboard::{Event, event};
+use ember::read::{Scan, Summaries};
+use ember::{CheckpointConfig, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
+use ember_tests::{Mlp, XyBatch, XyBatcher, parameters, regression_rows};
+use prost::Message;
+
+const EPOCHS: usize = 3;
+/// 96 rows, batches of 8 on 2 workers: 6 pool steps an epoch, 18 in all; 9 optimizer steps.
+const STEPS: usize = 18;
+
+fn loader(rows: usize, shuffle: bool, device: &Device) -> Arc<dyn DataLoader<XyBatch>> {
+    let builder = DataLoaderBuilder::new(XyBatcher)
+        .batch_size(8)
+        .set_device(device.clone());
+    let builder = if shuffle { builder.shuffle(7) } else { builder };
+    builder.build(InMemDataset::new(regression_rows(3, rows)))
+}
+
+fn trainer(checkpoints: &Path, crash_at: Option<usize>) -> Trainer<Mlp> {
+    let device = Device::flex().autodiff();
+    let trainer = Trainer::new(
+        vec![device.clone(), device],
+        AdamConfig::new().init(),
+        LinearLrSchedulerConfig::new(0.05, 0.005, 9).init().unwrap(),
+        TrainerConfig {
+            epochs: EPOCHS,
+            grad_accumulation: 2,
+            histogram_every: Some(2),
+            checkpoints: Some(CheckpointConfig {
+                dir: checkpoints.to_path_buf(),
+                every: Some(2),
+                keep: 2,
+            }),
+            ..TrainerConfig::default()
+        },
+    );
+    match crash_at {
+        Some(step) => trainer.on_step(move |report| {
+            if report.step == step as i64 {
+                panic!("simulated crash at step {step}");
+            }
+        }),
+        None => trainer,
+    }
+}
+
+/// Trains from the start or, with `resume`, from the checkpoints; the model is built from
+/// another seed each time, so only a checkpoint can give a resumed run its parameters.
+fn fit(
+    run: &Path,
+    crash_at: Option<usize>,
+    resume: bool,
+    seed: u64,
+) -> Result<(Mlp, TrainReport), TrainError> {
+    let device = Device::flex().autodiff();
+    let model = seeded_model(seed, &device);
+    let checkpoints = run.join("checkpoints");
+    let mut trainer = trainer(&checkpoints, crash_at);
+    if resume {
+        trainer = trainer.resume_from(&checkpoints);
+    }
+    let mut summary = SummaryRecord::new(run).unwrap();
+    let result = trainer.fit(
+        model,
+        loader(96, true, &device),
+        Some(loader(24, false, &device)),
+        Some(&mut summary),
+    );
+    summary.close().unwrap();
+    result
+}
+
+/// A model initialised from `seed`: the device's generator is the process's, which the
+/// tests running beside this one draw from too (and the shuffle does not: each loader has
+/// its own).
+fn seeded_model(seed: u64, device: &Device) -> Mlp {
+    static GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = GENERATOR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    device.seed(seed);
+    let model = Mlp::new(4, device);
+    // Burn initialises parameters lazily, on first use: draw them now, under the lock.
+    parameters(&model);
+    model
+}
+
+/// What a reader shows that does not depend on the clock: every scalar and histogram series
+/// as (step, value) pairs, wall times and speeds left out.
+fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
+    let summaries = Summaries::read_dir(run).unwrap();
+    let mut out = BTreeMap::new();
+    for (tag, points) in summaries.scalars {
+        if tag.ends_with("step_seconds") || tag.ends_with("examples_per_second") {
+            continue;
+        }
+        let points = points
+            .iter()
+            .map(|p| (p.step, format!("{:?}", p.value)))
+            .collect();
+        out.insert(tag, points);
+    }
+    for (tag, points) in summaries.histograms {
+        let points = points
+            .iter()
+            .map(|p| (p.step, format!("{:?} {:?} {:?}", p.sum, p.count, p.buckets)))
+            .collect();
+        out.insert(format!("histogram {tag}"), points);
+    }
+    out
+}
+
+/// How many times each hyper-parameter session part and the graph were written.
+fn session_parts(run: &Path) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    let mut files: Vec<_> = std::fs::read_dir(run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    for path in files {
+        let scan = Scan::file(&path).unwrap();
+        assert!(scan.problems.is_empty(), "{path:?}: {:?}", scan.problems);
+        for record in scan.records {
+            let event = Event::decode(record.data.as_slice()).unwrap();
+            match event.what {
+                Some(event::What::Summary(summary)) => {
+                    for value in summary.value {
+                        if value.tag.starts_with("_hparams_/") {
+                            *counts.entry(value.tag).or_default() += 1;
+                        }
+                    }
+                }
+                Some(event::What::GraphDef(_)) => *counts.entry("graph".into()).or_default() += 1,
+                _ => {}
+            }
+        }
+    }
+    counts
+}
+
+#[test]
+fn a_run_resumed_after_a_crash_at_any_step_ends_bit_identical_with_one_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let (model, report) = fit(&whole, None, false, 1).unwrap();
+    let expected = parameters(&model);
+    let report_whole = report.clone();
+    let expected_series = series(&whole);
+    assert_eq!(report.steps, STEPS);
+    assert_eq!(report.optimizer_steps, 9);
+    // Every 2 optimizer steps (2, 4, 6, 8) and each epoch's end; one step may hold both.
+    assert!(report.checkpoints_written >= 6, "{report:?}");
+    assert_eq!(expected_series["train/loss"].len(), STEPS);
+    assert_eq!(session_parts(&whole).values().copied().max(), Some(1));
+
+    for crash_at in 1..=STEPS {
+        let run = dir.path().join(format!("crash-{crash_at}"));
+        let crashed = catch_unwind(AssertUnwindSafe(|| fit(&run, Some(crash_at), false, 1)));
+        assert!(crashed.is_err(), "the run at {crash_at} did not crash");
+        // Without a checkpoint the run starts again as the user started it, from the same
+        // seed; with one, the model's own initialisation must not matter.
+        let seed = if crash_at > 4 {
+            1000 + crash_at as u64
+        } else {
+            1
+        };
+        let (model, report) = fit(&run, None, true, seed).unwrap();
+        let context = format!("crash at step {crash_at}, {report:?}");
+        let got = parameters(&model);
+        assert!(
+            got.iter()
+                .zip(&expected)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{context}: parameters differ by {}; whole run {report_whole:?}",
+            ember_tests::max_difference(&got, &expected)
+        );
+        assert_eq!(report.steps, STEPS, "{context}");
+        // Crashing before the first checkpoint (at optimizer step 2, pool step 4) leaves none.
+        assert_eq!(report.resumed_from.is_some(), crash_at > 4, "{context}");
+        assert_eq!(series(&run), expected_series, "{context}");
+        assert_eq!(session_parts(&run), session_parts(&whole), "{context}");
+    }
+}
+
+#[test]
+fn a_torn_newest_checkpoint_is_passed_over_for_the_one_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let (model, _) = fit(&whole, None, false, 1).unwrap();
+    let run = dir.path().join("torn");
+    let crashed = catch_unwind(AssertUnwindSafe(|| fit(&run, Some(15), false, 1)));
+    assert!(crashed.is_err());
+    let store = ember::checkpoint::Checkpoints::new(run.join("checkpoints"), 2);
+    let newest = store.list().unwrap()[0].1.clone();
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() - 100]).unwrap();
+    let (resumed, report) = fit(&run, None, true, 9).unwrap();
+    assert_eq!(report.checkpoints_skipped.len(), 1, "{report:?}");
+    assert_eq!(report.checkpoints_skipped[0].0, newest);
+    assert!(report.resumed_from.is_some());
+    assert_eq!(parameters(&resumed), parameters(&model));
+    assert_eq!(series(&run), series(&whole));
+}
+
+#[test]
+fn a_checkpoint_of_another_run_shape_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let crashed = catch_unwind(AssertUnwindSafe(|| fit(&run, Some(8), false, 1)));
+    assert!(crashed.is_err());
+    let device = Device::flex().autodiff();
+    let checkpoints = run.join("checkpoints");
+    // One device instead of two.
+    let result = Trainer::new(
+        vec![device.clone()],
+        AdamConfig::new().init(),
+        0.05,
+        TrainerConfig {
+            epochs: EPOCHS,
+            grad_accumulation: 2,
+            ..TrainerConfig::default()
+        },
+    )
+    .resume_from(&checkpoints)
+    .fit(
+        seeded_model(1, &device),
+        loader(96, true, &device),
+        None,
+        None,
+    );
+    let error = result.unwrap_err().to_string();
+    assert!(error.contains("2 device(s), this run has 1"), "{error}");
+    // Another model.
+    let result = trainer(&checkpoints, None).resume_from(&checkpoints).fit(
+        Mlp::new(5, &device),
+        loader(96, true, &device),
+        None,
+        None,
+    );
+    let error = result.unwrap_err().to_string();
+    assert!(error.contains("the model changed"), "{error}");
+}
