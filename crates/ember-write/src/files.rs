@@ -342,12 +342,12 @@ impl EventFileWriter {
 
     /// The next file's creation time: the pool's start for the first file,
     /// later strictly after the previous one so names sort in order.
-    /// A first file is also named after every event file already in the log directory (a
-    /// run resumed in the same second as the one it continues), since readers take a
+    /// A first file is also named after every file of its kind already in the log directory
+    /// (a run resumed in the same second as the one it continues), since readers take a
     /// directory's files in name order.
     fn next_secs(&self) -> u64 {
         match self.last_secs {
-            None => match naming::newest_secs(&self.settings.log_dir) {
+            None => match naming::newest_secs(&self.settings.log_dir, self.kind) {
                 Some(newest) => self.settings.start_secs.max(newest + 1),
                 None => self.settings.start_secs,
             },

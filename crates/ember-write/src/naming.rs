@@ -127,13 +127,20 @@ pub fn name_secs(name: &str) -> Option<u64> {
     segments.next()?.parse().ok()
 }
 
-/// The newest creation time among the event files of `dir`; `None` when it has none (or
-/// cannot be listed: then the new file is named by the clock alone).
-pub(crate) fn newest_secs(dir: &std::path::Path) -> Option<u64> {
+/// The newest creation time among the `kind` event files of `dir`; `None` when it has none
+/// (or cannot be listed: then the new file is named by the clock alone).
+pub(crate) fn newest_secs(dir: &std::path::Path, kind: FileKind) -> Option<u64> {
+    let of_kind = |name: &str| match kind {
+        FileKind::Lineage => name.ends_with("_lineage"),
+        FileKind::Explain => name.ends_with("_explain"),
+        _ => !name.ends_with("_lineage") && !name.ends_with("_explain"),
+    };
     std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
-        .filter_map(|entry| name_secs(&entry.file_name().to_string_lossy()))
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| of_kind(name))
+        .filter_map(|name| name_secs(&name))
         .max()
 }
 

@@ -219,7 +219,14 @@ impl Checkpoints {
     pub fn list(&self) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(Vec::new());
+            }
             Err(e) => return Err(io_err("list", &self.dir)(e)),
         };
         let mut found = Vec::new();

@@ -392,10 +392,7 @@ where
             None => (model, None),
         };
 
-        if start.is_none()
-            && lead
-            && let Some(summary) = summary.as_deref_mut()
-        {
+        if lead && let Some(summary) = summary.as_deref_mut() {
             let as_int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
             let mut hparams = self
                 .hparams
@@ -422,13 +419,22 @@ where
                     hparams.metrics.push(metric.to_string());
                 }
             }
-            faults.check(summary.add_value(crate::Plugin::HParams, "hparams", hparams))?;
-            faults.check(summary.add_value(
-                crate::Plugin::Graph,
-                "model",
-                module_graph(&model, "model"),
-            ))?;
-            faults.check(summary.record(0))?;
+            // A resumed run finds its start in the log already; but MindInsight reads a run's
+            // lineage from its newest lineage file only, which a resumed run begins afresh, so
+            // there the hyper-parameters (lineage, not a series) are written again.
+            let resumed_for_mindinsight =
+                start.is_some() && summary.format() == Format::MindInsight;
+            if start.is_none() || resumed_for_mindinsight {
+                faults.check(summary.add_value(crate::Plugin::HParams, "hparams", hparams))?;
+                if start.is_none() {
+                    faults.check(summary.add_value(
+                        crate::Plugin::Graph,
+                        "model",
+                        module_graph(&model, "model"),
+                    ))?;
+                }
+                faults.check(summary.record(0))?;
+            }
         }
 
         let mut stepper = Stepper {
