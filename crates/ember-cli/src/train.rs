@@ -7,11 +7,17 @@
 //! 0 prints, draws the bar and records the run, and every rank records its workers' step
 //! times in its own event file of the same run.
 //!
-//! Ctrl-C (SIGINT) stops training after the current step: the summaries are completed and
-//! closed (the hyper-parameters with TensorBoard's failure status, which MindInsight's lineage
-//! file gets too), and the command exits with code 130. A second Ctrl-C exits at once.
+//! Ctrl-C (SIGINT) stops training after the current step: a checkpoint is written, the
+//! summaries are completed and closed (the hyper-parameters with TensorBoard's failure status,
+//! which MindInsight's lineage file gets too), and the command exits with code 130. A second
+//! Ctrl-C exits at once.
+//!
+//! Checkpoints go to `<logdir>/checkpoints` (every `--checkpoint-every` optimizer steps and at
+//! each epoch's end), with the command line the run was started with. `ember train --resume
+//! [RUN_DIR]` goes on from the newest whole one, after Ctrl-C or `kill -9` alike, with the
+//! run's own arguments, and rolls the log back to it, so the run's curves show every step once.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,9 +30,10 @@ use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 use clap::Args;
+use ember::checkpoint::Checkpoints;
 use ember::devices::open_devices;
 use ember::pack::{Category, CustomScalarLayout, Format, HParams, Image, ImageLayout, TensorValue};
-use ember::{EpochReport, SummaryError, SummaryRecord, Trainer, TrainerConfig};
+use ember::{CheckpointConfig, EpochReport, SummaryError, SummaryRecord, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::FormatArg;
@@ -47,6 +54,12 @@ const SAMPLES: usize = 16;
 /// The exit code of a run stopped by Ctrl-C: 128 + SIGINT, as shells report a process that
 /// SIGINT ended.
 const INTERRUPTED: u8 = 130;
+/// The checkpoint directory, inside the run's log directory.
+const CHECKPOINTS: &str = "checkpoints";
+/// The file in it that holds the run's command line, for `--resume`.
+const COMMAND_FILE: &str = "command.json";
+/// The trained model, in the log directory: Burn's burnpack of its parameters.
+const MODEL_FILE: &str = "model.bpk";
 
 #[derive(Debug, Args)]
 pub(crate) struct TrainArgs {
@@ -97,6 +110,114 @@ pub(crate) struct TrainArgs {
     #[cfg(feature = "mpi")]
     #[arg(long, default_value = "300", value_parser = parse_seconds)]
     collective_timeout: std::time::Duration,
+    /// Write a checkpoint every this many optimizer steps (and at each epoch's end), into
+    /// `<logdir>/checkpoints`.
+    #[arg(long, value_name = "STEPS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    checkpoint_every: u32,
+    /// How many checkpoints to keep, newest first.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    keep_checkpoints: u16,
+    /// Write no checkpoints.
+    #[arg(long, conflicts_with = "resume")]
+    no_checkpoints: bool,
+    /// Go on with the run in RUN_DIR (default: the newest under `runs/`) from its newest whole
+    /// checkpoint, with the arguments it was started with; its log is rolled back to the
+    /// checkpoint first, so that every step shows once.
+    #[arg(long, value_name = "RUN_DIR")]
+    #[allow(clippy::option_option)]
+    resume: Option<Option<PathBuf>>,
+}
+
+/// The arguments of the run `--resume` names (or the newest under `runs/`), as it was started,
+/// and its directory. Other flags given with `--resume` are refused: a resumed run must be the
+/// run it continues.
+fn resumed_args(dir: Option<&Path>, given: &[String]) -> anyhow::Result<(TrainArgs, PathBuf)> {
+    let others: Vec<&String> = given
+        .iter()
+        .filter(|a| a.starts_with("--") && !a.starts_with("--resume"))
+        .collect();
+    ensure!(
+        others.is_empty(),
+        "--resume goes on with the arguments the run was started with; leave out {}",
+        others
+            .iter()
+            .map(|a| a.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let dir = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None => newest_run(Path::new("runs"))?,
+    };
+    let command = dir.join(CHECKPOINTS).join(COMMAND_FILE);
+    let text = std::fs::read_to_string(&command).with_context(|| {
+        format!(
+            "{} is not a run `ember train` can resume: cannot read {}",
+            crate::shown(&dir),
+            crate::shown(&command)
+        )
+    })?;
+    let saved: Vec<String> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a list of arguments", crate::shown(&command)))?;
+    #[derive(clap::Parser)]
+    struct Saved {
+        #[command(flatten)]
+        args: TrainArgs,
+    }
+    let mut args = <Saved as clap::Parser>::try_parse_from(
+        std::iter::once("ember-train".to_string()).chain(saved),
+    )
+    .with_context(|| format!("the arguments saved in {}", crate::shown(&command)))?
+    .args;
+    args.logdir = Some(dir.clone());
+    Ok((args, dir))
+}
+
+/// The newest run under `runs` (their names are UTC start times) that has checkpoints.
+fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(runs)
+        .with_context(|| format!("no run to resume: cannot list {}", crate::shown(runs)))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join(CHECKPOINTS).join(COMMAND_FILE).is_file())
+        .collect();
+    found.sort();
+    found.pop().with_context(|| {
+        format!(
+            "no run to resume under {}; name one: --resume RUN_DIR",
+            crate::shown(runs)
+        )
+    })
+}
+
+/// Saves the run's command line for `--resume`, the log directory made explicit.
+fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", crate::shown(dir)))?;
+    let mut saved: Vec<String> = Vec::new();
+    let mut rest = given.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--logdir" {
+            rest.next();
+        } else if !arg.starts_with("--logdir=") {
+            saved.push(arg.clone());
+        }
+    }
+    saved.push("--logdir".into());
+    saved.push(logdir.to_string_lossy().into_owned());
+    let path = dir.join(COMMAND_FILE);
+    let tmp = dir.join(format!("{COMMAND_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_string(&saved)?)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .with_context(|| format!("writing {}", crate::shown(&path)))
+}
+
+/// The arguments after `train` on this process's command line.
+fn given_args() -> Vec<String> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "train") {
+        Some(at) => args[at + 1..].to_vec(),
+        None => Vec::new(),
+    }
 }
 
 /// A positive, finite number of seconds.
@@ -135,6 +256,14 @@ fn steps_per_epoch(train: usize, workers: usize, batch: usize) -> usize {
 
 pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
+    let given = given_args();
+    let (args, resume) = match args.resume.clone() {
+        Some(dir) => {
+            let (args, dir) = resumed_args(dir.as_deref(), &given)?;
+            (args, Some(dir))
+        }
+        None => (args, None),
+    };
     let listed = match args.device.clone() {
         Some(DeviceList(listed)) => listed,
         None => default_devices()?,
@@ -180,12 +309,29 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         Some(logdir) => logdir,
         None => crate::default_logdir_at(job.rank_zero_s(crate::now_secs())?),
     };
+    let checkpoints = logdir.join(CHECKPOINTS);
+    // Whether the run goes on from a checkpoint (rather than from its start, when it was
+    // stopped before its first).
+    let continues = match &resume {
+        Some(_) => Checkpoints::new(&checkpoints, 1).latest()?.is_some(),
+        None => {
+            ensure!(
+                args.no_checkpoints || Checkpoints::new(&checkpoints, 1).list()?.is_empty(),
+                "{} holds the checkpoints of another run: go on with it with --resume {0}, or                  choose another --logdir",
+                crate::shown(&logdir)
+            );
+            false
+        }
+    };
     let format = args.format.format();
     let mut summary = SummaryRecord::builder(&logdir)
         .format(format)
         .rank(job.rank() as u32, job.size() as u32)
         .build()
         .with_context(|| format!("cannot create log dir {}", crate::shown(&logdir)))?;
+    if resume.is_none() && lead && !args.no_checkpoints {
+        save_command(&checkpoints, &given, &logdir)?;
+    }
 
     let shard = ember::collective::shard_range(train_len, job.size(), job.rank()).len();
     let total_steps = epochs * steps_per_epoch(shard, workers, batch_size);
@@ -230,6 +376,11 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             epochs,
             histogram_every: Some(50),
             step_timeout: args.step_timeout,
+            checkpoints: (!args.no_checkpoints).then(|| CheckpointConfig {
+                dir: checkpoints.clone(),
+                every: Some(args.checkpoint_every as usize),
+                keep: usize::from(args.keep_checkpoints),
+            }),
             ..TrainerConfig::default()
         },
     )
@@ -270,8 +421,12 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             None => Ok(()),
         }
     });
-    let trainer = job.join(trainer);
-    if lead && format == Format::TensorBoard {
+    let mut trainer = job.join(trainer);
+    if resume.is_some() {
+        trainer = trainer.resume_from(&checkpoints);
+    }
+    // A run that goes on from a checkpoint has its layout in the log already.
+    if lead && format == Format::TensorBoard && !continues {
         // One chart per metric with both splits on it; written first, as TensorBoard reads the
         // first layout of a run.
         summary.add_custom_scalars(
@@ -290,6 +445,17 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     let (model, report) = result.with_context(|| format!("{}training failed", job.prefix()))?;
     if lead {
+        for (path, reason) in &report.checkpoints_skipped {
+            eprintln!(
+                "warning: passed over checkpoint {}: {reason}",
+                crate::shown(path)
+            );
+        }
+        if let Some(path) = &report.resumed_from {
+            eprintln!("resumed from {}", crate::shown(path));
+        }
+    }
+    if lead {
         record_embedding(
             &model,
             &projected,
@@ -303,6 +469,9 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     summary
         .close()
         .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
+    if lead {
+        save_model(&model, &logdir.join(MODEL_FILE))?;
+    }
     if !lead {
         return Ok(if report.interrupted {
             ExitCode::from(INTERRUPTED)
@@ -317,6 +486,9 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             report.steps,
             report.epochs.len()
         );
+        if !args.no_checkpoints {
+            eprintln!("go on with: ember train --resume {}", crate::shown(&logdir));
+        }
         print_logdir(&logdir, format);
         return Ok(ExitCode::from(INTERRUPTED));
     }
@@ -335,6 +507,20 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     ));
     print_logdir(&logdir, format);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Saves the trained model's parameters as Burn's burnpack file, replacing an earlier one
+/// (a resumed run saves its model again).
+fn save_model(model: &DigitMlp, path: &Path) -> anyhow::Result<()> {
+    let tmp = path.with_extension("bpk.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    model
+        .clone()
+        .into_record()
+        .save(&tmp)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(Into::into))
+        .with_context(|| format!("saving the trained model to {}", crate::shown(path)))
 }
 
 /// A flag that the first Ctrl-C (SIGINT) sets, for the trainer to stop after the current step
