@@ -18,6 +18,9 @@
 //!   example builds and runs that way in a crate of its own, and that the docs of both feature
 //!   sets build without warnings.
 //! - `layers`: checks that each crate depends only on the layer directly below it.
+//! - `resume`: kills `ember train` with SIGKILL at seeded random moments, resumes each run, and
+//!   checks its model and its log (in ember inspect, TensorBoard's loaders, tbparse, rustboard
+//!   and MindInsight) against an uninterrupted run's.
 
 mod bench;
 mod ci;
@@ -29,6 +32,7 @@ mod gpu;
 mod layers;
 mod mpi;
 mod process;
+mod resume;
 
 use std::path::PathBuf;
 
@@ -45,9 +49,10 @@ fn main() -> anyhow::Result<()> {
         Some("gpu") => gpu::run(&root, &args[1..]),
         Some("layers") => layers::run(&root),
         Some("mpi") => mpi::run(&root, &args[1..]),
+        Some("resume") => resume::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
             );
             Ok(())
         }

@@ -1,0 +1,455 @@
+//! `cargo xtask resume`: `ember train` killed with SIGKILL at seeded random moments and
+//! resumed with `--resume` ends with the model and the log of a run that was never killed.
+//!
+//! 1. Builds the `ember` binary (debug) and trains a reference run of each format without a
+//!    break, with a checkpoint every optimizer step, so that much of a run's time is spent
+//!    writing checkpoints and flushing the summaries before each, the moments a kill must not
+//!    harm.
+//! 2. Starts the same run again [`KILLS_TB`] + [`KILLS_MI`] times, each killed with SIGKILL at a
+//!    moment drawn uniformly over the reference run's duration from a seeded generator (the
+//!    seed is printed; `EMBER_RESUME_SEED` replays one). After each kill: every `ckpt-*.ember`
+//!    left is whole (its CRC-32C checks; a kill during a write leaves only a temporary file),
+//!    and no directory holds only torn ones.
+//! 3. Resumes each with `ember train --resume RUN_DIR` (the arguments the run saved), which
+//!    must succeed; its `model.bpk` must equal the reference's byte for byte, Burn's random
+//!    parameter ids aside, and `ember inspect --json --values` must list the reference's tags
+//!    with the same counts and values.
+//! 4. Reads every run with TensorBoard's Python loaders, tbparse and rustboard
+//!    (`xtask/resume/check_tensorboard.py`) and with MindInsight 2.3.1
+//!    (`xtask/resume/check_mindinsight.py`): each step once, the reference's values.
+//!
+//! Prints what the kills hit (before the first checkpoint, during a checkpoint write, after a
+//! torn summary record). Without Python or PyPI the readers are skipped in one line (a failure
+//! under `CI=true`); the kills and ember's own checks always run.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::compat::{
+    COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS, VenvError, ensure_venv, skip_or_fail, target_dir,
+};
+use crate::process::{Ran, build, expect_success, inspect_json, run_limited};
+
+/// Kills of TensorBoard-format runs.
+const KILLS_TB: usize = 18;
+/// Kills of MindInsight-format runs.
+const KILLS_MI: usize = 6;
+/// The seed of the kill moments, unless `EMBER_RESUME_SEED` gives another.
+const SEED: u64 = 20_261_204;
+/// The run: the whole digits set, 3 epochs on 2 workers (69 steps), a checkpoint every
+/// optimizer step; about a second in a debug build.
+const TRAIN_ARGS: &[&str] = &["--epochs", "3", "--devices", "2", "--checkpoint-every", "1"];
+
+/// The readers' packages: the compat checker's TensorBoard, and tbparse with the pandas it
+/// resolved to.
+const READER_REQUIREMENTS: &[&str] = &[
+    "tensorboard==2.21.0",
+    "protobuf==7.36.2",
+    "numpy==2.4.6",
+    "pillow==12.0.0",
+    "tbparse==0.0.9",
+    "pandas==3.0.6",
+];
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    debug_assert_eq!(&READER_REQUIREMENTS[..4], COMPAT_REQUIREMENTS);
+    let seed = match std::env::var("EMBER_RESUME_SEED") {
+        Ok(text) => text.parse().context("EMBER_RESUME_SEED is not a number")?,
+        Err(_) => SEED,
+    };
+    build(root, &["build", "-p", "ember-cli"])?;
+    let target = target_dir(root);
+    let ember = target.join("debug").join("ember");
+    let base = target.join("resume-check");
+    if base.exists() {
+        std::fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
+    }
+    let tb = base.join("tb");
+    let mi = base.join("mi");
+    std::fs::create_dir_all(&tb)?;
+    std::fs::create_dir_all(&mi)?;
+    eprintln!("resume: kill moments from seed {seed} (EMBER_RESUME_SEED replays one)");
+
+    let mut rng = XorShift(seed.max(1));
+    let mut hits = Hits::default();
+    let mut runs_tb = Vec::new();
+    let mut runs_mi = Vec::new();
+    for (format, dir, kills, runs) in [
+        ("tensorboard", &tb, KILLS_TB, &mut runs_tb),
+        ("mindinsight", &mi, KILLS_MI, &mut runs_mi),
+    ] {
+        let reference = dir.join("reference");
+        let ran = train(&ember, &base, format, &reference)?;
+        expect_success(&ran, &format!("the reference run ({format})"))?;
+        let duration = ran.elapsed;
+        let reference_json = inspect_json(&ember, &reference)?;
+        for kill in 0..kills {
+            let name = format!("killed-{kill:02}");
+            let run = dir.join(&name);
+            let at = duration.mul_f64(rng.unit());
+            let killed = train_killed(&ember, &base, format, &run, at)?;
+            hits.count(&run, killed)?;
+            let resumed = run_limited(
+                {
+                    let mut c = Command::new(&ember);
+                    c.args(["train", "--resume"]).arg(&run).current_dir(&base);
+                    c
+                },
+                "ember train --resume",
+                &base.join(format!("{format}-{name}-resume.log")),
+            )?;
+            expect_success(
+                &resumed,
+                &format!("resuming {} (killed after {at:?})", run.display()),
+            )?;
+            same_model(&reference, &run)?;
+            same_values(&reference_json, &inspect_json(&ember, &run)?, &run)?;
+            runs.push(name);
+        }
+        eprintln!(
+            "resume: {kills} {format} runs killed over {duration:.2?} and resumed: the same model, \
+             byte for byte, and the same values in ember inspect"
+        );
+    }
+    eprintln!("resume: {hits}");
+    ensure!(
+        hits.killed >= 20,
+        "only {} runs were killed before they finished; the moments must hit at least 20",
+        hits.killed
+    );
+    ensure!(
+        hits.during_checkpoint > 0,
+        "no kill landed during a checkpoint write; the moments do not cover what they must"
+    );
+
+    let readers = ensure_venv(&target.join("resume-venv"), READER_REQUIREMENTS);
+    match readers {
+        Ok(python) => check(
+            &python,
+            root,
+            "xtask/resume/check_tensorboard.py",
+            &tb,
+            &runs_tb,
+        )?,
+        Err(VenvError::Unavailable(why)) => {
+            skip_or_fail("resume", &format!("the TensorBoard readers: {why}"))?
+        }
+        Err(VenvError::Failed(e)) => return Err(e),
+    }
+    match ensure_venv(&target.join("compat-mi-venv"), MINDINSIGHT_REQUIREMENTS) {
+        Ok(python) => check(
+            &python,
+            root,
+            "xtask/resume/check_mindinsight.py",
+            &mi,
+            &runs_mi,
+        )?,
+        Err(VenvError::Unavailable(why)) => {
+            skip_or_fail("resume", &format!("the MindInsight reader: {why}"))?
+        }
+        Err(VenvError::Failed(e)) => return Err(e),
+    }
+    Ok(())
+}
+
+fn train_command(ember: &Path, base: &Path, format: &str, logdir: &Path) -> Command {
+    let mut command = Command::new(ember);
+    command
+        .arg("train")
+        .args(TRAIN_ARGS)
+        .args(["--format", format, "--logdir"])
+        .arg(logdir)
+        .current_dir(base);
+    command
+}
+
+fn train(ember: &Path, base: &Path, format: &str, logdir: &Path) -> anyhow::Result<Ran> {
+    let log = logdir.with_extension("log");
+    run_limited(
+        train_command(ember, base, format, logdir),
+        "ember train",
+        &log,
+    )
+}
+
+/// Starts the run and kills it with SIGKILL after `at`; whether it was still running then.
+fn train_killed(
+    ember: &Path,
+    base: &Path,
+    format: &str,
+    logdir: &Path,
+    at: Duration,
+) -> anyhow::Result<bool> {
+    let log = std::fs::File::create(logdir.with_extension("log"))?;
+    let mut child = train_command(ember, base, format, logdir)
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting ember train")?;
+    let started = Instant::now();
+    while started.elapsed() < at {
+        if child.try_wait()?.is_some() {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(1).min(at.saturating_sub(started.elapsed())));
+    }
+    // `Child::kill` is SIGKILL on Unix: no handler runs, nothing is flushed.
+    child.kill().context("killing ember train")?;
+    child.wait()?;
+    Ok(true)
+}
+
+/// What the kills hit, from what they left.
+#[derive(Debug, Default)]
+struct Hits {
+    killed: usize,
+    finished_first: usize,
+    before_first_checkpoint: usize,
+    during_checkpoint: usize,
+    torn_summary_tail: usize,
+}
+
+impl Hits {
+    fn count(&mut self, run: &Path, killed: bool) -> anyhow::Result<()> {
+        if !killed {
+            self.finished_first += 1;
+            return Ok(());
+        }
+        self.killed += 1;
+        let checkpoints = run.join("checkpoints");
+        let mut whole = 0;
+        let mut temporary = 0;
+        if let Ok(entries) = std::fs::read_dir(&checkpoints) {
+            for entry in entries {
+                let path = entry?.path();
+                let name = path
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                if name.ends_with(".tmp") {
+                    temporary += 1;
+                } else if name.starts_with("ckpt-") && name.ends_with(".ember") {
+                    let bytes = std::fs::read(&path)?;
+                    ensure!(
+                        whole_checkpoint(&bytes),
+                        "{} is torn after a kill: a checkpoint must be whole once it has its name",
+                        path.display()
+                    );
+                    whole += 1;
+                }
+            }
+        }
+        if whole == 0 {
+            ensure!(
+                temporary <= 1,
+                "{} holds only torn checkpoints",
+                checkpoints.display()
+            );
+            self.before_first_checkpoint += 1;
+        }
+        if temporary > 0 {
+            self.during_checkpoint += 1;
+        }
+        if summary_tail_torn(run)? {
+            self.torn_summary_tail += 1;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Hits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} kills ({} runs finished first): {} before the first checkpoint, {} during a \
+             checkpoint write, {} left a torn summary record",
+            self.killed,
+            self.finished_first,
+            self.before_first_checkpoint,
+            self.during_checkpoint,
+            self.torn_summary_tail
+        )
+    }
+}
+
+/// Whether `bytes` is a whole checkpoint: its last 4 bytes are the CRC-32C of the rest.
+fn whole_checkpoint(bytes: &[u8]) -> bool {
+    let Some(body) = bytes.len().checked_sub(4) else {
+        return false;
+    };
+    let stored = u32::from_le_bytes([
+        bytes[body],
+        bytes[body + 1],
+        bytes[body + 2],
+        bytes[body + 3],
+    ]);
+    bytes.starts_with(b"EMBERCKP") && crc32c::crc32c(&bytes[..body]) == stored
+}
+
+/// Whether an event file of the run ends in a part of a record (the kill came while the
+/// writer pool was writing): each record is a u64 length, its CRC, the data and the data's CRC.
+fn summary_tail_torn(run: &Path) -> anyhow::Result<bool> {
+    let Ok(entries) = std::fs::read_dir(run) else {
+        // Killed before it made its log directory.
+        return Ok(false);
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if !(name.contains("tfevents") || name.contains(".summary.")) || !path.is_file() {
+            continue;
+        }
+        let bytes = std::fs::read(&path)?;
+        let mut at = 0usize;
+        while at < bytes.len() {
+            if bytes.len() - at < 12 {
+                return Ok(true);
+            }
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into()?) as usize;
+            let end = at.saturating_add(12).saturating_add(len).saturating_add(4);
+            if end > bytes.len() {
+                return Ok(true);
+            }
+            at = end;
+        }
+    }
+    Ok(false)
+}
+
+/// `model.bpk` of both runs equal, but for Burn's parameter ids (random per process): each is
+/// the CBOR key `param_id` and a 64-bit integer.
+fn same_model(reference: &Path, run: &Path) -> anyhow::Result<()> {
+    let read = |dir: &Path| -> anyhow::Result<Vec<u8>> {
+        let path = dir.join("model.bpk");
+        let mut bytes =
+            std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let key = b"hparam_id\x1b";
+        let mut at = 0;
+        while let Some(found) = bytes[at..].windows(key.len()).position(|w| w == key) {
+            let start = at + found + key.len();
+            let end = (start + 8).min(bytes.len());
+            bytes[start..end].fill(0);
+            at = end;
+        }
+        Ok(bytes)
+    };
+    ensure!(
+        read(reference)? == read(run)?,
+        "{}: the resumed run's parameters differ from the uninterrupted run's",
+        run.display()
+    );
+    Ok(())
+}
+
+/// The runs' `ember inspect --json --values` equal, but for paths, byte counts, wall times
+/// and the wall-time-derived series.
+fn same_values(
+    reference: &serde_json::Value,
+    run: &serde_json::Value,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let tags = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for run in v["runs"].as_array().into_iter().flatten() {
+            for tag in run["tags"].as_array().into_iter().flatten() {
+                let name = tag["tag"].as_str().unwrap_or_default();
+                if name.ends_with("step_seconds") || name.ends_with("examples_per_second") {
+                    continue;
+                }
+                // A resumed MindInsight run starts a lineage file of its own, which MindInsight
+                // reads alone (its newest); inspect counts every file's. MindInsight's lineage
+                // query is compared instead.
+                if tag["kind"] == "lineage" {
+                    continue;
+                }
+                let mut tag = tag.clone();
+                strip_wall_times(&mut tag);
+                out.push(tag);
+            }
+        }
+        out
+    };
+    let (want, got) = (tags(reference), tags(run));
+    if want != got {
+        for (w, g) in want.iter().zip(&got) {
+            if w != g {
+                bail!(
+                    "{}: ember inspect shows {} where the uninterrupted run has {}",
+                    dir.display(),
+                    truncate(g),
+                    truncate(w)
+                );
+            }
+        }
+        bail!(
+            "{}: ember inspect lists {} tags, the uninterrupted run {}",
+            dir.display(),
+            got.len(),
+            want.len()
+        );
+    }
+    Ok(())
+}
+
+fn truncate(v: &serde_json::Value) -> String {
+    let text = v.to_string();
+    text.chars().take(400).collect()
+}
+
+/// Drops the wall times: `--values` gives each scalar as a `[step, wall_time, value]` triple.
+fn strip_wall_times(tag: &mut serde_json::Value) {
+    if let Some(values) = tag.get_mut("values").and_then(|v| v.as_array_mut()) {
+        for triple in values {
+            if let Some(items) = triple.as_array_mut()
+                && items.len() == 3
+            {
+                items.remove(1);
+            }
+        }
+    }
+}
+
+fn check(
+    python: &Path,
+    root: &Path,
+    script: &str,
+    base: &Path,
+    runs: &[String],
+) -> anyhow::Result<()> {
+    let status = Command::new(python)
+        .arg(root.join(script))
+        .arg(base)
+        .arg("reference")
+        .args(runs)
+        .current_dir(root)
+        .env("TF_CPP_MIN_LOG_LEVEL", "3")
+        .status()
+        .with_context(|| format!("starting {script}"))?;
+    ensure!(
+        status.success(),
+        "{script}: a resumed run does not read as the uninterrupted one ({status})"
+    );
+    Ok(())
+}
+
+/// Marsaglia's xorshift64: the kill moments, reproducible from the seed.
+struct XorShift(u64);
+
+impl XorShift {
+    /// Uniform in [0.15, 0.98): after the process has started and saved its command line
+    /// (a run killed before that has nothing to resume, and is simply started again).
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        0.15 + 0.83 * (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
