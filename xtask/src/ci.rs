@@ -16,6 +16,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask features",
     "cargo test --workspace",
     "cargo xtask compat",
+    "cargo xtask resume",
     "cargo xtask mpi",
     "cargo xtask devices",
 ];

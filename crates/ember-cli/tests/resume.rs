@@ -1,0 +1,204 @@
+//! `ember train --resume` as a user types it: after Ctrl-C (the command says how to go on) and
+//! after `kill -9`, the run finishes with the model and the log of a run that was never
+//! stopped. (`cargo xtask resume` kills at 24 seeded moments and reads the logs with
+//! TensorBoard, tbparse, rustboard and MindInsight; this is the user's path through it.)
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use ember::read::Summaries;
+
+const ARGS: &[&str] = &["--epochs", "4", "--checkpoint-every", "5"];
+
+fn ember(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the ember binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A run that is killed (with the test's help) before it finishes.
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `ember train ARGS --logdir run` in `dir`, and once it has finished its first epoch,
+/// sends it `signal`. Returns its exit code and stderr.
+fn stopped_train(dir: &Path, signal: &str) -> (Option<i32>, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .arg("train")
+        .args(ARGS)
+        .args(["--logdir", "run"])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the ember binary runs");
+    let mut child = Spawned(child);
+    let stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let (lines, seen) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut printed = String::new();
+    loop {
+        let line = seen
+            .recv_timeout(Duration::from_secs(120))
+            .expect("ember train finishes an epoch");
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.starts_with("epoch 1/") {
+            break;
+        }
+    }
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.0.wait().unwrap();
+    while let Ok(line) = seen.recv_timeout(Duration::from_secs(5)) {
+        printed.push_str(&line);
+        printed.push('\n');
+    }
+    (status.code(), printed)
+}
+
+/// Every series the log shows, wall times and speeds aside.
+fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
+    let summaries = Summaries::read_dir(run).unwrap();
+    let mut out = BTreeMap::new();
+    for (tag, points) in summaries.scalars {
+        if !tag.ends_with("step_seconds") && !tag.ends_with("examples_per_second") {
+            out.insert(
+                tag,
+                points
+                    .iter()
+                    .map(|p| (p.step, format!("{:?}", p.value)))
+                    .collect(),
+            );
+        }
+    }
+    for (tag, points) in summaries.histograms {
+        let points = points
+            .iter()
+            .map(|p| (p.step, format!("{:?}", p.buckets)))
+            .collect();
+        out.insert(format!("histogram {tag}"), points);
+    }
+    for (tag, points) in summaries.texts {
+        let points = points
+            .iter()
+            .map(|p| (p.step, format!("{:?}", p.text)))
+            .collect();
+        out.insert(format!("text {tag}"), points);
+    }
+    out
+}
+
+/// The trained model's bytes, Burn's random parameter ids zeroed.
+fn model(run: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(run.join("model.bpk")).unwrap();
+    let key = b"hparam_id\x1b";
+    let mut at = 0;
+    while let Some(found) = bytes[at..].windows(key.len()).position(|w| w == key) {
+        let start = at + found + key.len();
+        bytes[start..start + 8].fill(0);
+        at = start + 8;
+    }
+    bytes
+}
+
+fn uninterrupted(dir: &Path) -> std::path::PathBuf {
+    let output = ember(&[&["train"], ARGS, &["--logdir", "whole"]].concat(), dir);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    dir.join("whole")
+}
+
+#[test]
+fn after_ctrl_c_the_printed_resume_command_finishes_the_run_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = uninterrupted(dir.path());
+    let (code, stderr) = stopped_train(dir.path(), "-INT");
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("go on with: ember train --resume run"),
+        "{stderr}"
+    );
+    let output = ember(&["train", "--resume", "run"], dir.path());
+    let printed = text(&output.stderr);
+    assert!(output.status.success(), "{printed}");
+    assert!(
+        printed.contains("resumed from run/checkpoints/ckpt-"),
+        "{printed}"
+    );
+    assert!(text(&output.stdout).contains("test accuracy"));
+    let run = dir.path().join("run");
+    assert_eq!(model(&run), model(&whole));
+    // The stopped run's end (a failure status, run/interrupted) is rolled back with the rest.
+    assert_eq!(series(&run), series(&whole));
+}
+
+#[test]
+fn after_kill_9_resume_finishes_the_run_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = uninterrupted(dir.path());
+    let (code, _) = stopped_train(dir.path(), "-KILL");
+    assert_eq!(code, None, "killed by a signal");
+    // No run directory given: the newest under runs/ is taken, so move it there as the
+    // default log directory would have put it.
+    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    let run = dir.path().join("runs").join("2026-12-04T00-00-00Z");
+    std::fs::rename(dir.path().join("run"), &run).unwrap();
+    let output = ember(&["train", "--resume"], dir.path());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(model(&run), model(&whole));
+    assert_eq!(series(&run), series(&whole));
+}
+
+#[test]
+fn resume_refuses_what_would_make_another_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = ember(&["train", "--resume", "nowhere"], dir.path());
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("is not a run `ember train` can resume"),
+        "{}",
+        text(&output.stderr)
+    );
+    uninterrupted(dir.path());
+    let output = ember(&["train", "--resume", "whole", "--epochs", "9"], dir.path());
+    assert!(
+        text(&output.stderr).contains("leave out --epochs"),
+        "{}",
+        text(&output.stderr)
+    );
+    // Starting afresh over a run's checkpoints would mix two runs.
+    let output = ember(&["train", "--logdir", "whole"], dir.path());
+    assert!(
+        text(&output.stderr).contains("holds the checkpoints of another run"),
+        "{}",
+        text(&output.stderr)
+    );
+}
