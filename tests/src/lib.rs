@@ -237,6 +237,10 @@ pub struct PoisonedLoader {
     /// Fail to load the batch instead, forever after: the iterator then returns the same
     /// error on every call, as burn's batch iterator does.
     fail: bool,
+    /// Poison only in this epoch (counted by the iterators begun on this loader, from 1).
+    epoch: Option<usize>,
+    /// Iterators begun so far.
+    begun: std::sync::atomic::AtomicUsize,
 }
 
 impl PoisonedLoader {
@@ -259,19 +263,54 @@ impl PoisonedLoader {
         Self::at_row(inner, row, message, true)
     }
 
+    /// Poisons, with `message`, the batch of `inner` that holds row `row` in epoch `epoch`
+    /// only (from 1): a run that fails part way through a later epoch.
+    pub fn in_epoch(
+        inner: Arc<dyn DataLoader<XyBatch>>,
+        row: usize,
+        epoch: usize,
+        message: &'static str,
+    ) -> Arc<dyn DataLoader<XyBatch>> {
+        Arc::new(Self {
+            epoch: Some(epoch),
+            ..Self::new(inner, row, message, false)
+        })
+    }
+
     fn at_row(
         inner: Arc<dyn DataLoader<XyBatch>>,
         row: usize,
         message: &'static str,
         fail: bool,
     ) -> Arc<dyn DataLoader<XyBatch>> {
-        Arc::new(Self {
+        Arc::new(Self::new(inner, row, message, fail))
+    }
+
+    fn new(
+        inner: Arc<dyn DataLoader<XyBatch>>,
+        row: usize,
+        message: &'static str,
+        fail: bool,
+    ) -> Self {
+        Self {
             inner,
             offset: 0,
             row,
             message,
             fail,
-        })
+            epoch: None,
+            begun: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The same poisoning over `inner`, whose rows start at `offset`.
+    fn over(&self, inner: Arc<dyn DataLoader<XyBatch>>, offset: usize) -> Self {
+        Self {
+            inner,
+            offset,
+            epoch: self.epoch,
+            ..Self::new(Arc::clone(&self.inner), self.row, self.message, self.fail)
+        }
     }
 }
 
@@ -330,10 +369,12 @@ impl DataLoaderIterator<XyBatch> for PoisonedIter<'_> {
 
 impl DataLoader<XyBatch> for PoisonedLoader {
     fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<XyBatch> + 'a> {
+        let epoch = self.begun.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let poisons = self.epoch.is_none_or(|only| only == epoch);
         Box::new(PoisonedIter {
             inner: self.inner.iter(),
             next_row: self.offset,
-            row: self.row,
+            row: if poisons { self.row } else { usize::MAX },
             message: self.message,
             fail: self.fail,
             failed: false,
@@ -349,23 +390,11 @@ impl DataLoader<XyBatch> for PoisonedLoader {
     }
 
     fn to_device(&self, device: &Device) -> Arc<dyn DataLoader<XyBatch>> {
-        Arc::new(Self {
-            inner: self.inner.to_device(device),
-            offset: self.offset,
-            row: self.row,
-            message: self.message,
-            fail: self.fail,
-        })
+        Arc::new(self.over(self.inner.to_device(device), self.offset))
     }
 
     fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<XyBatch>> {
-        Arc::new(Self {
-            inner: self.inner.slice(start, end),
-            offset: self.offset + start,
-            row: self.row,
-            message: self.message,
-            fail: self.fail,
-        })
+        Arc::new(self.over(self.inner.slice(start, end), self.offset + start))
     }
 }
 

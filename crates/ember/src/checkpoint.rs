@@ -19,6 +19,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use ember_write::{LogSnapshot, Ownership};
+
+use crate::SummaryRecord;
+
 const MAGIC: &[u8; 8] = b"EMBERCKP";
 const VERSION: u32 = 1;
 const PREFIX: &str = "ckpt-";
@@ -298,27 +302,47 @@ impl Checkpoints {
     /// Writes `checkpoint` as number `seq`, durably (see the module docs), then removes the
     /// oldest beyond the number to keep. Returns its path.
     pub fn write(&self, seq: u64, checkpoint: &Checkpoint) -> Result<PathBuf, CheckpointError> {
-        fs::create_dir_all(&self.dir).map_err(io_err("create", &self.dir))?;
-        let name = format!("{PREFIX}{seq:012}{SUFFIX}");
-        let path = self.dir.join(&name);
-        let tmp = self.dir.join(format!("{name}{TMP}"));
-        let _ = fs::remove_file(&tmp);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io_err("create", &tmp))?;
-        file.write_all(&checkpoint.encode())
-            .map_err(io_err("write", &tmp))?;
-        file.sync_all().map_err(io_err("fsync", &tmp))?;
-        drop(file);
-        fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
-        sync_dir(&self.dir)?;
+        let path = write_durably(&self.dir, &format!("{PREFIX}{seq:012}{SUFFIX}"), checkpoint)?;
         for (_, old) in self.list()?.into_iter().skip(self.keep) {
             fs::remove_file(&old).map_err(io_err("remove", &old))?;
         }
         Ok(path)
     }
+}
+
+/// Writes `checkpoint` as `dir/name` so that a crash leaves the old file or the new one,
+/// whole: under `name.tmp` (made new), fsynced, renamed, the directory fsynced (and made first
+/// when missing).
+pub fn write_durably(
+    dir: &Path,
+    name: &str,
+    checkpoint: &Checkpoint,
+) -> Result<PathBuf, CheckpointError> {
+    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}{TMP}"));
+    let _ = fs::remove_file(&tmp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(io_err("create", &tmp))?;
+    file.write_all(&checkpoint.encode())
+        .map_err(io_err("write", &tmp))?;
+    file.sync_all().map_err(io_err("fsync", &tmp))?;
+    drop(file);
+    fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+    sync_dir(dir)?;
+    Ok(path)
+}
+
+/// Reads the checkpoint file at `path`, refusing a torn or damaged one.
+pub fn read(path: &Path) -> Result<Checkpoint, CheckpointError> {
+    let bytes = fs::read(path).map_err(io_err("read", path))?;
+    Checkpoint::decode(&bytes).map_err(|reason| CheckpointError::Damaged {
+        path: path.to_path_buf(),
+        reason,
+    })
 }
 
 fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
@@ -329,6 +353,65 @@ fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
     #[cfg(not(unix))]
     let _ = dir;
     Ok(())
+}
+
+/// Where the run's log directory is, to snapshot and roll back.
+#[derive(Debug, Clone)]
+pub(crate) struct LogPlace {
+    pub(crate) dir: PathBuf,
+    /// The checkpoint directory, relative to the log directory, when it is inside it.
+    pub(crate) exclude: Vec<PathBuf>,
+    pub(crate) ownership: Ownership,
+}
+
+impl LogPlace {
+    pub(crate) fn of(summary: &SummaryRecord, checkpoints: &Path) -> Self {
+        let dir = summary.log_dir().to_path_buf();
+        let (rank, world_size) = summary.rank();
+        let exclude = relative_to(checkpoints, &dir).into_iter().collect();
+        Self {
+            dir,
+            exclude,
+            ownership: Ownership { rank, world_size },
+        }
+    }
+
+    /// Rolls the log back to `snapshot`, leaving the files `summary` has made already.
+    pub(crate) fn roll_back(
+        &self,
+        snapshot: &LogSnapshot,
+        summary: &SummaryRecord,
+    ) -> Result<(), CheckpointError> {
+        let keep: Vec<PathBuf> = summary
+            .stats()
+            .map(|stats| {
+                stats
+                    .writers
+                    .iter()
+                    .filter_map(|w| w.path.as_deref())
+                    .filter_map(|p| relative_to(p, &self.dir))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let restored = snapshot.restore(&self.dir, &self.exclude, &keep, self.ownership)?;
+        for path in &restored.shorter {
+            log::warn!(
+                "{} is shorter than when the checkpoint was taken (the machine went down before \
+                 its bytes reached the disk): its last records are lost",
+                self.dir.join(path).display()
+            );
+        }
+        Ok(())
+    }
+}
+
+fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    absolute(path)
+        .strip_prefix(absolute(base))
+        .ok()
+        .filter(|r| !r.as_os_str().is_empty())
+        .map(Path::to_path_buf)
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@
 
 #[cfg(feature = "burn")]
 pub mod burn_train;
+#[cfg(feature = "burn")]
 pub mod checkpoint;
 mod convert;
 #[cfg(feature = "burn")]

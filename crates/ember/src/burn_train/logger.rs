@@ -88,14 +88,16 @@ pub struct SummaryLogger {
     names: HashMap<MetricId, (String, f64)>,
     x_axis: XAxis,
     /// Training batches so far, across epochs: the global iteration.
-    iteration: i64,
+    pub(super) iteration: i64,
     /// Batches so far per split and metric, for [`XAxis::SplitBatches`].
-    steps: HashMap<(String, String), i64>,
+    pub(super) steps: HashMap<(String, String), i64>,
     /// The latest update of each split, not yet known to be a batch's or the split's final one.
     held: HashMap<Split, MetricsUpdate>,
-    errors: LoggerErrors,
+    pub(super) errors: LoggerErrors,
     faults: SummaryFaults,
     interrupter: Option<Interrupter>,
+    /// Where the log snapshots for resuming go, when kept.
+    pub(super) checkpoints: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for SummaryLogger {
@@ -141,7 +143,7 @@ impl LoggerErrors {
     }
 
     /// Counts and keeps a failure, for one whose logging is decided elsewhere.
-    fn keep(&self, message: String) {
+    pub(super) fn keep(&self, message: String) {
         self.inner.count.fetch_add(1, Ordering::Relaxed);
         match self.inner.last.lock() {
             Ok(mut last) => *last = Some(message),
@@ -179,6 +181,7 @@ impl SummaryLogger {
             errors: LoggerErrors::default(),
             faults: SummaryFaults::new(policy),
             interrupter: None,
+            checkpoints: None,
         }
     }
 
@@ -207,7 +210,7 @@ impl SummaryLogger {
         self.errors.count()
     }
 
-    fn lock(&self) -> Option<MutexGuard<'_, SummaryRecord>> {
+    pub(super) fn lock(&self) -> Option<MutexGuard<'_, SummaryRecord>> {
         match self.record.lock() {
             Ok(record) => Some(record),
             Err(_) => {
@@ -328,7 +331,7 @@ pub enum XAxis {
 }
 
 /// `train`, `valid`, `test` or `test/<tag>`.
-fn split_prefix(split: &Split) -> String {
+pub(super) fn split_prefix(split: &Split) -> String {
     match split {
         Split::Test(Some(tag)) => format!("test/{tag}"),
         other => other.to_string(),
@@ -371,6 +374,7 @@ impl MetricLogger for SummaryLogger {
             self.write(&last, &summary.split, Some(summary.epoch_number));
         }
         self.flush_record();
+        self.keep_snapshot(summary.epoch_number, &summary.split);
     }
 }
 

@@ -42,10 +42,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! `logger.rs` holds the logger, `strategy.rs` the strategy; they share only
-//! `EmberFailure`, the way an ember error reaches burn's `TrainingError`.
+//! **Resuming.** With burn's checkpoints (`with_default_checkpointers`), a logger made
+//! [`checkpointed`](SummaryLogger::checkpointed) keeps the log's position after every epoch,
+//! and one made with [`resume_from`](SummaryLogger::resume_from) the epoch given to burn's
+//! `checkpoint(n)` rolls the log back to it, so a resumed run leaves one curve.
+//!
+//! `logger.rs` holds the logger, `resume.rs` its checkpoints, `strategy.rs` the strategy; they
+//! share only `EmberFailure`, the way an ember error reaches burn's `TrainingError`.
 
 mod logger;
+mod resume;
 mod strategy;
 
 pub use logger::{LoggerErrors, SummaryLogger, XAxis};

@@ -19,12 +19,12 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
 use ember_pool::step::burn::Reduction;
-use ember_write::{LogSnapshot, Ownership};
+use ember_write::LogSnapshot;
 
 use super::types::{CheckpointConfig, EpochReport};
 use super::{RunState, TrainError};
 use crate::SummaryRecord;
-use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded};
+use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded, LogPlace};
 use crate::model_info::named_parameters;
 
 /// What an epoch has added up so far.
@@ -139,65 +139,6 @@ pub(super) struct Resumed<M> {
     pub(super) state: RunState,
     pub(super) path: PathBuf,
     pub(super) seq: u64,
-}
-
-/// Where the run's log directory is, to snapshot and roll back.
-#[derive(Debug, Clone)]
-pub(super) struct LogPlace {
-    pub(super) dir: PathBuf,
-    /// The checkpoint directory, relative to the log directory, when it is inside it.
-    pub(super) exclude: Vec<PathBuf>,
-    pub(super) ownership: Ownership,
-}
-
-impl LogPlace {
-    pub(super) fn of(summary: &SummaryRecord, checkpoints: &Path) -> Self {
-        let dir = summary.log_dir().to_path_buf();
-        let (rank, world_size) = summary.rank();
-        let exclude = relative_to(checkpoints, &dir).into_iter().collect();
-        Self {
-            dir,
-            exclude,
-            ownership: Ownership { rank, world_size },
-        }
-    }
-
-    /// Rolls the log back to `snapshot`, leaving the files `summary` has made already.
-    pub(super) fn roll_back(
-        &self,
-        snapshot: &LogSnapshot,
-        summary: &SummaryRecord,
-    ) -> Result<(), CheckpointError> {
-        let keep: Vec<PathBuf> = summary
-            .stats()
-            .map(|stats| {
-                stats
-                    .writers
-                    .iter()
-                    .filter_map(|w| w.path.as_deref())
-                    .filter_map(|p| relative_to(p, &self.dir))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let restored = snapshot.restore(&self.dir, &self.exclude, &keep, self.ownership)?;
-        for path in &restored.shorter {
-            log::warn!(
-                "{} is shorter than when the checkpoint was taken (the machine went down before \
-                 its bytes reached the disk): its last records are lost",
-                self.dir.join(path).display()
-            );
-        }
-        Ok(())
-    }
-}
-
-fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    absolute(path)
-        .strip_prefix(absolute(base))
-        .ok()
-        .filter(|r| !r.as_os_str().is_empty())
-        .map(Path::to_path_buf)
 }
 
 /// Writes a run's checkpoints: the state is taken on the training thread (it must be this

@@ -32,7 +32,8 @@ mod checkpointing;
 mod run_state;
 mod types;
 
-use checkpointing::{Checkpointer, EpochTotals, Identity, LogPlace, Position};
+use crate::checkpoint::LogPlace;
+use checkpointing::{Checkpointer, EpochTotals, Identity, Position};
 use run_state::{RunState, eval_lineage, train_lineage};
 pub use types::{
     CheckpointConfig, EpochReport, StepReport, TrainError, TrainReport, TrainerConfig, TrainingItem,
