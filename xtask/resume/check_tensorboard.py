@@ -12,8 +12,9 @@ none left from the killed run past its checkpoint), wall-time-derived series asi
   `purge_orphaned_data=False`, so that a step written twice would show twice), which also give
   the histograms, images, texts, PR curves and the hyper-parameter session events;
 - tbparse's `SummaryReader` (scalars, histograms, tensors);
-- rustboard, TensorBoard's Rust data server (`tensorboard --load_fast=true`), over HTTP as
-  the dashboard asks it.
+- rustboard, TensorBoard's Rust data server (`tensorboard --load_fast=true`, every scalar
+  kept: `--samples_per_plugin scalars=1000000`, since rustboard reads 0 as none), over HTTP
+  as the dashboard asks it.
 
 Prints one line with counts; exit status 1 with every mismatch listed otherwise.
 """
@@ -68,7 +69,11 @@ def python_series(path):
         if timing(tag):
             continue
         out["tensor " + tag] = [(e.step, e.tensor_proto.SerializeToString()) for e in plugin.Tensors(tag)]
-    for tag, content in plugin.PluginTagToContent("hparams").items():
+    try:
+        hparams = plugin.PluginTagToContent("hparams")
+    except KeyError:  # a run without hyper-parameters (burn-train's)
+        hparams = {}
+    for tag, content in hparams.items():
         # Each session part is one event; a resumed run must not start a second session.
         out["hparams " + tag] = [len(plugin.Tensors(tag)), hparams_content(content)]
     return out
@@ -117,7 +122,7 @@ def rustboard_series(base, runs, expected_points):
     tensorboard = os.path.join(os.path.dirname(sys.executable), "tensorboard")
     server = subprocess.Popen(
         [tensorboard, "--logdir", base, "--load_fast=true", "--host", "127.0.0.1", "--port", str(port),
-         "--reload_interval", "1"],
+         "--reload_interval", "1", "--samples_per_plugin", "scalars=1000000"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

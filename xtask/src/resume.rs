@@ -7,22 +7,27 @@
 //!    harm.
 //! 2. Starts the same run again [`KILLS_TB`] + [`KILLS_MI`] times, each killed with SIGKILL at a
 //!    moment drawn uniformly over the reference run's duration from a seeded generator (the
-//!    seed is printed; `EMBER_RESUME_SEED` replays one). After each kill: every `ckpt-*.ember`
-//!    left is whole (its CRC-32C checks; a kill during a write leaves only a temporary file),
-//!    and no directory holds only torn ones.
+//!    seed is printed; `EMBER_RESUME_SEED` replays one). After each kill: every `*.ember`
+//!    checkpoint left is whole (its CRC-32C checks; a kill during a write leaves only a
+//!    temporary file), and no directory holds only torn ones.
 //! 3. Resumes each with `ember train --resume RUN_DIR` (the arguments the run saved), which
 //!    must succeed; its `model.bpk` must equal the reference's byte for byte, Burn's random
 //!    parameter ids aside, and `ember inspect --json --values` must list the reference's tags
 //!    with the same counts and values.
-//! 4. Reads every run with TensorBoard's Python loaders, tbparse and rustboard
-//!    (`xtask/resume/check_tensorboard.py`) and with MindInsight 2.3.1
+//! 4. Does the same, [`KILLS_LIBRARY`] kills each, for the two ways a library user trains, in
+//!    `crates/ember/examples/resumable.rs`: the Trainer with gradient accumulation and a
+//!    shuffling loader (`Trainer::resume_from`), and burn-train's `SupervisedTraining` on
+//!    `PoolStrategy` with burn's own checkpointers (`checkpoint(n)` and
+//!    `SummaryLogger::resume_from`); their parameters must equal the reference's byte for byte.
+//! 5. Reads every run with TensorBoard's Python loaders, tbparse and rustboard
+//!    (`xtask/resume/check_tensorboard.py`) and the MindInsight runs with MindInsight 2.3.1
 //!    (`xtask/resume/check_mindinsight.py`): each step once, the reference's values.
 //!
 //! Prints what the kills hit (before the first checkpoint, during a checkpoint write, after a
 //! torn summary record). Without Python or PyPI the readers are skipped in one line (a failure
 //! under `CI=true`); the kills and ember's own checks always run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -31,12 +36,14 @@ use anyhow::{Context, bail, ensure};
 use crate::compat::{
     COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS, VenvError, ensure_venv, skip_or_fail, target_dir,
 };
-use crate::process::{Ran, build, expect_success, inspect_json, run_limited};
+use crate::process::{build, expect_success, inspect_json, run_limited};
 
 /// Kills of TensorBoard-format runs.
 const KILLS_TB: usize = 18;
 /// Kills of MindInsight-format runs.
 const KILLS_MI: usize = 6;
+/// Kills of each library program (the Trainer, burn-train).
+const KILLS_LIBRARY: usize = 20;
 /// The seed of the kill moments, unless `EMBER_RESUME_SEED` gives another.
 const SEED: u64 = 20_261_204;
 /// The run: the whole digits set, 3 epochs on 2 workers (69 steps), a checkpoint every
@@ -61,92 +68,105 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         Err(_) => SEED,
     };
     build(root, &["build", "-p", "ember-cli"])?;
+    build(root, &["build", "-p", "ember", "--example", "resumable"])?;
     let target = target_dir(root);
     let ember = target.join("debug").join("ember");
+    let example = target.join("debug").join("examples").join("resumable");
     let base = target.join("resume-check");
     if base.exists() {
         std::fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
     }
-    let tb = base.join("tb");
-    let mi = base.join("mi");
-    std::fs::create_dir_all(&tb)?;
-    std::fs::create_dir_all(&mi)?;
     eprintln!("resume: kill moments from seed {seed} (EMBER_RESUME_SEED replays one)");
 
     let mut rng = XorShift(seed.max(1));
-    let mut hits = Hits::default();
-    let mut runs_tb = Vec::new();
-    let mut runs_mi = Vec::new();
-    for (format, dir, kills, runs) in [
-        ("tensorboard", &tb, KILLS_TB, &mut runs_tb),
-        ("mindinsight", &mi, KILLS_MI, &mut runs_mi),
-    ] {
-        let reference = dir.join("reference");
-        let ran = train(&ember, &base, format, &reference)?;
-        expect_success(&ran, &format!("the reference run ({format})"))?;
-        let duration = ran.elapsed;
-        let reference_json = inspect_json(&ember, &reference)?;
-        for kill in 0..kills {
-            let name = format!("killed-{kill:02}");
-            let run = dir.join(&name);
-            let at = duration.mul_f64(rng.unit());
-            let killed = train_killed(&ember, &base, format, &run, at)?;
-            hits.count(&run, killed)?;
-            let resumed = run_limited(
-                {
-                    let mut c = Command::new(&ember);
-                    c.args(["train", "--resume"]).arg(&run).current_dir(&base);
-                    c
-                },
-                "ember train --resume",
-                &base.join(format!("{format}-{name}-resume.log")),
-            )?;
-            expect_success(
-                &resumed,
-                &format!("resuming {} (killed after {at:?})", run.display()),
-            )?;
-            same_model(&reference, &run)?;
-            same_values(&reference_json, &inspect_json(&ember, &run)?, &run)?;
-            runs.push(name);
-        }
-        eprintln!(
-            "resume: {kills} {format} runs killed over {duration:.2?} and resumed: the same model, \
-             byte for byte, and the same values in ember inspect"
-        );
+    let cli = |format| Program::Cli {
+        format,
+        ember: ember.clone(),
+    };
+    let library = |mode| Program::Library {
+        mode,
+        example: example.clone(),
+    };
+    let programs = [
+        (cli("tensorboard"), "tb", KILLS_TB),
+        (cli("mindinsight"), "mi", KILLS_MI),
+        (library("trainer"), "trainer", KILLS_LIBRARY),
+        (library("burn-train"), "burn-train", KILLS_LIBRARY),
+    ];
+    let mut resumed = Vec::new();
+    let mut during_checkpoint = 0;
+    for (program, name, kills) in &programs {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir)?;
+        let (runs, hits) = kill_and_resume(program, &ember, &dir, *kills, &mut rng)?;
+        during_checkpoint += hits.during_checkpoint;
+        // The readers take runs relative to their base directory: the run's log directory.
+        let logs = runs
+            .iter()
+            .map(|run| {
+                let log = program.log_dir(run);
+                let relative = log.strip_prefix(&base).unwrap_or(&log);
+                relative
+                    .to_str()
+                    .map(str::to_owned)
+                    .context("a run path that is not UTF-8")
+            })
+            .collect::<anyhow::Result<Vec<String>>>()?;
+        resumed.push((*name, logs));
     }
-    eprintln!("resume: {hits}");
+
     ensure!(
-        hits.killed >= 20,
-        "only {} runs were killed before they finished; the moments must hit at least 20",
-        hits.killed
-    );
-    ensure!(
-        hits.during_checkpoint > 0,
+        during_checkpoint > 0,
         "no kill landed during a checkpoint write; the moments do not cover what they must"
     );
 
-    let readers = ensure_venv(&target.join("resume-venv"), READER_REQUIREMENTS);
-    match readers {
-        Ok(python) => check(
-            &python,
-            root,
-            "xtask/resume/check_tensorboard.py",
-            &tb,
-            &runs_tb,
-        )?,
+    match ensure_venv(&target.join("resume-venv"), READER_REQUIREMENTS) {
+        Ok(python) => {
+            for (name, logs) in resumed.iter().filter(|(name, _)| *name != "mi") {
+                // Each program's runs apart, so that rustboard loads only those.
+                let prefix = format!("{name}/");
+                let logs: Vec<String> = logs
+                    .iter()
+                    .map(|log| log.trim_start_matches(prefix.as_str()).to_owned())
+                    .collect();
+                let (reference, rest) = logs.split_first().context("no reference run")?;
+                check(
+                    &python,
+                    root,
+                    "xtask/resume/check_tensorboard.py",
+                    &base.join(name),
+                    reference,
+                    rest,
+                )
+                .with_context(|| format!("the {name} runs"))?;
+            }
+        }
         Err(VenvError::Unavailable(why)) => {
             skip_or_fail("resume", &format!("the TensorBoard readers: {why}"))?
         }
         Err(VenvError::Failed(e)) => return Err(e),
     }
     match ensure_venv(&target.join("compat-mi-venv"), MINDINSIGHT_REQUIREMENTS) {
-        Ok(python) => check(
-            &python,
-            root,
-            "xtask/resume/check_mindinsight.py",
-            &mi,
-            &runs_mi,
-        )?,
+        Ok(python) => {
+            // MindInsight's jobs are the directories of its base directory: `mi/<run>`.
+            let (_, logs) = resumed
+                .iter()
+                .find(|(name, _)| *name == "mi")
+                .context("no mi runs")?;
+            let jobs: Vec<String> = logs
+                .iter()
+                .map(|log| log.trim_start_matches("mi/").to_owned())
+                .collect();
+            let (reference, rest) = jobs.split_first().context("no reference run")?;
+            check(
+                &python,
+                root,
+                "xtask/resume/check_mindinsight.py",
+                &base.join("mi"),
+                reference,
+                rest,
+            )?;
+        }
         Err(VenvError::Unavailable(why)) => {
             skip_or_fail("resume", &format!("the MindInsight reader: {why}"))?
         }
@@ -155,40 +175,159 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn train_command(ember: &Path, base: &Path, format: &str, logdir: &Path) -> Command {
-    let mut command = Command::new(ember);
-    command
-        .arg("train")
-        .args(TRAIN_ARGS)
-        .args(["--format", format, "--logdir"])
-        .arg(logdir)
-        .current_dir(base);
-    command
+/// A program the task kills and resumes.
+enum Program {
+    /// `ember train` writing `format`.
+    Cli {
+        format: &'static str,
+        ember: PathBuf,
+    },
+    /// The `resumable` example in `mode` (`trainer` or `burn-train`).
+    Library {
+        mode: &'static str,
+        example: PathBuf,
+    },
 }
 
-fn train(ember: &Path, base: &Path, format: &str, logdir: &Path) -> anyhow::Result<Ran> {
-    let log = logdir.with_extension("log");
-    run_limited(
-        train_command(ember, base, format, logdir),
-        "ember train",
-        &log,
-    )
+impl Program {
+    fn name(&self) -> String {
+        match self {
+            Program::Cli { format, .. } => format!("ember train --format {format}"),
+            Program::Library { mode, .. } => format!("the resumable example ({mode})"),
+        }
+    }
+
+    /// The command that starts the run in `run` afresh, or resumes it.
+    fn command(&self, base: &Path, run: &Path, resume: bool) -> Command {
+        let mut command = match self {
+            Program::Cli { format, ember } => {
+                let mut c = Command::new(ember);
+                if resume {
+                    c.args(["train", "--resume"]).arg(run);
+                } else {
+                    c.arg("train")
+                        .args(TRAIN_ARGS)
+                        .args(["--format", format, "--logdir"])
+                        .arg(run);
+                }
+                c
+            }
+            Program::Library { mode, example } => {
+                let mut c = Command::new(example);
+                c.arg(mode).arg(run);
+                if resume {
+                    c.arg("--resume");
+                }
+                c
+            }
+        };
+        command.current_dir(base);
+        command
+    }
+
+    /// Where the run's summaries are.
+    fn log_dir(&self, run: &Path) -> PathBuf {
+        match self {
+            Program::Cli { .. } => run.to_path_buf(),
+            Program::Library { .. } => run.join("log"),
+        }
+    }
+
+    /// Where ember's checkpoint files of the run are.
+    fn checkpoints(&self, run: &Path) -> PathBuf {
+        match self {
+            Program::Library {
+                mode: "burn-train", ..
+            } => run.join("burn").join("checkpoint"),
+            _ => run.join("checkpoints"),
+        }
+    }
+
+    /// The trained parameters, as bytes comparable between runs.
+    fn model(&self, run: &Path) -> anyhow::Result<Vec<u8>> {
+        match self {
+            Program::Cli { .. } => model_without_ids(&run.join("model.bpk")),
+            Program::Library { .. } => {
+                let path = run.join("params.bin");
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
+            }
+        }
+    }
 }
 
-/// Starts the run and kills it with SIGKILL after `at`; whether it was still running then.
-fn train_killed(
+/// Trains a reference run in `dir/reference`, then `kills` runs each killed at a seeded moment
+/// and resumed, each compared with the reference; returns the reference and the resumed runs.
+fn kill_and_resume(
+    program: &Program,
     ember: &Path,
-    base: &Path,
-    format: &str,
-    logdir: &Path,
-    at: Duration,
-) -> anyhow::Result<bool> {
-    let log = std::fs::File::create(logdir.with_extension("log"))?;
-    let mut child = train_command(ember, base, format, logdir)
+    dir: &Path,
+    kills: usize,
+    rng: &mut XorShift,
+) -> anyhow::Result<(Vec<PathBuf>, Hits)> {
+    let name = program.name();
+    let reference = dir.join("reference");
+    let ran = run_limited(
+        program.command(dir, &reference, false),
+        &name,
+        &dir.join("reference.log"),
+    )?;
+    expect_success(&ran, &format!("the reference run of {name}"))?;
+    let duration = ran.elapsed;
+    let reference_json = inspect_json(ember, &program.log_dir(&reference))?;
+    let reference_model = program.model(&reference)?;
+    let mut hits = Hits::default();
+    let mut runs = vec![reference];
+    for kill in 0..kills {
+        let run = dir.join(format!("killed-{kill:02}"));
+        let at = duration.mul_f64(rng.unit());
+        let was_killed = start_and_kill(program.command(dir, &run, false), &run, at)?;
+        hits.count(
+            &program.checkpoints(&run),
+            &program.log_dir(&run),
+            was_killed,
+        )?;
+        let resumed = run_limited(
+            program.command(dir, &run, true),
+            &format!("resuming {name}"),
+            &run.with_extension("resume.log"),
+        )?;
+        expect_success(
+            &resumed,
+            &format!("resuming {} (killed after {at:?})", run.display()),
+        )?;
+        ensure!(
+            program.model(&run)? == reference_model,
+            "{}: the resumed run's parameters differ from the uninterrupted run's",
+            run.display()
+        );
+        same_values(
+            &reference_json,
+            &inspect_json(ember, &program.log_dir(&run))?,
+            &run,
+        )?;
+        runs.push(run);
+    }
+    eprintln!(
+        "resume: {name}: {kills} runs killed over {duration:.2?} and resumed, each with the \
+         uninterrupted run's parameters byte for byte and its values in ember inspect; {hits}"
+    );
+    ensure!(
+        hits.killed + 2 >= kills,
+        "only {} of {kills} runs were killed before they finished",
+        hits.killed
+    );
+    Ok((runs, hits))
+}
+
+/// Starts `command` (its output to `<run>.log`) and kills it with SIGKILL after `at`;
+/// whether it was still running then.
+fn start_and_kill(mut command: Command, run: &Path, at: Duration) -> anyhow::Result<bool> {
+    let log = std::fs::File::create(run.with_extension("log"))?;
+    let mut child = command
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .context("starting ember train")?;
+        .context("starting a run to kill")?;
     let started = Instant::now();
     while started.elapsed() < at {
         if child.try_wait()?.is_some() {
@@ -197,7 +336,7 @@ fn train_killed(
         std::thread::sleep(Duration::from_millis(1).min(at.saturating_sub(started.elapsed())));
     }
     // `Child::kill` is SIGKILL on Unix: no handler runs, nothing is flushed.
-    child.kill().context("killing ember train")?;
+    child.kill().context("killing the run")?;
     child.wait()?;
     Ok(true)
 }
@@ -213,16 +352,16 @@ struct Hits {
 }
 
 impl Hits {
-    fn count(&mut self, run: &Path, killed: bool) -> anyhow::Result<()> {
+    /// Counts what a kill left in the run's checkpoint and log directories.
+    fn count(&mut self, checkpoints: &Path, log: &Path, killed: bool) -> anyhow::Result<()> {
         if !killed {
             self.finished_first += 1;
             return Ok(());
         }
         self.killed += 1;
-        let checkpoints = run.join("checkpoints");
         let mut whole = 0;
         let mut temporary = 0;
-        if let Ok(entries) = std::fs::read_dir(&checkpoints) {
+        if let Ok(entries) = std::fs::read_dir(checkpoints) {
             for entry in entries {
                 let path = entry?.path();
                 let name = path
@@ -232,7 +371,7 @@ impl Hits {
                     .into_owned();
                 if name.ends_with(".tmp") {
                     temporary += 1;
-                } else if name.starts_with("ckpt-") && name.ends_with(".ember") {
+                } else if name.ends_with(".ember") {
                     let bytes = std::fs::read(&path)?;
                     ensure!(
                         whole_checkpoint(&bytes),
@@ -254,7 +393,7 @@ impl Hits {
         if temporary > 0 {
             self.during_checkpoint += 1;
         }
-        if summary_tail_torn(run)? {
+        if summary_tail_torn(log)? {
             self.torn_summary_tail += 1;
         }
         Ok(())
@@ -324,29 +463,19 @@ fn summary_tail_torn(run: &Path) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-/// `model.bpk` of both runs equal, but for Burn's parameter ids (random per process): each is
-/// the CBOR key `param_id` and a 64-bit integer.
-fn same_model(reference: &Path, run: &Path) -> anyhow::Result<()> {
-    let read = |dir: &Path| -> anyhow::Result<Vec<u8>> {
-        let path = dir.join("model.bpk");
-        let mut bytes =
-            std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let key = b"hparam_id\x1b";
-        let mut at = 0;
-        while let Some(found) = bytes[at..].windows(key.len()).position(|w| w == key) {
-            let start = at + found + key.len();
-            let end = (start + 8).min(bytes.len());
-            bytes[start..end].fill(0);
-            at = end;
-        }
-        Ok(bytes)
-    };
-    ensure!(
-        read(reference)? == read(run)?,
-        "{}: the resumed run's parameters differ from the uninterrupted run's",
-        run.display()
-    );
-    Ok(())
+/// A `model.bpk`'s bytes with Burn's parameter ids (random per process) zeroed: each is the
+/// CBOR key `param_id` and a 64-bit integer.
+fn model_without_ids(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let mut bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let key = b"hparam_id\x1b";
+    let mut at = 0;
+    while let Some(found) = bytes[at..].windows(key.len()).position(|w| w == key) {
+        let start = at + found + key.len();
+        let end = (start + 8).min(bytes.len());
+        bytes[start..end].fill(0);
+        at = end;
+    }
+    Ok(bytes)
 }
 
 /// The runs' `ember inspect --json --values` equal, but for paths, byte counts, wall times
@@ -422,12 +551,13 @@ fn check(
     root: &Path,
     script: &str,
     base: &Path,
+    reference: &str,
     runs: &[String],
 ) -> anyhow::Result<()> {
     let status = Command::new(python)
         .arg(root.join(script))
         .arg(base)
-        .arg("reference")
+        .arg(reference)
         .args(runs)
         .current_dir(root)
         .env("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -444,12 +574,13 @@ fn check(
 struct XorShift(u64);
 
 impl XorShift {
-    /// Uniform in [0.15, 0.98): after the process has started and saved its command line
-    /// (a run killed before that has nothing to resume, and is simply started again).
+    /// Uniform in [0.12, 0.85): after the process has started and saved its command line (a
+    /// run killed before that has nothing to resume), and before a run that goes faster than
+    /// the reference did (a cold start) has ended.
     fn unit(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        0.15 + 0.83 * (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        0.12 + 0.73 * (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
 }
