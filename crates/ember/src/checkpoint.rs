@@ -122,24 +122,31 @@ impl Checkpoint {
 
     /// The whole file: sections framed, then the checksum.
     pub fn encode(&self) -> Vec<u8> {
-        let size: usize = self
-            .sections
-            .iter()
-            .map(|(n, b)| 10 + n.len() + b.len())
-            .sum();
+        let size: usize = self.sections.iter().map(|(n, b)| 10 + n.len() + b.len()).sum();
         let mut out = Vec::with_capacity(20 + size);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(self.sections.len() as u32).to_le_bytes());
-        for (name, bytes) in &self.sections {
-            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-            out.extend_from_slice(bytes);
-        }
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
+        self.write_to(&mut out)
+            .unwrap_or_else(|_| unreachable!("writing to a Vec cannot fail"));
         out
+    }
+
+    /// Writes [`encode`](Self::encode)'s bytes to `out` without gathering them first: a
+    /// checkpoint may hold a model of hundreds of megabytes.
+    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        let mut crc = 0u32;
+        let mut put = |bytes: &[u8]| -> io::Result<()> {
+            crc = crc32c::crc32c_append(crc, bytes);
+            out.write_all(bytes)
+        };
+        put(MAGIC)?;
+        put(&VERSION.to_le_bytes())?;
+        put(&(self.sections.len() as u32).to_le_bytes())?;
+        for (name, bytes) in &self.sections {
+            put(&(name.len() as u16).to_le_bytes())?;
+            put(name.as_bytes())?;
+            put(&(bytes.len() as u64).to_le_bytes())?;
+            put(bytes)?;
+        }
+        out.write_all(&crc.to_le_bytes())
     }
 
     /// Reads what [`encode`](Self::encode) wrote; `Err` says what is wrong.
@@ -322,13 +329,19 @@ pub fn write_durably(
     let path = dir.join(name);
     let tmp = dir.join(format!("{name}{TMP}"));
     let _ = fs::remove_file(&tmp);
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&tmp)
         .map_err(io_err("create", &tmp))?;
-    file.write_all(&checkpoint.encode())
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, file);
+    checkpoint
+        .write_to(&mut buffered)
+        .and_then(|()| buffered.flush())
         .map_err(io_err("write", &tmp))?;
+    let file = buffered
+        .into_inner()
+        .map_err(|e| io_err("write", &tmp)(e.into_error()))?;
     file.sync_all().map_err(io_err("fsync", &tmp))?;
     drop(file);
     fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;

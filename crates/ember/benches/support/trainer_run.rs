@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use burn::optim::SgdConfig;
 use burn::tensor::Device;
-use ember::{SummaryRecord, Trainer, TrainerConfig};
+use ember::{CheckpointConfig, SummaryRecord, Trainer, TrainerConfig};
 use ember_tests::{Mlp, regression_loader};
 
 /// 200 steps of 2 devices x 128 rows through a 2-512-1 MLP: steps of about a millisecond, the
@@ -16,7 +16,16 @@ const HIDDEN: usize = 512;
 
 /// One training run, scalars every step and histograms every 50 optimizer steps; with
 /// `summary`, recording into it. Returns the run's wall time.
+#[allow(dead_code)]
 pub(crate) fn run(summary: Option<&mut SummaryRecord>) -> Duration {
+    run_with(summary, None)
+}
+
+/// [`run`], writing checkpoints as `checkpoints` says.
+pub(crate) fn run_with(
+    summary: Option<&mut SummaryRecord>,
+    checkpoints: Option<CheckpointConfig>,
+) -> Duration {
     let device = Device::flex().autodiff();
     let train = regression_loader(11, ROWS, BATCH, &device);
     let trainer = Trainer::<Mlp>::new(
@@ -26,6 +35,7 @@ pub(crate) fn run(summary: Option<&mut SummaryRecord>) -> Duration {
         TrainerConfig {
             epochs: 1,
             histogram_every: Some(50),
+            checkpoints,
             ..TrainerConfig::default()
         },
     );

@@ -208,32 +208,45 @@ impl Checkpointer {
             }
             None => String::new(),
         };
+        // The state is read out here, as it is at this step; turning it into bytes, the larger
+        // part of the work, is the checkpoint thread's.
         let (model, optimizer, scheduler) = parts;
-        let record_err = |what| {
-            move |e: burn::store::RecordError| CheckpointError::Record {
-                what,
-                reason: e.to_string(),
-            }
-        };
-        let model_bytes = model
-            .clone()
-            .into_record()
-            .into_bytes()
-            .map_err(record_err("save the model"))?;
-        let optimizer_bytes = optimizer
-            .into_bytes()
-            .map_err(record_err("save the optimizer state"))?;
-        let scheduler_bytes = scheduler
-            .to_record()
-            .into_bytes()
-            .map_err(record_err("save the scheduler state"))?;
+        let model = model.clone().into_record();
+        let optimizer = optimizer.to_record();
+        let scheduler = scheduler.to_record();
         let meta = encode_meta(position, steps, optimizer_steps, state, identity);
-        let checkpoint = Checkpoint::new()
-            .with("meta", meta.into_bytes())
-            .with("model", model_bytes.to_vec())
-            .with("optimizer", optimizer_bytes.to_vec())
-            .with("scheduler", scheduler_bytes.to_vec())
-            .with("log", snapshot.into_bytes());
+        let build = move || -> Result<Checkpoint, CheckpointError> {
+            let record_err = |what| {
+                move |e: burn::store::RecordError| CheckpointError::Record {
+                    what,
+                    reason: e.to_string(),
+                }
+            };
+            let bytes = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
+            Ok(Checkpoint::new()
+                .with("meta", meta.into_bytes())
+                .with(
+                    "model",
+                    bytes(model.into_bytes().map_err(record_err("save the model"))?),
+                )
+                .with(
+                    "optimizer",
+                    bytes(
+                        optimizer
+                            .into_bytes()
+                            .map_err(record_err("save the optimizer state"))?,
+                    ),
+                )
+                .with(
+                    "scheduler",
+                    bytes(
+                        scheduler
+                            .into_bytes()
+                            .map_err(record_err("save the scheduler state"))?,
+                    ),
+                )
+                .with("log", snapshot.into_bytes()))
+        };
         let store = self.store.clone();
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -241,7 +254,7 @@ impl Checkpointer {
         self.in_flight = Some(
             std::thread::Builder::new()
                 .name("ember-checkpoint".into())
-                .spawn(move || store.write(seq, &checkpoint))
+                .spawn(move || store.write(seq, &build()?))
                 .map_err(|source| CheckpointError::Io {
                     op: "start the checkpoint thread for",
                     path: self.store.dir().to_path_buf(),

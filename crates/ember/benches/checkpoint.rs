@@ -1,0 +1,154 @@
+//! What a Trainer checkpoint costs.
+//!
+//! 1. One checkpoint of `ember train`'s digits model (a 64-64-10 MLP) and of a 10 M-parameter
+//!    MLP (64-3136-3136-10), each with Adam's state after a step, taken as the Trainer takes
+//!    it: the model, optimizer and scheduler read out into Burn's records on the training
+//!    thread (what holds training up), then turned into bytes, written whole, fsynced and
+//!    renamed, the directory fsynced (what the checkpoint thread does while training goes on).
+//!    Median and range of several rounds, with the file's bytes.
+//! 2. The Trainer's step time with a checkpoint every 50 optimizer steps (`ember train`'s
+//!    default) and at the epoch's end, against none: the run of `overhead_paired` (200 steps on
+//!    2 workers), in pairs whose order alternates; the median ratio with its quartiles.
+//!
+//! `cargo bench -p ember --bench checkpoint [-- PAIRS]`
+
+#[path = "support/trainer_run.rs"]
+mod trainer_run;
+
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{Bytes, Device, Tensor};
+use ember::CheckpointConfig;
+use ember::checkpoint::{Checkpoint, write_durably};
+use trainer_run::run_with;
+
+/// An MLP of the given widths, ReLU between layers.
+#[derive(Module, Debug)]
+struct Mlp {
+    layers: Vec<Linear>,
+    act: Relu,
+}
+
+impl Mlp {
+    fn new(widths: &[usize], device: &Device) -> Self {
+        Self {
+            layers: widths
+                .windows(2)
+                .map(|w| LinearConfig::new(w[0], w[1]).init(device))
+                .collect(),
+            act: Relu::new(),
+        }
+    }
+
+    fn forward(&self, mut x: Tensor<2>) -> Tensor<2> {
+        for (i, layer) in self.layers.iter().enumerate() {
+            if i > 0 {
+                x = self.act.forward(x);
+            }
+            x = layer.forward(x);
+        }
+        x
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
+}
+
+/// Checkpoint rounds of `model` after one Adam step: (stall ms, write ms, bytes, parameters).
+fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
+    let device = Device::flex().autodiff();
+    let mut optimizer = AdamConfig::new().init();
+    let mut scheduler = burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler::from(1e-3);
+    let x = Tensor::<2>::ones([8, 64], &device);
+    let loss = model.forward(x).sum();
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let lr = scheduler.step();
+    let model = optimizer.step(lr, model, grads);
+    let parameters = model.num_params();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut stalls, mut writes) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for round in 0..rounds {
+        // What the Trainer does on the training thread: the state read out at this step.
+        let started = Instant::now();
+        let model_record = model.clone().into_record();
+        let optimizer_record = optimizer.to_record();
+        let scheduler_record = scheduler.to_record();
+        let stalled = started.elapsed();
+        // And on the checkpoint thread: into bytes, written whole, fsynced, renamed.
+        let started = Instant::now();
+        let vec = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
+        let checkpoint = Checkpoint::new()
+            .with("model", vec(model_record.into_bytes().expect("model bytes")))
+            .with("optimizer", vec(optimizer_record.into_bytes().expect("optimizer bytes")))
+            .with("scheduler", vec(scheduler_record.into_bytes().expect("scheduler bytes")));
+        let path = write_durably(dir.path(), &format!("ckpt-{round}.ember"), &checkpoint)
+            .expect("checkpoint written");
+        let written = started.elapsed();
+        bytes = std::fs::metadata(&path).expect("checkpoint size").len();
+        std::fs::remove_file(&path).expect("checkpoint removed");
+        stalls.push(stalled.as_secs_f64() * 1e3);
+        writes.push(written.as_secs_f64() * 1e3);
+    }
+    let (stall, stall_min, stall_max) = median(stalls);
+    let (write, write_min, write_max) = median(writes);
+    println!(
+        "{name}: {parameters} parameters, checkpoint {bytes} bytes; on the training thread \
+         {stall:.2} ms ({stall_min:.2}-{stall_max:.2}), written and fsynced on the checkpoint \
+         thread {write:.2} ms ({write_min:.2}-{write_max:.2}); median (min-max) of {rounds}"
+    );
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let at = q * (sorted.len() - 1) as f64;
+    let (low, high) = (at.floor() as usize, at.ceil() as usize);
+    sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)
+}
+
+fn main() {
+    let pairs: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(40);
+    let device = Device::flex().autodiff();
+    checkpoint_cost("digits MLP 64-64-10", Mlp::new(&[64, 64, 10], &device), 50);
+    checkpoint_cost("MLP 64-3136-3136-10", Mlp::new(&[64, 3136, 3136, 10], &device), 7);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let every_50 = || Some(CheckpointConfig::new(dir.path().join("checkpoints"), 50));
+    for _ in 0..3 {
+        run_with(None, None);
+        run_with(None, every_50());
+    }
+    let mut ratios = Vec::with_capacity(pairs);
+    let (mut off_total, mut on_total) = (Duration::ZERO, Duration::ZERO);
+    for pair in 0..pairs {
+        let (off, on) = if pair % 2 == 0 {
+            let off = run_with(None, None);
+            (off, run_with(None, every_50()))
+        } else {
+            let on = run_with(None, every_50());
+            (run_with(None, None), on)
+        };
+        off_total += off;
+        on_total += on;
+        ratios.push(on.as_secs_f64() / off.as_secs_f64());
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "Trainer, 200 steps on 2 workers, checkpoints every 50 optimizer steps and at the epoch's \
+         end (5 a run) vs none, {pairs} pairs: on/off median {:.3} (quartiles {:.3}-{:.3}); \
+         totals off {:.1} ms, on {:.1} ms ({:.3})",
+        quantile(&ratios, 0.5),
+        quantile(&ratios, 0.25),
+        quantile(&ratios, 0.75),
+        off_total.as_secs_f64() * 1e3,
+        on_total.as_secs_f64() * 1e3,
+        on_total.as_secs_f64() / off_total.as_secs_f64()
+    );
+}
