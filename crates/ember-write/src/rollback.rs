@@ -145,8 +145,9 @@ pub struct Restored {
 impl LogSnapshot {
     /// Records `log_dir`'s tree as it is now, leaving out `exclude` (directories or files,
     /// relative to `log_dir`: the checkpoints themselves) and what `ownership` says is another
-    /// process's. The files are fsynced first, so that the lengths recorded are on the disk
-    /// before anything that relies on them is.
+    /// process's. Nothing is fsynced here: call [`sync`](Self::sync) before anything that
+    /// relies on the lengths is made durable (a checkpoint), from whichever thread may wait
+    /// for the disk.
     pub fn take(
         log_dir: &Path,
         exclude: &[PathBuf],
@@ -182,14 +183,33 @@ impl LogSnapshot {
                             Some(fs::read(&full).map_err(io_err("read", &full))?);
                         continue;
                     }
-                    let file = File::open(&full).map_err(io_err("open", &full))?;
-                    file.sync_all().map_err(io_err("fsync", &full))?;
-                    let len = file.metadata().map_err(io_err("inspect", &full))?.len();
+                    let len = entry.metadata().map_err(io_err("inspect", &full))?.len();
                     snapshot.files.insert(path, len);
                 }
             }
         }
         Ok(snapshot)
+    }
+
+    /// Fsyncs every file recorded and every directory, so that the bytes the lengths count are
+    /// on the disk.
+    pub fn sync(&self, log_dir: &Path) -> Result<(), RollbackError> {
+        for relative in self.files.keys() {
+            let full = log_dir.join(relative);
+            match File::open(&full) {
+                Ok(file) => file.sync_all().map_err(io_err("fsync", &full))?,
+                // Removed since (a finished embedding's temporary file): nothing to keep.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("open", &full)(e)),
+            }
+        }
+        for dir in std::iter::once(&PathBuf::new()).chain(&self.dirs) {
+            let full = log_dir.join(dir);
+            if full.is_dir() {
+                sync_dir(&full)?;
+            }
+        }
+        Ok(())
     }
 
     /// The files recorded, relative to the log directory, with their lengths.

@@ -21,8 +21,8 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Bytes, Device, Tensor};
-use ember::CheckpointConfig;
 use ember::checkpoint::{Checkpoint, write_durably};
+use ember::{CheckpointConfig, SummaryRecord};
 use trainer_run::run_with;
 
 /// An MLP of the given widths, ReLU between layers.
@@ -63,7 +63,8 @@ fn median(mut xs: Vec<f64>) -> (f64, f64, f64) {
 fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
     let device = Device::flex().autodiff();
     let mut optimizer = AdamConfig::new().init();
-    let mut scheduler = burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler::from(1e-3);
+    let mut scheduler =
+        burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler::from(1e-3);
     let x = Tensor::<2>::ones([8, 64], &device);
     let loss = model.forward(x).sum();
     let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -84,9 +85,18 @@ fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
         let started = Instant::now();
         let vec = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
         let checkpoint = Checkpoint::new()
-            .with("model", vec(model_record.into_bytes().expect("model bytes")))
-            .with("optimizer", vec(optimizer_record.into_bytes().expect("optimizer bytes")))
-            .with("scheduler", vec(scheduler_record.into_bytes().expect("scheduler bytes")));
+            .with(
+                "model",
+                vec(model_record.into_bytes().expect("model bytes")),
+            )
+            .with(
+                "optimizer",
+                vec(optimizer_record.into_bytes().expect("optimizer bytes")),
+            )
+            .with(
+                "scheduler",
+                vec(scheduler_record.into_bytes().expect("scheduler bytes")),
+            );
         let path = write_durably(dir.path(), &format!("ckpt-{round}.ember"), &checkpoint)
             .expect("checkpoint written");
         let written = started.elapsed();
@@ -117,23 +127,41 @@ fn main() {
         .unwrap_or(40);
     let device = Device::flex().autodiff();
     checkpoint_cost("digits MLP 64-64-10", Mlp::new(&[64, 64, 10], &device), 50);
-    checkpoint_cost("MLP 64-3136-3136-10", Mlp::new(&[64, 3136, 3136, 10], &device), 7);
+    checkpoint_cost(
+        "MLP 64-3136-3136-10",
+        Mlp::new(&[64, 3136, 3136, 10], &device),
+        7,
+    );
 
     let dir = tempfile::tempdir().expect("temp dir");
     let every_50 = || Some(CheckpointConfig::new(dir.path().join("checkpoints"), 50));
+    paired(pairs, "no summaries", None, every_50);
+    let mut summary = SummaryRecord::new(dir.path().join("log")).expect("summary record");
+    paired(pairs, "summaries recorded", Some(&mut summary), every_50);
+    summary.close().expect("summaries close");
+}
+
+/// The Trainer run with checkpoints every 50 optimizer steps against none, `pairs` times in
+/// alternating order; prints the median ratio, its quartiles and the totals.
+fn paired(
+    pairs: usize,
+    what: &str,
+    mut summary: Option<&mut SummaryRecord>,
+    every_50: impl Fn() -> Option<CheckpointConfig>,
+) {
     for _ in 0..3 {
-        run_with(None, None);
-        run_with(None, every_50());
+        run_with(summary.as_deref_mut(), None);
+        run_with(summary.as_deref_mut(), every_50());
     }
     let mut ratios = Vec::with_capacity(pairs);
     let (mut off_total, mut on_total) = (Duration::ZERO, Duration::ZERO);
     for pair in 0..pairs {
         let (off, on) = if pair % 2 == 0 {
-            let off = run_with(None, None);
-            (off, run_with(None, every_50()))
+            let off = run_with(summary.as_deref_mut(), None);
+            (off, run_with(summary.as_deref_mut(), every_50()))
         } else {
-            let on = run_with(None, every_50());
-            (run_with(None, None), on)
+            let on = run_with(summary.as_deref_mut(), every_50());
+            (run_with(summary.as_deref_mut(), None), on)
         };
         off_total += off;
         on_total += on;
@@ -141,14 +169,15 @@ fn main() {
     }
     ratios.sort_by(f64::total_cmp);
     println!(
-        "Trainer, 200 steps on 2 workers, checkpoints every 50 optimizer steps and at the epoch's \
-         end (5 a run) vs none, {pairs} pairs: on/off median {:.3} (quartiles {:.3}-{:.3}); \
-         totals off {:.1} ms, on {:.1} ms ({:.3})",
+        "Trainer, 200 steps on 2 workers, {what}, checkpoints every 50 optimizer steps and at \
+         the epoch's end (5 a run) vs none, {pairs} pairs: on/off median {:.3} (quartiles \
+         {:.3}-{:.3}); totals off {:.1} ms, on {:.1} ms ({:.3}), {:.2} ms a checkpoint",
         quantile(&ratios, 0.5),
         quantile(&ratios, 0.25),
         quantile(&ratios, 0.75),
         off_total.as_secs_f64() * 1e3,
         on_total.as_secs_f64() * 1e3,
-        on_total.as_secs_f64() / off_total.as_secs_f64()
+        on_total.as_secs_f64() / off_total.as_secs_f64(),
+        (on_total.as_secs_f64() - off_total.as_secs_f64()) * 1e3 / (pairs * 5) as f64
     );
 }

@@ -122,7 +122,11 @@ impl Checkpoint {
 
     /// The whole file: sections framed, then the checksum.
     pub fn encode(&self) -> Vec<u8> {
-        let size: usize = self.sections.iter().map(|(n, b)| 10 + n.len() + b.len()).sum();
+        let size: usize = self
+            .sections
+            .iter()
+            .map(|(n, b)| 10 + n.len() + b.len())
+            .sum();
         let mut out = Vec::with_capacity(20 + size);
         self.write_to(&mut out)
             .unwrap_or_else(|_| unreachable!("writing to a Vec cannot fail"));

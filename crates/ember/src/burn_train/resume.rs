@@ -134,6 +134,7 @@ impl SummaryLogger {
             }
         };
         let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)?;
+        snapshot.sync(&place.dir)?;
         Ok(Checkpoint::new()
             .with(
                 "meta",

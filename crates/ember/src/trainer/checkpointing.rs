@@ -202,11 +202,11 @@ impl Checkpointer {
                 if let Err(error) = summary.flush() {
                     log::warn!("flushing the summaries before a checkpoint: {error}");
                 }
-                LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
-                    .map_err(CheckpointError::from)?
-                    .encode()
+                let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
+                    .map_err(CheckpointError::from)?;
+                Some((place.dir.clone(), snapshot))
             }
-            None => String::new(),
+            None => None,
         };
         // The state is read out here, as it is at this step; turning it into bytes, the larger
         // part of the work, is the checkpoint thread's.
@@ -216,6 +216,15 @@ impl Checkpointer {
         let scheduler = scheduler.to_record();
         let meta = encode_meta(position, steps, optimizer_steps, state, identity);
         let build = move || -> Result<Checkpoint, CheckpointError> {
+            // The log's bytes the snapshot counts reach the disk before the checkpoint that
+            // relies on them does.
+            let log = match snapshot {
+                Some((dir, snapshot)) => {
+                    snapshot.sync(&dir)?;
+                    snapshot.encode()
+                }
+                None => String::new(),
+            };
             let record_err = |what| {
                 move |e: burn::store::RecordError| CheckpointError::Record {
                     what,
@@ -245,7 +254,7 @@ impl Checkpointer {
                             .map_err(record_err("save the scheduler state"))?,
                     ),
                 )
-                .with("log", snapshot.into_bytes()))
+                .with("log", log.into_bytes()))
         };
         let store = self.store.clone();
         let seq = self.next_seq;
