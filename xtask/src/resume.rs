@@ -465,7 +465,7 @@ fn summary_tail_torn(run: &Path) -> anyhow::Result<bool> {
 
 /// A `model.bpk`'s bytes with Burn's parameter ids (random per process) zeroed: each is the
 /// CBOR key `param_id` and a 64-bit integer.
-fn model_without_ids(path: &Path) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn model_without_ids(path: &Path) -> anyhow::Result<Vec<u8>> {
     let mut bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let key = b"hparam_id\x1b";
     let mut at = 0;
@@ -480,7 +480,7 @@ fn model_without_ids(path: &Path) -> anyhow::Result<Vec<u8>> {
 
 /// The runs' `ember inspect --json --values` equal, but for paths, byte counts, wall times
 /// and the wall-time-derived series.
-fn same_values(
+pub(crate) fn same_values(
     reference: &serde_json::Value,
     run: &serde_json::Value,
     dir: &Path,

@@ -263,10 +263,33 @@ impl Checkpoints {
     /// The newest whole checkpoint, `None` when there is none; every newer file passed over
     /// is logged with its reason and listed in [`Loaded::skipped`].
     pub fn latest(&self) -> Result<Option<Loaded>, CheckpointError> {
+        self.latest_of_job(1)
+    }
+
+    /// The file of rank `rank`'s part of checkpoint `seq`, in a job of several ranks: its own
+    /// log's snapshot and position, beside rank 0's checkpoint.
+    pub fn part_path(&self, seq: u64, rank: usize) -> PathBuf {
+        self.dir
+            .join(format!("{PREFIX}{seq:012}.rank{rank}{SUFFIX}"))
+    }
+
+    /// [`latest`](Self::latest) for a job of `ranks` ranks: a checkpoint counts only when
+    /// the part of every other rank is there and whole too.
+    pub fn latest_of_job(&self, ranks: usize) -> Result<Option<Loaded>, CheckpointError> {
         let mut skipped = Vec::new();
         for (seq, path) in self.list()? {
             let bytes = fs::read(&path).map_err(io_err("read", &path))?;
-            match Checkpoint::decode(&bytes) {
+            let whole = Checkpoint::decode(&bytes).and_then(|checkpoint| {
+                for rank in 1..ranks {
+                    let part = self.part_path(seq, rank);
+                    let bytes = fs::read(&part)
+                        .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
+                    Checkpoint::decode(&bytes)
+                        .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
+                }
+                Ok(checkpoint)
+            });
+            match whole {
                 Ok(checkpoint) => {
                     return Ok(Some(Loaded {
                         path,
@@ -314,10 +337,24 @@ impl Checkpoints {
     /// oldest beyond the number to keep. Returns its path.
     pub fn write(&self, seq: u64, checkpoint: &Checkpoint) -> Result<PathBuf, CheckpointError> {
         let path = write_durably(&self.dir, &format!("{PREFIX}{seq:012}{SUFFIX}"), checkpoint)?;
-        for (_, old) in self.list()?.into_iter().skip(self.keep) {
+        for (old_seq, old) in self.list()?.into_iter().skip(self.keep) {
             fs::remove_file(&old).map_err(io_err("remove", &old))?;
+            self.remove_parts(old_seq)?;
         }
         Ok(path)
+    }
+
+    /// Removes the other ranks' parts of checkpoint `seq`.
+    fn remove_parts(&self, seq: u64) -> Result<(), CheckpointError> {
+        let prefix = format!("{PREFIX}{seq:012}.rank");
+        for entry in fs::read_dir(&self.dir).map_err(io_err("list", &self.dir))? {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(io_err("remove", &path))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -468,6 +505,33 @@ mod tests {
             flipped[at] ^= 0x10;
             assert!(Checkpoint::decode(&flipped).is_err(), "flip at {at}");
         }
+    }
+
+    #[test]
+    fn a_job_s_checkpoint_counts_only_with_every_rank_s_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(dir.path(), 2);
+        for seq in 1..=2u64 {
+            write_durably(dir.path(), "x", &sample(0)).unwrap();
+            fs::rename(dir.path().join("x"), store.part_path(seq, 1)).unwrap();
+            store.write(seq, &sample(seq as u8)).unwrap();
+        }
+        // Rank 1's part of the newest is torn: the one before is the job's newest.
+        let part = store.part_path(2, 1);
+        let bytes = fs::read(&part).unwrap();
+        fs::write(&part, &bytes[..bytes.len() - 1]).unwrap();
+        let loaded = store.latest_of_job(2).unwrap().unwrap();
+        assert_eq!(loaded.seq, 1);
+        assert!(
+            loaded.skipped[0].1.contains("rank 1's part"),
+            "{:?}",
+            loaded.skipped
+        );
+        assert_eq!(store.latest().unwrap().unwrap().seq, 2);
+        // Pruning takes the parts with their checkpoint.
+        store.write(3, &sample(3)).unwrap();
+        assert!(!store.part_path(1, 1).exists());
+        assert!(store.part_path(2, 1).exists());
     }
 
     #[test]

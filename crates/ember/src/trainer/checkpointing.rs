@@ -273,6 +273,46 @@ impl Checkpointer {
         Ok(())
     }
 
+    /// Writes this rank's part of the job's next checkpoint (a rank other than 0, in a job of
+    /// several): its own log's snapshot, which rank 0's checkpoint cannot hold. Written in
+    /// line and durably: rank 0 writes the checkpoint only once every rank's part is there.
+    pub(super) fn save_part(
+        &mut self,
+        rank: usize,
+        steps: usize,
+        epoch_done: bool,
+        log: Option<(&LogPlace, &mut SummaryRecord)>,
+    ) -> Result<(), TrainError> {
+        if self.last == Some((steps, epoch_done)) {
+            return Ok(());
+        }
+        let snapshot = match log {
+            Some((place, summary)) => {
+                if let Err(error) = summary.flush() {
+                    log::warn!("flushing the summaries before a checkpoint: {error}");
+                }
+                let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
+                    .map_err(CheckpointError::from)?;
+                snapshot.sync(&place.dir).map_err(CheckpointError::from)?;
+                snapshot.encode()
+            }
+            None => String::new(),
+        };
+        let part = Checkpoint::new()
+            .with("meta", format!("rank={rank}\nsteps={steps}").into_bytes())
+            .with("log", snapshot.into_bytes());
+        let path = self.store.part_path(self.next_seq, rank);
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        crate::checkpoint::write_durably(self.store.dir(), &name, &part)?;
+        self.next_seq += 1;
+        self.last = Some((steps, epoch_done));
+        self.written += 1;
+        Ok(())
+    }
+
     /// Waits for the checkpoint being written, if any.
     pub(super) fn wait(&mut self) -> Result<(), TrainError> {
         if let Some(handle) = self.in_flight.take() {
@@ -295,7 +335,9 @@ pub(super) fn load<M: Module>(
     optimizer: ModuleOptimizer,
     scheduler: ModuleLrScheduler,
 ) -> Result<Option<(Resumed<M>, Loaded)>, CheckpointError> {
-    let Some(loaded) = Checkpoints::new(dir, 1).latest()? else {
+    // Across ranks, every rank reads the same directory before any writes to it, so each
+    // picks the same checkpoint: the newest with every rank's part whole.
+    let Some(loaded) = Checkpoints::new(dir, 1).latest_of_job(identity.ranks)? else {
         return Ok(None);
     };
     let path = loaded.path.clone();
@@ -357,11 +399,21 @@ pub(super) fn load<M: Module>(
     Ok(Some((resumed, loaded)))
 }
 
-/// The log snapshot a loaded checkpoint holds.
-pub(super) fn snapshot_of(loaded: &Loaded) -> Result<LogSnapshot, CheckpointError> {
-    let text = loaded.checkpoint.section("log").unwrap_or_default();
+/// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,
+/// another rank's in its part.
+pub(super) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<LogSnapshot, CheckpointError> {
+    let part;
+    let (path, holder) = if rank == 0 {
+        (loaded.path.clone(), &loaded.checkpoint)
+    } else {
+        let dir = loaded.path.parent().unwrap_or(Path::new("."));
+        let path = Checkpoints::new(dir, 1).part_path(loaded.seq, rank);
+        part = crate::checkpoint::read(&path)?;
+        (path, &part)
+    };
+    let text = holder.section("log").unwrap_or_default();
     let text = std::str::from_utf8(text).map_err(|e| CheckpointError::Section {
-        path: loaded.path.clone(),
+        path,
         section: "log".into(),
         reason: e.to_string(),
     })?;

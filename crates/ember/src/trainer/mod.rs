@@ -22,7 +22,7 @@ use ember_pool::step::burn::Reduction;
 use ember_write::ErrorPolicy;
 use ember_write::pack::{Format, HParams, SessionPart, SessionStatus, Value};
 
-use crate::collective::{Communicator, Ranks};
+use crate::collective::{Communicator, Ranks, RoundState};
 use crate::driver::{self, Driver, Optimize, StepFailure, StepFailureSource, ValidationError};
 use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_gradients, named_parameters};
@@ -362,11 +362,6 @@ where
             self.config.grad_accumulation,
             self.config.reduction,
         );
-        if world > 1 && (self.config.checkpoints.is_some() || self.resume.is_some()) {
-            return Err(TrainError::Config(
-                "checkpoints are not yet written across ranks".into(),
-            ));
-        }
         let mut checkpointer = self
             .config
             .checkpoints
@@ -467,7 +462,10 @@ where
                     .is_some_and(|flag| flag.load(Ordering::Acquire))
                 {
                     state.report.interrupted = true;
+                    // Across ranks a stop is not reached by every rank at the same step, so
+                    // the job goes on from its last epoch's checkpoint.
                     if run.window_is_empty()
+                        && world == 1
                         && let Some(checkpointer) = checkpointer.as_mut()
                     {
                         let position = Position {
@@ -581,7 +579,10 @@ where
                         examples_per_second: examples as f64 / elapsed,
                     });
                 }
+                // Across ranks only at epoch ends: a rank whose shard is done joins the others'
+                // rounds inside the driver, with no point between them where every rank is.
                 if done.learning_rate.is_some()
+                    && world == 1
                     && let Some(checkpointer) = checkpointer.as_mut()
                     && checkpointer.due(stepper.updates)
                 {
@@ -674,15 +675,40 @@ where
                     step_in_epoch: 0,
                     totals: EpochTotals::default(),
                 };
-                checkpoint(
-                    checkpointer,
-                    &position,
-                    state,
-                    &identity,
-                    &stepper,
-                    log_place.as_ref(),
-                    summary.as_deref_mut(),
-                )?;
+                if let Some(ranks) = self.ranks.as_mut() {
+                    // Every rank's part first; then one round without gradients, which every
+                    // rank joins only once its part is on the disk (a rank that failed to
+                    // write announces its failure in that round instead), and only then rank
+                    // 0's checkpoint, which names the job's position.
+                    if !lead {
+                        checkpointer.save_part(
+                            ranks.rank(),
+                            state.report.steps,
+                            true,
+                            log_place.as_ref().zip(summary.as_deref_mut()),
+                        )?;
+                    }
+                    let mut nothing =
+                        ember_pool::step::burn::GradientWindow::new(self.config.reduction);
+                    ranks
+                        .round(&mut nothing, &stepper.model, RoundState::default())
+                        .map_err(|source| TrainError::Ranks {
+                            epoch,
+                            step: 0,
+                            source,
+                        })?;
+                }
+                if lead {
+                    checkpoint(
+                        checkpointer,
+                        &position,
+                        state,
+                        &identity,
+                        &stepper,
+                        log_place.as_ref(),
+                        summary.as_deref_mut(),
+                    )?;
+                }
             }
         }
         if let Some(checkpointer) = checkpointer.as_mut() {
@@ -725,7 +751,8 @@ where
             return Ok((model, None));
         };
         if let (Some(place), Some(summary)) = (log_place.as_ref(), summary) {
-            place.roll_back(&checkpointing::snapshot_of(&loaded)?, summary)?;
+            let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
+            place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
         }
         self.optimizer = resumed.optimizer;
         self.scheduler = resumed.scheduler;

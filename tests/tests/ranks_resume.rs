@@ -1,0 +1,156 @@
+//! A job of 2 ranks (threads, `LocalGroup`) with checkpoints: rank 1 fails in the third epoch,
+//! which ends the job; started again with `resume_from`, every rank goes on from the same
+//! checkpoint (rank 0's, with every rank's part), and the job ends with the parameters and the
+//! log (both ranks' files) of a job that never failed. Under `mpirun` with SIGKILL: `cargo xtask
+//! mpi`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use burn::optim::AdamConfig;
+use burn::tensor::Device;
+use ember::collective::{Communicator, LocalGroup};
+use ember::read::Summaries;
+use ember::{CheckpointConfig, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
+use ember_tests::{Mlp, PoisonedLoader, parameters, regression_loader};
+
+fn model(device: &Device) -> Mlp {
+    static GENERATOR: Mutex<()> = Mutex::new(());
+    let _alone = GENERATOR.lock().unwrap_or_else(PoisonError::into_inner);
+    device.seed(1);
+    let model = Mlp::new(4, device);
+    parameters(&model);
+    model
+}
+
+/// One rank's part of the job in `dir`: 3 epochs on 2 workers; `fail_in` poisons a batch of
+/// rank 1's shard in that epoch; `resume` goes on from the checkpoints.
+fn rank(
+    comm: ember::collective::LocalComm,
+    dir: &Path,
+    fail_in: Option<usize>,
+    resume: bool,
+) -> Result<(Vec<f32>, TrainReport), TrainError> {
+    let device = Device::flex().autodiff();
+    let rank = comm.rank();
+    let checkpoints = dir.join("checkpoints");
+    let mut summary = SummaryRecord::builder(dir.join("log"))
+        .rank(rank as u32, 2)
+        .build()
+        .unwrap();
+    let rows = regression_loader(1, 64, 4, &device);
+    // Rows 32..64 are rank 1's shard.
+    let train = match fail_in {
+        Some(epoch) => PoisonedLoader::in_epoch(rows, 40, epoch, "the node went down"),
+        None => rows,
+    };
+    let mut trainer = Trainer::new(
+        vec![device.clone(), device.clone()],
+        AdamConfig::new().init(),
+        0.02,
+        TrainerConfig {
+            epochs: 3,
+            histogram_every: None,
+            checkpoints: Some(CheckpointConfig::new(&checkpoints, 1)),
+            ..TrainerConfig::default()
+        },
+    )
+    .communicator(comm);
+    if resume {
+        trainer = trainer.resume_from(&checkpoints);
+    }
+    let result = trainer.fit(
+        model(&device),
+        train,
+        Some(regression_loader(2, 16, 4, &device)),
+        Some(&mut summary),
+    );
+    summary.close().unwrap();
+    result.map(|(model, report)| (parameters(&model), report))
+}
+
+fn job(
+    dir: PathBuf,
+    fail_in: Option<usize>,
+    resume: bool,
+) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
+    let handles: Vec<_> = LocalGroup::ranks(2, Duration::from_secs(60))
+        .into_iter()
+        .map(|comm| {
+            let dir = dir.clone();
+            thread::spawn(move || rank(comm, &dir, fail_in, resume))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Every scalar series of both ranks' files; of the wall-time-derived ones (each rank's
+/// device step times, the speed), the steps alone.
+fn series(dir: &Path) -> BTreeMap<String, Vec<(i64, f64)>> {
+    Summaries::read_dir(dir.join("log"))
+        .unwrap()
+        .scalars
+        .into_iter()
+        .map(|(tag, points)| {
+            let timed = tag.ends_with("step_seconds") || tag.ends_with("examples_per_second");
+            let points = points
+                .iter()
+                .map(|p| (p.step, if timed { 0.0 } else { p.value }))
+                .collect();
+            (tag, points)
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_resumed_after_a_rank_failed_ends_as_one_that_never_failed() {
+    let root = tempfile::tempdir().unwrap();
+    let whole = root.path().join("whole");
+    let results = job(whole.clone(), None, false);
+    let (expected, report) = results[0].as_ref().unwrap().clone();
+    assert_eq!(results[1].as_ref().unwrap().0, expected);
+    // Across ranks, a checkpoint at each epoch's end: rank 0's and rank 1's part.
+    assert_eq!(report.checkpoints_written, 3, "{report:?}");
+    let expected_series = series(&whole);
+
+    let failed = root.path().join("failed");
+    let results = job(failed.clone(), Some(3), false);
+    assert!(results.iter().all(Result::is_err), "the job must fail");
+    assert!(
+        results[1]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("the node went down")
+    );
+    let parts: Vec<String> = std::fs::read_dir(failed.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        parts.iter().any(|n| n.ends_with(".rank1.ember")),
+        "{parts:?}"
+    );
+
+    let results = job(failed.clone(), None, true);
+    for (rank, result) in results.iter().enumerate() {
+        let (params, report) = result.as_ref().unwrap();
+        assert!(
+            params
+                .iter()
+                .zip(&expected)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rank {rank}'s parameters differ"
+        );
+        let from = report.resumed_from.as_ref().expect("resumed");
+        assert!(
+            from.to_string_lossy().ends_with("ckpt-000000000002.ember"),
+            "rank {rank} resumed from {from:?}"
+        );
+    }
+    assert!(expected_series.contains_key("rank/1/device/1/step_seconds"));
+    assert_eq!(series(&failed), expected_series);
+}
