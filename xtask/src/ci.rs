@@ -17,6 +17,8 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo test --workspace",
     "cargo xtask compat",
     "cargo xtask resume",
+    "cargo clippy -p ember-write -p ember -p ember-cli --all-targets --features ember-write/object-store,ember/object-store,ember-cli/object-store -- -D warnings",
+    "cargo xtask objects",
     "cargo xtask mpi",
     "cargo xtask devices",
 ];

@@ -309,6 +309,15 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         Some(logdir) => logdir,
         None => crate::default_logdir_at(job.rank_zero_s(crate::now_secs())?),
     };
+    // An object-store log directory gets the logs only: checkpoints, the command line and the
+    // trained model are local files, which such a run has no directory for.
+    let remote = logdir.to_str().is_some_and(ember::is_remote);
+    let checkpointing = !args.no_checkpoints && !remote;
+    ensure!(
+        !(remote && resume.is_some()),
+        "--resume needs a local run directory; {} is an object store",
+        crate::shown(&logdir)
+    );
     let checkpoints = logdir.join(CHECKPOINTS);
     // Whether the run goes on from a checkpoint (rather than from its start, when it was
     // stopped before its first).
@@ -316,8 +325,9 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         Some(_) => Checkpoints::new(&checkpoints, 1).latest()?.is_some(),
         None => {
             ensure!(
-                args.no_checkpoints || Checkpoints::new(&checkpoints, 1).list()?.is_empty(),
-                "{} holds the checkpoints of another run: go on with it with --resume {0}, or                  choose another --logdir",
+                !checkpointing || Checkpoints::new(&checkpoints, 1).list()?.is_empty(),
+                "{} holds the checkpoints of another run: go on with it with --resume {0}, or \
+                 choose another --logdir",
                 crate::shown(&logdir)
             );
             false
@@ -329,7 +339,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         .rank(job.rank() as u32, job.size() as u32)
         .build()
         .with_context(|| format!("cannot create log dir {}", crate::shown(&logdir)))?;
-    if resume.is_none() && lead && !args.no_checkpoints {
+    if resume.is_none() && lead && checkpointing {
         save_command(&checkpoints, &given, &logdir)?;
     }
 
@@ -376,7 +386,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             epochs,
             histogram_every: Some(50),
             step_timeout: args.step_timeout,
-            checkpoints: (!args.no_checkpoints).then(|| CheckpointConfig {
+            checkpoints: checkpointing.then(|| CheckpointConfig {
                 dir: checkpoints.clone(),
                 every: Some(args.checkpoint_every as usize),
                 keep: usize::from(args.keep_checkpoints),
@@ -469,7 +479,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     summary
         .close()
         .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
-    if lead {
+    if lead && !remote {
         save_model(&model, &logdir.join(MODEL_FILE))?;
     }
     if !lead {
@@ -486,7 +496,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             report.steps,
             report.epochs.len()
         );
-        if !args.no_checkpoints {
+        if checkpointing {
             eprintln!("go on with: ember train --resume {}", crate::shown(&logdir));
         }
         print_logdir(&logdir, format);

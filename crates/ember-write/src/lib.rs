@@ -86,6 +86,8 @@ mod options;
 mod pool;
 mod projector;
 pub mod reader;
+#[cfg(feature = "object-store")]
+pub mod remote;
 pub mod rollback;
 mod stats;
 mod summary_file;
@@ -106,6 +108,16 @@ pub use rollback::{LogSnapshot, Ownership, Restored, RollbackError};
 pub use stats::{PoolStats, WriterStats};
 
 use ember_pack::FileKind;
+
+/// Whether `log_dir` names an object store (`s3://`, `gs://`, `az://`, `file://`, …) rather
+/// than a local directory: such a log directory needs the `object-store` feature.
+pub fn is_remote(log_dir: &str) -> bool {
+    [
+        "s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://", "file://",
+    ]
+    .iter()
+    .any(|scheme| log_dir.starts_with(scheme))
+}
 
 /// A lowercase name of a file kind, for messages.
 pub fn kind_name(kind: FileKind) -> &'static str {

@@ -58,4 +58,29 @@ pub enum SummaryError {
     /// Closing found these errors.
     #[error(transparent)]
     Close(WriteErrors),
+    /// The log directory is an object-store URL, and this ember was built without the
+    /// `object-store` feature.
+    #[error("{0} is an object-store URL: build ember with the `object-store` feature to log there")]
+    RemoteUnsupported(String),
+    /// The object store of the log directory could not be used at the start.
+    #[cfg(feature = "object-store")]
+    #[error(transparent)]
+    Remote(#[from] ember_write::remote::RemoteError),
+    /// Records written could not be shipped to the object store (they are tried again, and
+    /// stay in the staging directory until they are).
+    #[error("shipping to {url}: {message}")]
+    RemoteShip {
+        /// The log directory's URL.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The local staging directory of an object-store log directory could not be made.
+    #[error("cannot create the staging directory {}: {source}", path.display())]
+    Staging {
+        /// The directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
 }

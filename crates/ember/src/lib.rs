@@ -104,5 +104,5 @@ pub use ember_write::pack::{
 #[doc(inline)]
 pub use ember_write::{
     Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy, PoolStats,
-    SizePolicy, WriteError, WriteErrors, WriterOptions,
+    SizePolicy, WriteError, WriteErrors, WriterOptions, is_remote,
 };

@@ -155,6 +155,23 @@ impl SummaryRecordBuilder {
             options.log_dir.push(format!("rank_{rank}"));
         }
         let log_dir = options.log_dir.clone();
+        let url = log_dir
+            .to_str()
+            .filter(|text| ember_write::is_remote(text))
+            .map(str::to_owned);
+        #[cfg(not(feature = "object-store"))]
+        if let Some(url) = url {
+            return Err(SummaryError::RemoteUnsupported(url));
+        }
+        #[cfg(feature = "object-store")]
+        let remote = match url {
+            Some(url) => {
+                let remote = super::remote::Remote::start(&url)?;
+                options.log_dir = remote.staging().to_path_buf();
+                Some(remote)
+            }
+            None => None,
+        };
         if log_dir.exists() && !log_dir.is_dir() {
             return Err(SummaryError::LogDirNotADirectory(log_dir));
         }
@@ -190,6 +207,8 @@ impl SummaryRecordBuilder {
             wall_time: None,
             children: std::collections::BTreeMap::new(),
             child_options,
+            #[cfg(feature = "object-store")]
+            remote,
         })
     }
 }

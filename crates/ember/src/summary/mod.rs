@@ -18,6 +18,8 @@ use crate::{SummaryError, ToScalar, ToTensorValue};
 
 mod builder;
 mod kinds;
+#[cfg(feature = "object-store")]
+mod remote;
 
 pub use builder::SummaryRecordBuilder;
 use kinds::checked;
@@ -56,6 +58,9 @@ pub struct SummaryRecord {
     children: std::collections::BTreeMap<String, WriterPool>,
     /// The options their writers start from.
     child_options: WriterOptions,
+    /// The object store the log directory is in, when it is a URL.
+    #[cfg(feature = "object-store")]
+    remote: Option<remote::Remote>,
 }
 
 impl SummaryRecord {
@@ -500,10 +505,30 @@ impl SummaryRecord {
         for child in self.children.values() {
             child.flush()?;
         }
-        match &self.pool {
-            Some(pool) => pool.flush().map_err(SummaryError::from),
-            None => Ok(()),
+        if let Some(pool) = &self.pool {
+            pool.flush().map_err(SummaryError::from)?;
         }
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            remote.ship()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the log directory is an object-store URL (written through a local staging
+    /// directory, shipped as segment objects).
+    pub fn is_remote(&self) -> bool {
+        #[cfg(feature = "object-store")]
+        return self.remote.is_some();
+        #[cfg(not(feature = "object-store"))]
+        false
+    }
+
+    /// Segment objects and bytes shipped to the object store so far, when the log directory is
+    /// a URL.
+    #[cfg(feature = "object-store")]
+    pub fn remote_stats(&self) -> Option<ember_write::remote::MirrorStats> {
+        self.remote.as_ref().and_then(remote::Remote::stats)
     }
 
     /// The writer pool's statistics, if this record writes files; after
@@ -537,6 +562,17 @@ impl SummaryRecord {
             if let Err(e) = closed {
                 errors.extend(e.errors);
                 not_kept += e.not_kept;
+            }
+        }
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = self.remote.as_mut() {
+            // The files are closed: what the mirror ships now is everything.
+            let shipped = remote.close();
+            if errors.is_empty() && not_kept == 0 {
+                return shipped;
+            }
+            if let Err(error) = shipped {
+                log::error!("{error}");
             }
         }
         if errors.is_empty() && not_kept == 0 {

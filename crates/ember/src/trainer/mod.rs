@@ -375,6 +375,13 @@ where
                 .or(self.resume.as_deref())?;
             Some(LogPlace::of(summary, dir))
         });
+        if self.resume.is_some() && summary.as_deref().is_some_and(SummaryRecord::is_remote) {
+            return Err(TrainError::Config(
+                "resuming into an object-store log directory is not supported: the segments \
+                 already shipped cannot be rolled back"
+                    .into(),
+            ));
+        }
         let (model, start) = match self.resume.take() {
             Some(dir) => self.resume(
                 &dir,
