@@ -175,6 +175,9 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     child.wait()?;
     check(&["killed", "s3://ember/killed"], "reading the killed run")?;
 
+    // The store goes away for five seconds mid-run and comes back: nothing is lost.
+    outage(&python, root, &ember, &work, port, &env, &check)?;
+
     // An endpoint nothing answers on: one line, before training.
     let closed = format!("http://127.0.0.1:{}", free_port()?);
     let mut train = Command::new(&ember);
@@ -208,5 +211,84 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         ran.output
     );
     eprintln!("{TASK}: an endpoint that does not answer: {}", lines[0]);
+    Ok(())
+}
+
+/// `ember train` through a proxy that cuts the store away from 2 s to 7 s into the run: the
+/// uploads of that time fail, are tried again, and the run's log in the bucket is whole.
+fn outage(
+    python: &Path,
+    root: &Path,
+    ember: &Path,
+    work: &Path,
+    port: u16,
+    env: &dyn Fn(&mut Command, &str),
+    check: &dyn Fn(&[&str], &str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    const ARGS: &[&str] = &["train", "--epochs", "100", "--devices", "2"];
+    let local = work.join("local-outage");
+    let mut train = Command::new(ember);
+    train.args(ARGS).arg("--logdir").arg(&local);
+    expect_success(
+        &run_limited(train, "ember train (local)", &work.join("local-outage.log"))?,
+        "ember train into a local directory",
+    )?;
+
+    let proxy_port = free_port()?;
+    let flag = work.join("store-down");
+    let proxy_log = work.join("proxy.log");
+    let log = std::fs::File::create(&proxy_log)?;
+    let _proxy = Server(
+        Command::new(python)
+            .arg(root.join("xtask/objects/outage_proxy.py"))
+            .args([proxy_port.to_string(), port.to_string()])
+            .arg(&flag)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting the outage proxy")?,
+    );
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_err() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "the outage proxy did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut train = Command::new(ember);
+    train.args(ARGS).args(["--logdir", "s3://ember/outage"]);
+    env(&mut train, &format!("http://127.0.0.1:{proxy_port}"));
+    let log = std::fs::File::create(work.join("outage.log"))?;
+    let mut child = train
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting ember train")?;
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&flag, b"down")?;
+    std::thread::sleep(Duration::from_secs(5));
+    std::fs::remove_file(&flag)?;
+    let status = child.wait()?;
+    ensure!(
+        status.success(),
+        "ember train failed across the outage:\n{}",
+        std::fs::read_to_string(work.join("outage.log")).unwrap_or_default()
+    );
+    let cuts = std::fs::read_to_string(&proxy_log)?
+        .matches("while down")
+        .count();
+    ensure!(
+        cuts > 0,
+        "no upload met the outage: the run ended before it, or shipped nothing in it"
+    );
+    let local = local.to_str().context("a path that is not UTF-8")?;
+    check(
+        &["compare", "s3://ember/outage", local],
+        "reading the run across the outage",
+    )?;
+    eprintln!(
+        "{TASK}: the store cut away for 5 s mid-run ({cuts} connections cut or refused): nothing lost"
+    );
     Ok(())
 }

@@ -41,6 +41,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 /// How often the mirror ships what the pool has written, unless asked sooner.
 pub const DEFAULT_SHIP_INTERVAL: Duration = Duration::from_secs(2);
 
+/// How long a close keeps trying to ship the last records to a store that does not answer.
+pub const CLOSE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// What can go wrong with a remote log directory.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -290,7 +293,20 @@ impl Shipper {
                     let _ = ack.send(result);
                 }
                 Ok(Request::Close(ack)) => {
-                    let result = runtime.block_on(self.ship_all());
+                    // The last records have nowhere else to go: a store that is down gets a
+                    // while to come back before the close gives up on them.
+                    let deadline = std::time::Instant::now() + CLOSE_PATIENCE;
+                    let result = loop {
+                        match runtime.block_on(self.ship_all()) {
+                            Err(error) if std::time::Instant::now() < deadline => {
+                                log::warn!(
+                                    "ember-write: shipping the last records: {error}; trying again"
+                                );
+                                std::thread::sleep(Duration::from_secs(1));
+                            }
+                            result => break result,
+                        }
+                    };
                     let _ = ack.send(result);
                     break;
                 }
