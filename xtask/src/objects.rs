@@ -8,9 +8,12 @@
 //!    TensorBoard's S3 reader (`S3_ENDPOINT`, boto3) shows every scalar of the local run, equal,
 //!    and every object in the bucket holds whole records only
 //!    (`xtask/objects/check_s3.py`).
+//!    `ember inspect --json --values s3://ember/run` gives the local run's values.
 //! 4. A run killed with SIGKILL mid-training: every object left holds whole records, and the
 //!    loader shows the loss at steps 1..N with none missing.
-//! 5. An endpoint that does not answer: `ember train` fails before training, in one line
+//! 5. The store cut away for five seconds mid-run by a proxy (`xtask/objects/outage_proxy.py`):
+//!    nothing is lost.
+//! 6. An endpoint that does not answer: `ember train` fails before training, in one line
 //!    naming the log directory.
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
@@ -141,8 +144,26 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         &["compare", "s3://ember/run", local_str],
         "TensorBoard's S3 reader against the local run",
     )?;
+    // ember's own reader of the URL: the same values as the local run.
+    let mut inspect = Command::new(&ember);
+    inspect.args(["inspect", "--json", "--values", "s3://ember/run"]);
+    env(&mut inspect, &endpoint);
+    let out = inspect.output().context("starting ember inspect")?;
+    ensure!(
+        out.status.success(),
+        "ember inspect s3://ember/run failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let remote: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")?;
+    crate::resume::same_values(
+        &crate::process::inspect_json(&ember, &local)?,
+        &remote,
+        Path::new("s3://ember/run"),
+    )?;
     eprintln!(
-        "{TASK}: ember train --logdir s3://ember/run on a loopback S3 server ({:.1} s)",
+        "{TASK}: ember train --logdir s3://ember/run on a loopback S3 server ({:.1} s); ember \
+         inspect of the URL gives the local run's values",
         ran.elapsed.as_secs_f64()
     );
 

@@ -205,6 +205,23 @@ struct Skipped {
 }
 
 pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    if let Some(url) = args.path.to_str().filter(|p| ember::is_remote(p)) {
+        // An object-store log directory: its objects (a file's segments in order) downloaded
+        // into a directory of their own, and inspected there.
+        let local = std::env::temp_dir().join(format!("ember-inspect-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&local);
+        let objects = ember::read::download(url, &local)?;
+        eprintln!(
+            "{url}: {objects} object(s), downloaded into {}",
+            crate::shown(&local)
+        );
+        let result = run(InspectArgs {
+            path: local.clone(),
+            ..args
+        });
+        let _ = std::fs::remove_dir_all(&local);
+        return result;
+    }
     let (runs, skipped) = inspect(&args.path)?;
     let problems = runs
         .values()

@@ -62,6 +62,35 @@ pub enum ReadError {
         /// The decoder's error.
         source: prost::DecodeError,
     },
+    /// An object-store log directory could not be read (or this build has no `object-store`
+    /// feature).
+    #[error("cannot read {url}: {message}")]
+    Remote {
+        /// The URL.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Downloads the objects of the object-store log directory `url` (`s3://…`, `gs://…`, …) into
+/// the local directory `into`, segments and all, so that [`Summaries::read_dir`] and any
+/// reader of local directories read it; returns how many objects there were. Needs the
+/// `object-store` feature.
+pub fn download(url: &str, into: &Path) -> Result<usize, ReadError> {
+    #[cfg(feature = "object-store")]
+    return ember_write::remote::download(url, into).map_err(|e| ReadError::Remote {
+        url: url.to_owned(),
+        message: e.to_string(),
+    });
+    #[cfg(not(feature = "object-store"))]
+    {
+        let _ = into;
+        Err(ReadError::Remote {
+            url: url.to_owned(),
+            message: "this ember was built without the `object-store` feature".into(),
+        })
+    }
 }
 
 /// One scalar value.
@@ -212,9 +241,25 @@ fn summary_format(name: &str) -> Option<bool> {
 
 impl Summaries {
     /// Reads the summary files directly in `dir` (not in its subdirectories: each is a run of
-    /// its own), in name order.
+    /// its own), in name order. `dir` may be an object-store URL (with the `object-store`
+    /// feature): its objects are downloaded and read the same way.
     pub fn read_dir(dir: impl AsRef<Path>) -> Result<Summaries, ReadError> {
         let dir = dir.as_ref();
+        if let Some(url) = dir.to_str().filter(|d| ember_write::is_remote(d)) {
+            // An object-store run: its objects, downloaded whole, read as a directory.
+            let local = std::env::temp_dir().join(format!(
+                "ember-read-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ));
+            download(url, &local)?;
+            let read = Self::read_dir(&local);
+            let _ = fs::remove_dir_all(&local);
+            return read;
+        }
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| ReadError::Io { path, source }
