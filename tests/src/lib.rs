@@ -213,6 +213,36 @@ pub fn rows_loader(
         .build(InMemDataset::new(rows))
 }
 
+/// A burn data loader over `rows` examples of the synthetic regression (seed 3) in batches of
+/// 8, shuffled by burn's loader from seed 7 when `shuffle` is set.
+pub fn shuffled_loader(
+    rows: usize,
+    shuffle: bool,
+    device: &Device,
+) -> Arc<dyn DataLoader<XyBatch>> {
+    let builder = DataLoaderBuilder::new(XyBatcher)
+        .batch_size(8)
+        .set_device(device.clone());
+    let builder = if shuffle { builder.shuffle(7) } else { builder };
+    builder.build(InMemDataset::new(regression_rows(3, rows)))
+}
+
+/// An [`Mlp`] with `hidden` units initialised from `seed`, its parameters drawn at once.
+///
+/// The device's generator is the process's, which tests running beside one another draw from
+/// too, and Burn draws parameters lazily, on first use: both are done here under one lock, so
+/// the same seed always gives the same model.
+pub fn seeded_mlp(hidden: usize, seed: u64, device: &Device) -> Mlp {
+    static GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = GENERATOR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    device.seed(seed);
+    let model = Mlp::new(hidden, device);
+    parameters(&model);
+    model
+}
+
 /// A burn data loader over `rows` examples of the synthetic regression in [`XyBatch::synthetic`],
 /// in batches of `batch_size`, unshuffled.
 pub fn regression_loader(

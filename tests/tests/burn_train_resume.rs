@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
@@ -16,19 +16,9 @@ use ember::SummaryRecord;
 use ember::burn_train::{PoolStrategy, SummaryLogger};
 use ember::read::Summaries;
 use ember::step::burn::Reduction;
-use ember_tests::{Mlp, PoisonedLoader, parameters, regression_loader};
+use ember_tests::{PoisonedLoader, parameters, regression_loader, seeded_mlp};
 
 const EPOCHS: usize = 3;
-
-/// A model initialised from seed 1, alone on the device's generator (see `resume.rs`).
-fn model(device: &Device) -> Mlp {
-    static GENERATOR: Mutex<()> = Mutex::new(());
-    let _alone = GENERATOR.lock().unwrap_or_else(PoisonError::into_inner);
-    device.seed(1);
-    let model = Mlp::new(8, device);
-    parameters(&model);
-    model
-}
 
 /// Trains `EPOCHS` epochs on 2 workers with burn's default checkpointers; `fail_in` poisons a
 /// batch of that epoch, `resume` goes on from burn's checkpoint of that epoch.
@@ -68,7 +58,11 @@ fn train(dir: &Path, fail_in: Option<usize>, resume: Option<usize>) -> (Option<S
     if let Some(epoch) = resume {
         training = training.checkpoint(epoch);
     }
-    let result = training.launch(Learner::new(model(&device), AdamConfig::new().init(), 0.01));
+    let result = training.launch(Learner::new(
+        seeded_mlp(8, 1, &device),
+        AdamConfig::new().init(),
+        0.01,
+    ));
     assert_eq!(errors.count(), 0, "{:?}", errors.last());
     (
         result.error.map(|e| e.to_string()),

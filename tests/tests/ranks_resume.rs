@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -15,16 +14,7 @@ use burn::tensor::Device;
 use ember::collective::{Communicator, LocalGroup};
 use ember::read::Summaries;
 use ember::{CheckpointConfig, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
-use ember_tests::{Mlp, PoisonedLoader, parameters, regression_loader};
-
-fn model(device: &Device) -> Mlp {
-    static GENERATOR: Mutex<()> = Mutex::new(());
-    let _alone = GENERATOR.lock().unwrap_or_else(PoisonError::into_inner);
-    device.seed(1);
-    let model = Mlp::new(4, device);
-    parameters(&model);
-    model
-}
+use ember_tests::{PoisonedLoader, parameters, regression_loader, seeded_mlp};
 
 /// One rank's part of the job in `dir`: 3 epochs on 2 workers; `fail_in` poisons a batch of
 /// rank 1's shard in that epoch; `resume` goes on from the checkpoints.
@@ -63,7 +53,7 @@ fn rank(
         trainer = trainer.resume_from(&checkpoints);
     }
     let result = trainer.fit(
-        model(&device),
+        seeded_mlp(4, 1, &device),
         train,
         Some(regression_loader(2, 16, 4, &device)),
         Some(&mut summary),

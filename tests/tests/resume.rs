@@ -13,30 +13,19 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
-use std::sync::Arc;
 
-use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
-use burn::data::dataset::InMemDataset;
 use burn::optim::AdamConfig;
 use burn::optim::lr_scheduler::linear::LinearLrSchedulerConfig;
 use burn::tensor::Device;
 use ember::pack::proto::tensorboard::{Event, event};
 use ember::read::{Scan, Summaries};
 use ember::{CheckpointConfig, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
-use ember_tests::{Mlp, XyBatch, XyBatcher, parameters, regression_rows};
+use ember_tests::{Mlp, parameters, seeded_mlp, shuffled_loader};
 use prost::Message;
 
 const EPOCHS: usize = 3;
 /// 96 rows, batches of 8 on 2 workers: 6 pool steps an epoch, 18 in all; 9 optimizer steps.
 const STEPS: usize = 18;
-
-fn loader(rows: usize, shuffle: bool, device: &Device) -> Arc<dyn DataLoader<XyBatch>> {
-    let builder = DataLoaderBuilder::new(XyBatcher)
-        .batch_size(8)
-        .set_device(device.clone());
-    let builder = if shuffle { builder.shuffle(7) } else { builder };
-    builder.build(InMemDataset::new(regression_rows(3, rows)))
-}
 
 fn trainer(checkpoints: &Path, crash_at: Option<usize>) -> Trainer<Mlp> {
     let device = Device::flex().autodiff();
@@ -75,7 +64,7 @@ fn fit(
     seed: u64,
 ) -> Result<(Mlp, TrainReport), TrainError> {
     let device = Device::flex().autodiff();
-    let model = seeded_model(seed, &device);
+    let model = seeded_mlp(4, seed, &device);
     let checkpoints = run.join("checkpoints");
     let mut trainer = trainer(&checkpoints, crash_at);
     if resume {
@@ -84,27 +73,12 @@ fn fit(
     let mut summary = SummaryRecord::new(run).unwrap();
     let result = trainer.fit(
         model,
-        loader(96, true, &device),
-        Some(loader(24, false, &device)),
+        shuffled_loader(96, true, &device),
+        Some(shuffled_loader(24, false, &device)),
         Some(&mut summary),
     );
     summary.close().unwrap();
     result
-}
-
-/// A model initialised from `seed`: the device's generator is the process's, which the
-/// tests running beside this one draw from too (and the shuffle does not: each loader has
-/// its own).
-fn seeded_model(seed: u64, device: &Device) -> Mlp {
-    static GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _alone = GENERATOR
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    device.seed(seed);
-    let model = Mlp::new(4, device);
-    // Burn initialises parameters lazily, on first use: draw them now, under the lock.
-    parameters(&model);
-    model
 }
 
 /// What a reader shows that does not depend on the clock: every scalar and histogram series
@@ -247,8 +221,8 @@ fn a_checkpoint_of_another_run_shape_is_refused() {
     )
     .resume_from(&checkpoints)
     .fit(
-        seeded_model(1, &device),
-        loader(96, true, &device),
+        seeded_mlp(4, 1, &device),
+        shuffled_loader(96, true, &device),
         None,
         None,
     );
@@ -257,7 +231,7 @@ fn a_checkpoint_of_another_run_shape_is_refused() {
     // Another model.
     let result = trainer(&checkpoints, None).resume_from(&checkpoints).fit(
         Mlp::new(5, &device),
-        loader(96, true, &device),
+        shuffled_loader(96, true, &device),
         None,
         None,
     );

@@ -12,6 +12,8 @@
 //!
 //! `cargo bench -p ember --bench checkpoint [-- PAIRS]`
 
+#[path = "support/stats.rs"]
+mod stats;
 #[path = "support/trainer_run.rs"]
 mod trainer_run;
 
@@ -23,6 +25,7 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Bytes, Device, Tensor};
 use ember::checkpoint::{Checkpoint, write_durably};
 use ember::{CheckpointConfig, SummaryRecord};
+use stats::quantile;
 use trainer_run::run_with;
 
 /// An MLP of the given widths, ReLU between layers.
@@ -112,12 +115,6 @@ fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
          {stall:.2} ms ({stall_min:.2}-{stall_max:.2}), written and fsynced on the checkpoint \
          thread {write:.2} ms ({write_min:.2}-{write_max:.2}); median (min-max) of {rounds}"
     );
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let at = q * (sorted.len() - 1) as f64;
-    let (low, high) = (at.floor() as usize, at.ceil() as usize);
-    sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)
 }
 
 fn main() {

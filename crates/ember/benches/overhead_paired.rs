@@ -7,19 +7,16 @@
 //!
 //! `cargo bench -p ember --bench overhead_paired [-- PAIRS]`
 
+#[path = "support/stats.rs"]
+mod stats;
 #[path = "support/trainer_run.rs"]
 mod trainer_run;
 
 use std::time::Duration;
 
 use ember::SummaryRecord;
+use stats::quantile;
 use trainer_run::run;
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let at = q * (sorted.len() - 1) as f64;
-    let (low, high) = (at.floor() as usize, at.ceil() as usize);
-    sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)
-}
 
 fn main() {
     // `cargo bench` passes `--bench`; the one number given is the pair count.

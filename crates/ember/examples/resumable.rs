@@ -17,10 +17,8 @@
 //! order, to `<run dir>/params.bin`, and summaries go to `<run dir>/log`.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
-use burn::data::dataset::InMemDataset;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::lr_scheduler::linear::LinearLrSchedulerConfig;
 use burn::optim::{AdamConfig, OptimizerRecord};
@@ -32,7 +30,7 @@ use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use ember::burn_train::{PoolStrategy, SummaryLogger};
 use ember::step::burn::Reduction;
 use ember::{CheckpointConfig, SummaryRecord, Trainer, TrainerConfig};
-use ember_tests::{Mlp, XyBatch, XyBatcher, parameters, regression_rows};
+use ember_tests::{parameters, seeded_mlp, shuffled_loader};
 
 const EPOCHS: usize = 4;
 
@@ -51,24 +49,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bytes: Vec<u8> = params.iter().flat_map(|p| p.to_le_bytes()).collect();
     std::fs::write(run.join("params.bin"), bytes)?;
     Ok(())
-}
-
-fn loader(rows: usize, shuffle: bool, device: &Device) -> Arc<dyn DataLoader<XyBatch>> {
-    let builder = DataLoaderBuilder::new(XyBatcher)
-        .batch_size(8)
-        .set_device(device.clone());
-    let builder = if shuffle { builder.shuffle(7) } else { builder };
-    builder.build(InMemDataset::new(regression_rows(3, rows)))
-}
-
-/// The model from seed 1, its parameters drawn now (Burn draws them lazily).
-fn model(device: &Device) -> Mlp {
-    static GENERATOR: Mutex<()> = Mutex::new(());
-    let _alone = GENERATOR.lock().unwrap_or_else(PoisonError::into_inner);
-    device.seed(1);
-    let model = Mlp::new(16, device);
-    parameters(&model);
-    model
 }
 
 fn trainer(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
@@ -91,9 +71,9 @@ fn trainer(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::Err
     }
     let mut summary = SummaryRecord::new(run.join("log"))?;
     let (model, _) = trainer.fit(
-        model(&device),
-        loader(2048, true, &device),
-        Some(loader(64, false, &device)),
+        seeded_mlp(16, 1, &device),
+        shuffled_loader(2048, true, &device),
+        Some(shuffled_loader(64, false, &device)),
         Some(&mut summary),
     )?;
     summary.close()?;
@@ -118,8 +98,8 @@ fn burn_train(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::
     };
     let mut training = SupervisedTraining::new(
         &artifacts,
-        loader(2048, false, &device),
-        loader(64, false, &device),
+        shuffled_loader(2048, false, &device),
+        shuffled_loader(64, false, &device),
     )
     .num_epochs(EPOCHS)
     .metrics((LossMetric::new(),))
@@ -136,7 +116,7 @@ fn burn_train(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::
         training = training.checkpoint(epoch);
     }
     let result = training.launch(Learner::new(
-        model(&device),
+        seeded_mlp(16, 1, &device),
         AdamConfig::new().init(),
         LinearLrSchedulerConfig::new(0.02, 0.002, 100).init()?,
     ));

@@ -196,18 +196,7 @@ impl Checkpointer {
             return Ok(());
         }
         self.wait()?;
-        let snapshot = match log {
-            Some((place, summary)) => {
-                // A flush that fails leaves the file as it is, which the snapshot records.
-                if let Err(error) = summary.flush() {
-                    log::warn!("flushing the summaries before a checkpoint: {error}");
-                }
-                let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
-                    .map_err(CheckpointError::from)?;
-                Some((place.dir.clone(), snapshot))
-            }
-            None => None,
-        };
+        let snapshot = log.map(flushed_snapshot).transpose()?;
         // The state is read out here, as it is at this step; turning it into bytes, the larger
         // part of the work, is the checkpoint thread's.
         let (model, optimizer, scheduler) = parts;
@@ -286,14 +275,9 @@ impl Checkpointer {
         if self.last == Some((steps, epoch_done)) {
             return Ok(());
         }
-        let snapshot = match log {
-            Some((place, summary)) => {
-                if let Err(error) = summary.flush() {
-                    log::warn!("flushing the summaries before a checkpoint: {error}");
-                }
-                let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
-                    .map_err(CheckpointError::from)?;
-                snapshot.sync(&place.dir).map_err(CheckpointError::from)?;
+        let snapshot = match log.map(flushed_snapshot).transpose()? {
+            Some((dir, snapshot)) => {
+                snapshot.sync(&dir).map_err(CheckpointError::from)?;
                 snapshot.encode()
             }
             None => String::new(),
@@ -323,6 +307,19 @@ impl Checkpointer {
         }
         Ok(())
     }
+}
+
+/// Flushes the summaries and records the log's lengths: the log's position at this
+/// checkpoint (the fsync is the caller's, on whichever thread may wait for the disk).
+fn flushed_snapshot(
+    (place, summary): (&LogPlace, &mut SummaryRecord),
+) -> Result<(PathBuf, LogSnapshot), CheckpointError> {
+    // A flush that fails leaves the file as it is, which the snapshot records.
+    if let Err(error) = summary.flush() {
+        log::warn!("flushing the summaries before a checkpoint: {error}");
+    }
+    let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)?;
+    Ok((place.dir.clone(), snapshot))
 }
 
 /// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,
