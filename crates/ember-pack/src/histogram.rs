@@ -13,8 +13,9 @@
 
 use half::f16;
 
+use crate::dtype::DType;
 use crate::error::PackErrorKind;
-use crate::tensor::{DType, TensorValue, buffer_len};
+use crate::tensor::{TensorValue, buffer_len};
 use crate::value::{Histogram, HistogramBuckets};
 
 #[cfg(target_arch = "x86_64")]

@@ -5,18 +5,20 @@ use std::collections::HashMap;
 
 use prost::Message;
 
+use crate::dtype::DType;
 use crate::error::PackErrorKind;
 use crate::histogram;
-use crate::image;
+use crate::image::{self, Image};
+use crate::kinds::{FileKind, Format, HistogramRule};
 use crate::npy;
-use crate::pack::{FileKind, Format, HistogramRule, PackOptions, Part, Sink};
+use crate::pack::{PackOptions, Part, Sink};
 use crate::plugins::{Audio, ChartContent, CustomScalarLayout, PrCurve, pcm16_sample};
 use crate::proto::google::protobuf as pb;
 use crate::proto::tensorboard::{self as tbp, hparams as hp};
 use crate::tag::Tag;
-use crate::tensor::{DType, TensorValue};
+use crate::tensor::TensorValue;
 use crate::value::{
-    AttrValue, Graph, HParamValue, HParams, Histogram, Image, SessionPart, SessionStatus, Value,
+    AttrValue, Graph, HParamValue, HParams, Histogram, SessionPart, SessionStatus, Value,
 };
 use crate::wire;
 

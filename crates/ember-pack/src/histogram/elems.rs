@@ -3,7 +3,8 @@
 
 use std::borrow::Cow;
 
-use crate::tensor::{DType, TensorValue};
+use crate::dtype::DType;
+use crate::tensor::TensorValue;
 
 /// Elements per block of the statistics pass; its per-block reduction order is part of the
 /// result (the sums' rounding), so it stays fixed.
