@@ -23,8 +23,8 @@ use crate::files::{self, Event, EventFileWriter, FileSettings, HeaderFn};
 use crate::guard::DiskGuard;
 use crate::ledger::{Ctx, Fate, Ledger, Spare};
 use crate::options::{Durability, WriterOptions};
-use crate::pool::Shared;
 use crate::projector::{ProjectorOutcome, ProjectorWriter};
+use crate::shared::Shared;
 use crate::stats::WriterStats;
 use crate::summary_file::{NewTags, Planned, SummaryFailure, SummaryFile, pack_caught};
 
