@@ -27,7 +27,8 @@
 //! 1. `error`, `framing`, `free_space`, `naming`, `stats`: no imports from the crate;
 //! 2. `guard` (the disk guard), `ledger` (each record's fate), `options`;
 //! 3. the file writers: `files`, then `summary_file`, `export` and `projector`;
-//! 4. `shared` (what the handle and the pool thread share), `worker` (the pool thread), `pool`
+//! 4. `shared` (what the handle and the pool thread share), `batch` (messages, record weights,
+//!    packed records), `worker` (the pool thread), `pool`
 //!    (the handle), and at the top `builder`, whose `build` starts a pool;
 //! 5. beside them, on `framing` and `naming` alone: `reader`, `rollback` and `remote`.
 //!
@@ -86,6 +87,7 @@
 //! buffers at most 256 KiB plus one event before handing its buffer over.
 #![deny(missing_docs)]
 
+mod batch;
 mod builder;
 mod error;
 mod export;

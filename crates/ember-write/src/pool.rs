@@ -15,11 +15,12 @@ use std::thread::{JoinHandle, Thread};
 use crossbeam_channel::{Sender, TrySendError};
 use ember_pack::Record;
 
+use crate::batch::{Msg, record_weight};
 use crate::error::{WriteError, WriteErrors};
 use crate::options::{FullQueuePolicy, WriterOptions, create_dir_private};
 use crate::shared::Shared;
 use crate::stats::PoolStats;
-use crate::worker::{Msg, Worker, record_weight};
+use crate::worker::Worker;
 
 /// Writes records to event files from a dedicated thread; see the crate docs.
 ///
