@@ -5,7 +5,7 @@ use crate::error::PackErrorKind;
 use crate::histogram;
 use crate::kinds::HistogramRule;
 use crate::plugins::{Audio, ChartContent, CustomScalarLayout, pcm16_sample};
-use crate::proto::tensorboard::{self as tbp};
+use crate::proto::tensorboard as tbp;
 use crate::tensor::TensorValue;
 use crate::value::{AttrValue, Graph, Histogram};
 use crate::wire;

@@ -5,7 +5,7 @@ use prost::Message;
 
 use crate::dtype::DType;
 use crate::pack::Part;
-use crate::proto::tensorboard::{self as tbp};
+use crate::proto::tensorboard as tbp;
 
 /// Serialized `SummaryMetadata` of each plugin, built once per packer.
 #[derive(Debug)]

@@ -13,19 +13,17 @@ use ember_pool::PoolOptions;
 use ember_pool::step::burn::Reduction;
 use ember_write::pack::{Format, SessionPart, Value};
 
+use super::Trainer;
+use super::checkpointing::{self, Checkpointer, EpochTotals, Identity, Position};
+use super::run_state::RunState;
+use super::steps::{Stepper, checkpoint, scalar, step_error, step_seconds_tag, validate};
+use super::types::{EpochReport, StepReport, TrainError, TrainingItem};
 use crate::SummaryRecord;
+use crate::checkpoint::LogPlace;
 use crate::collective::{Ranks, RoundState};
 use crate::driver::Driver;
 use crate::faults::SummaryFaults;
 use crate::model_info::{module_graph, named_parameters};
-
-use super::Trainer;
-use super::checkpointing::{self, Checkpointer, EpochTotals, Identity, Position};
-use super::run_state::RunState;
-use super::types::{EpochReport, StepReport, TrainError, TrainingItem};
-use crate::checkpoint::LogPlace;
-
-use super::steps::{Stepper, checkpoint, scalar, step_error, step_seconds_tag, validate};
 
 impl<M, O, V> Trainer<M>
 where

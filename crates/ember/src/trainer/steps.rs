@@ -10,14 +10,13 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Tensor;
 use burn::train::{InferenceStep, TrainStep};
 
-use crate::SummaryRecord;
-use crate::driver::{self, Optimize, StepFailure, StepFailureSource, ValidationError};
-use crate::model_info::named_gradients;
-
 use super::checkpointing::{Checkpointer, Identity, Position};
 use super::run_state::RunState;
 use super::types::{TrainError, TrainingItem, UpdateHook};
+use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
+use crate::driver::{self, Optimize, StepFailure, StepFailureSource, ValidationError};
+use crate::model_info::named_gradients;
 
 /// Takes a checkpoint at `position` of the run as `stepper` and `state` have it.
 pub(super) fn checkpoint<M: Module + Clone>(
