@@ -73,7 +73,7 @@ fn finite_block(simd: V3, block: &[[u8; 4]]) -> Option<Stats> {
     )
 }
 
-/// [`Slots32::count`] where [`Slots32::truncates`] holds: the slots eight at a time from the
+/// [`super::count_f32`] where [`Slots32::truncates`] holds: the slots eight at a time from the
 /// elements' positions, a group with an element too close to a bucket's edge settled by the
 /// compare, then one count each into `counters` (four per slot, by the element's index).
 pub(super) fn count_truncating(
@@ -101,9 +101,16 @@ pub(super) fn count_truncating(
             let (blocks, tail) = elems.as_chunks::<64>();
             for block in blocks {
                 let groups: &[[[u8; 4]; 8]; 8] = pulp::bytemuck::cast_ref(block);
-                let pending: [[u32; 8]; 8] =
-                    std::array::from_fn(|g| positions.slots(plan, pulp::cast(groups[g])));
-                pending.iter().for_each(&mut count);
+                // Plain loops, not `array::from_fn` or `for_each`: a closure the compiler
+                // leaves out of line loses the AVX2 features, and every intrinsic in it
+                // becomes a call (15 times slower, in one build of the same code).
+                let mut pending = [[0u32; 8]; 8];
+                for (slots, group) in pending.iter_mut().zip(groups) {
+                    *slots = positions.slots(plan, pulp::cast(*group));
+                }
+                for slots in &pending {
+                    count(slots);
+                }
             }
             let (groups, rest) = tail.as_chunks::<8>();
             for group in groups {
