@@ -162,7 +162,7 @@ impl WriterPool {
 
     /// Writes every queued record, flushes, fsyncs and closes every file, and
     /// returns every error not yet returned or taken, up to
-    /// [`MAX_KEPT_ERRORS`] of them; the rest are counted.
+    /// [`MAX_KEPT_ERRORS`](crate::MAX_KEPT_ERRORS) of them; the rest are counted.
     pub fn close(self) -> Result<(), WriteErrors> {
         self.close_with_stats().0
     }

@@ -68,11 +68,11 @@ where
     }
 
     /// Runs `hook` after every epoch, once the epoch's figures are recorded, with the model as
-    /// trained so far, the epoch's figures, the step the epoch's summaries were recorded at and
-    /// the summary record (when [`fit`](Self::fit) was given one): for per-epoch summaries of
-    /// the caller's own, such as sample predictions. An error from the hook is a summary error:
-    /// it stops training when the record's policy is [`ErrorPolicy::Raise`] or when `fit` was
-    /// given no record, and is logged and counted otherwise.
+    /// trained so far, the epoch's figures, the step the epoch's summaries were recorded at and the
+    /// summary record (when [`fit`](Self::fit) was given one): for per-epoch summaries of the
+    /// caller's own, such as sample predictions. An error from the hook is a summary error: it
+    /// stops training when the record's policy is [`ErrorPolicy::Raise`](crate::ErrorPolicy::Raise)
+    /// or when `fit` was given no record, and is logged and counted otherwise.
     pub fn on_epoch(
         mut self,
         hook: impl FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError>
@@ -105,28 +105,30 @@ where
     /// validation and no [`EpochReport`]. The run's summaries are then completed as for a
     /// failed run, since TensorBoard's sessions know no other end than success and failure:
     /// a `run/interrupted` scalar of 1 and the hyper-parameters with status
-    /// [`SessionStatus::Failure`], with the final metrics known so far. [`fit`](Self::fit)
-    /// returns the model as trained so far and a report with
-    /// [`interrupted`](TrainReport::interrupted) set.
+    /// [`SessionStatus::Failure`](crate::pack::SessionStatus::Failure), with the final metrics
+    /// known so far. [`fit`](Self::fit) returns the model as trained so far and a report with
+    /// [`interrupted`](crate::TrainReport::interrupted) set.
     pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
         self.stop = Some(flag);
         self
     }
 
-    /// Goes on from the newest whole checkpoint in `dir` (see [`CheckpointConfig`]) instead of
-    /// starting afresh: the model `fit` is given takes the checkpoint's parameters, the
-    /// optimizer and scheduler their state, and training goes on from the checkpoint's step,
-    /// mid-epoch included (the epoch's batches trained on before it are drawn and dropped).
-    /// With the same data, seed, devices and configuration, the run ends with the parameters
-    /// an uninterrupted run would have, bit for bit on a deterministic backend.
+    /// Goes on from the newest whole checkpoint in `dir` (see
+    /// [`CheckpointConfig`](crate::CheckpointConfig)) instead of starting afresh: the model `fit`
+    /// is given takes the checkpoint's parameters, the optimizer and scheduler their state, and
+    /// training goes on from the checkpoint's step, mid-epoch included (the epoch's batches trained
+    /// on before it are drawn and dropped). With the same data, seed, devices and configuration,
+    /// the run ends with the parameters an uninterrupted run would have, bit for bit on a
+    /// deterministic backend.
     ///
-    /// The summary log given to `fit` is first rolled back to the checkpoint: every file of the
-    /// log is cut back to its length then, and files made since are removed, so every reader
-    /// shows each step once. Newer checkpoints that are torn or damaged are passed over (logged,
-    /// and listed in [`TrainReport::checkpoints_skipped`]). When `dir` holds no whole
-    /// checkpoint, training starts from the beginning, with the log's files from an earlier
-    /// start removed. A checkpoint of another device count, rank count, accumulation,
-    /// reduction or model is refused with [`TrainError::Checkpoint`].
+    /// The summary log given to `fit` is first rolled back to the checkpoint: every file of the log
+    /// is cut back to its length then, and files made since are removed, so every reader shows each
+    /// step once. Newer checkpoints that are torn or damaged are passed over (logged, and listed in
+    /// [`TrainReport::checkpoints_skipped`](crate::TrainReport::checkpoints_skipped)). When `dir`
+    /// holds no whole checkpoint, training starts from the beginning, with the log's files from an
+    /// earlier start removed. A checkpoint of another device count, rank count, accumulation,
+    /// reduction or model is refused with
+    /// [`TrainError::Checkpoint`](crate::TrainError::Checkpoint).
     pub fn resume_from(mut self, dir: impl Into<PathBuf>) -> Self {
         self.resume = Some(dir.into());
         self

@@ -46,29 +46,29 @@ use types::{EpochHook, StepHook, UpdateHook};
 /// main device. After each epoch a validation pass runs on the main device.
 ///
 /// **Summary errors.** A failing summary call (a rejected value, a full writer queue, a closed
-/// record) ends training only when the record's [`error_policy`](SummaryRecord::error_policy)
-/// is [`ErrorPolicy::Raise`]; under the default, [`ErrorPolicy::Log`], the first error of each
-/// kind is logged, every one is counted in [`TrainReport::summary_errors`], and training goes
-/// on, so a full log disk costs the logs, not the run.
+/// record) ends training only when the record's [`error_policy`](SummaryRecord::error_policy) is
+/// [`ErrorPolicy::Raise`](crate::ErrorPolicy::Raise); under the default, [`ErrorPolicy::Log`], the
+/// first error of each kind is logged, every one is counted in [`TrainReport::summary_errors`], and
+/// training goes on, so a full log disk costs the logs, not the run.
 ///
 /// **The record is the caller's.** `fit` only borrows the [`SummaryRecord`]: it flushes it when
 /// the run ends, however it ends, and never closes it.
 ///
-/// **Across processes and hosts.** Given a [`Communicator`] ([`communicator`](Self::communicator):
-/// `MpiComm` under `mpirun`, or [`LocalGroup`](crate::LocalGroup)'s threads), the run is one
-/// rank of a job: parameters start as rank 0's; each rank trains on its own contiguous shard of
-/// the training loader, split again between its devices; each accumulation window's gradients,
-/// reduced on the rank's main device, are then summed over every rank in one round (and for
-/// [`Reduction::Mean`] divided by the number of gradient sets of all ranks), and every rank
-/// steps on the same gradients, so parameters stay identical. Rank 0 records the run's
-/// summaries (losses, hyper-parameters, graph, epochs, lineage); every rank records its own
-/// devices' step times as `rank/<r>/device/<d>/step_seconds`, so a [`SummaryRecord`] built
-/// with [`rank`](crate::SummaryRecordBuilder::rank) writes them into its rank's file of the
-/// same run. Every rank validates on the whole validation loader. A shuffling loader shuffles
-/// within each slice (burn forks its generator per slice), so ranks see their shards in
-/// another order than one process with as many devices would; unshuffled, they train alike.
-/// A failure on one rank ends every rank: the failed one with its own error, the others with
-/// [`TrainError::Ranks`] naming it.
+/// **Across processes and hosts.** Given a [`Communicator`](crate::Communicator)
+/// ([`communicator`](Self::communicator): `MpiComm` under `mpirun`, or
+/// [`LocalGroup`](crate::LocalGroup)'s threads), the run is one rank of a job: parameters start as
+/// rank 0's; each rank trains on its own contiguous shard of the training loader, split again
+/// between its devices; each accumulation window's gradients, reduced on the rank's main device,
+/// are then summed over every rank in one round (and for
+/// [`Reduction::Mean`](crate::Reduction::Mean) divided by the number of gradient sets of all
+/// ranks), and every rank steps on the same gradients, so parameters stay identical. Rank 0 records
+/// the run's summaries (losses, hyper-parameters, graph, epochs, lineage); every rank records its
+/// own devices' step times as `rank/<r>/device/<d>/step_seconds`, so a [`SummaryRecord`] built with
+/// [`rank`](crate::SummaryRecordBuilder::rank) writes them into its rank's file of the same run.
+/// Every rank validates on the whole validation loader. A shuffling loader shuffles within each
+/// slice (burn forks its generator per slice), so ranks see their shards in another order than one
+/// process with as many devices would; unshuffled, they train alike. A failure on one rank ends
+/// every rank: the failed one with its own error, the others with [`TrainError::Ranks`] naming it.
 pub struct Trainer<M: TrainStep + Module> {
     devices: Vec<Device>,
     config: TrainerConfig,
