@@ -205,6 +205,12 @@ impl SummaryRecord {
     }
 
     fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote
+            && !remote.admit()?
+        {
+            return Ok(());
+        }
         match &self.pool {
             Some(pool) => pool.write(record).map_err(SummaryError::from),
             None => Ok(()),

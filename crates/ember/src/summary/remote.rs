@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ember_write::FullQueuePolicy;
 use ember_write::remote::{DEFAULT_SHIP_INTERVAL, MirrorStats, RemoteMirror};
 
 use crate::SummaryError;
@@ -15,12 +16,19 @@ use crate::SummaryError;
 pub(super) struct Remote {
     mirror: Option<RemoteMirror>,
     staging: PathBuf,
+    /// Bytes that may wait for the store before `policy` decides about the next record.
+    budget: u64,
+    policy: FullQueuePolicy,
 }
 
 impl Remote {
     /// Makes a staging directory and starts mirroring it to `url`: a store that cannot be
     /// reached or refuses the credentials is an error here, before anything is written.
-    pub(super) fn start(url: &str) -> Result<Self, SummaryError> {
+    pub(super) fn start(
+        url: &str,
+        budget: u64,
+        policy: FullQueuePolicy,
+    ) -> Result<Self, SummaryError> {
         static RECORDS: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -39,7 +47,17 @@ impl Remote {
         Ok(Self {
             mirror: Some(mirror),
             staging,
+            budget,
+            policy,
         })
+    }
+
+    /// Whether the next record may go to the pool: see [`RemoteMirror::admit`].
+    pub(super) fn admit(&self) -> Result<bool, SummaryError> {
+        match &self.mirror {
+            Some(mirror) => Ok(mirror.admit(self.policy, self.budget)?),
+            None => Ok(true),
+        }
     }
 
     /// Where the pool writes.
@@ -83,5 +101,49 @@ impl Remote {
                 ),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use ember_write::FullQueuePolicy;
+
+    use crate::SummaryRecord;
+
+    #[test]
+    fn over_its_budget_a_record_follows_the_queue_policy_and_ships_all_it_accepted() {
+        let bucket = tempfile::tempdir().unwrap();
+        let prefix = bucket.path().join("run");
+        fs::create_dir_all(&prefix).unwrap();
+        let url = format!("file://{}", prefix.display());
+        let mut record = SummaryRecord::builder(&url)
+            .queue(1024, FullQueuePolicy::DropNewest)
+            .remote_backlog_budget(1)
+            .build()
+            .unwrap();
+        record.add_scalar("loss", 1.0, 1).unwrap();
+        record.flush().unwrap();
+        // The store goes away: its directory is moved aside for a file, and every upload fails.
+        let aside = bucket.path().join("aside");
+        fs::rename(&prefix, &aside).unwrap();
+        fs::write(&prefix, b"").unwrap();
+        record.add_scalar("loss", 2.0, 2).unwrap();
+        assert!(record.flush().is_err(), "shipped to a store that is gone");
+        for step in 3..=5 {
+            record.add_scalar("loss", step as f64, step).unwrap();
+        }
+        let stats = record.remote_stats().unwrap();
+        assert_eq!(stats.records_over_budget, 3);
+        assert!(stats.backlog_bytes > 1);
+        // Back again: the close ships what was accepted.
+        fs::remove_file(&prefix).unwrap();
+        fs::rename(&aside, &prefix).unwrap();
+        record.close().unwrap();
+        let read = crate::read::Summaries::read_dir(&url).unwrap();
+        let steps: Vec<i64> = read.scalars["loss"].iter().map(|p| p.step).collect();
+        assert_eq!(steps, [1, 2]);
+        assert_eq!(record.stats().unwrap().records_written, 2);
     }
 }

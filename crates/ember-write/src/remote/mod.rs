@@ -1,10 +1,16 @@
-//! Event files shipped to an object store (`s3://`, `gs://`, `az://`, `file://`), with the
+//! Log directories in an object store (`s3://`, `gs://`, `az://`, `file://`), with the
 //! `object-store` feature: [`RemoteMirror`].
 //!
 //! An object cannot be appended to. The writer pool writes into a local staging directory as
-//! it always does, and the mirror ships each event file's new whole records, as they come, as
-//! *segment objects*: `<prefix>/<file name>.<segment, 8 digits>`, each holding the records
-//! written since the previous segment of that file, never cut inside one. So:
+//! it always does, and the mirror ships it:
+//!
+//! - each event file's new whole records, as they come, as *segment objects*:
+//!   `<prefix>/<file name>.<segment, 8 digits>`, each holding the records written since the
+//!   previous segment of that file, never cut inside one;
+//! - every other file (exported `.npy` tensors, the projector's config and tensors) whole,
+//!   under its own name, once it is whole, and again when it changes.
+//!
+//! So:
 //!
 //! - the bytes uploaded are the bytes written, once each (not the whole growing file again at
 //!   every flush, as tensorboardX's `s3://` writer does);
@@ -15,31 +21,48 @@
 //!   writer killed at any moment leaves only whole records in the bucket;
 //! - what is accepted reaches the bucket within the shipping interval (and the time to upload
 //!   it) after the pool has written it, and at once when [`ship`](RemoteMirror::ship) is
-//!   called (a flush, a close).
+//!   called (a flush, a close);
+//! - shipped records leave the local disk (a hole is punched where they were, on Linux), so
+//!   the staging directory holds about what is not in the store yet.
 //!
 //! Credentials, endpoint and region come from the environment as the `object_store` crate reads
 //! them (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
 //! `AWS_ALLOW_HTTP`, `GOOGLE_APPLICATION_CREDENTIALS`, …); signing, retries with backoff and
 //! multipart uploads are that crate's. An upload that still fails is tried again at the next
 //! interval: the staging directory keeps what is not yet shipped, so a store that is down for a
-//! while loses nothing. The store is tried when the mirror starts: a store that cannot be
-//! reached, a bucket that does not exist or credentials it refuses are a [`RemoteError`] there,
-//! before any training.
+//! while loses nothing. What waits is bounded by a budget of bytes; past it the pool's
+//! [`FullQueuePolicy`] decides about the next record ([`RemoteMirror::admit`]). The store is
+//! tried when the mirror starts: a store that cannot be reached, a bucket that does not exist
+//! or credentials it refuses are a [`RemoteError`] there, before any training.
+//!
+//! The pool's size cap keeps its meaning (a file's bytes, which are the bytes uploaded for
+//! it); its free-space guard watches the staging disk, the only disk there is to fill.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::FullQueuePolicy;
+
+mod download;
+mod shipper;
+
+pub use download::download;
+use shipper::Shipper;
 
 /// How often the mirror ships what the pool has written, unless asked sooner.
 pub const DEFAULT_SHIP_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The default budget of bytes written and not yet in the store: past it, the pool's
+/// [`FullQueuePolicy`] decides what happens to the next record (see [`RemoteMirror::admit`]).
+pub const DEFAULT_BACKLOG_BUDGET: u64 = 256 << 20;
 
 /// How long a close keeps trying to ship the last records to a store that does not answer.
 pub const CLOSE_PATIENCE: Duration = Duration::from_secs(60);
@@ -82,6 +105,19 @@ pub enum RemoteError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// The records not yet in the store are over the budget, and the policy is
+    /// [`FullQueuePolicy::Error`]: the record was not accepted.
+    #[error(
+        "{backlog} bytes for {url} are not in the store yet (budget {budget}): record not accepted"
+    )]
+    OverBudget {
+        /// The log directory's URL.
+        url: String,
+        /// Bytes written and not yet shipped.
+        backlog: u64,
+        /// The budget.
+        budget: u64,
+    },
     /// The mirror's thread could not start, or stopped.
     #[error("the remote mirror's thread {0}")]
     Thread(&'static str),
@@ -90,12 +126,20 @@ pub enum RemoteError {
 /// Counters of what the mirror has shipped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MirrorStats {
-    /// Segment objects uploaded.
+    /// Segment objects uploaded (each holding whole records of an event file).
     pub segments: u64,
-    /// Bytes uploaded in them.
+    /// Other files uploaded whole (exported tensors, the projector's files), new versions
+    /// included.
+    pub objects: u64,
+    /// Bytes uploaded, in segments and whole files.
     pub bytes: u64,
     /// Uploads that failed (each tried again later).
     pub failed_uploads: u64,
+    /// Bytes written and not in the store yet, as last measured.
+    pub backlog_bytes: u64,
+    /// Records not accepted because the backlog was over its budget (dropped under
+    /// [`FullQueuePolicy::DropNewest`], refused under [`FullQueuePolicy::Error`]).
+    pub records_over_budget: u64,
 }
 
 enum Request {
@@ -112,6 +156,7 @@ pub struct RemoteMirror {
     tx: Option<mpsc::Sender<Request>>,
     thread: Option<JoinHandle<MirrorStats>>,
     stats: Arc<std::sync::Mutex<MirrorStats>>,
+    backlog: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Request {
@@ -135,12 +180,15 @@ impl RemoteMirror {
         runtime.block_on(probe(store.as_ref(), &prefix, url))?;
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(std::sync::Mutex::new(MirrorStats::default()));
+        let backlog = Arc::new(AtomicU64::new(0));
         let shipper = Shipper {
             store,
             prefix,
             staging: staging.to_path_buf(),
             shipped: BTreeMap::new(),
+            whole: BTreeMap::new(),
             stats: Arc::clone(&stats),
+            backlog: Arc::clone(&backlog),
         };
         let thread = std::thread::Builder::new()
             .name("ember-remote".into())
@@ -151,6 +199,7 @@ impl RemoteMirror {
             tx: Some(tx),
             thread: Some(thread),
             stats,
+            backlog,
         })
     }
 
@@ -172,6 +221,53 @@ impl RemoteMirror {
             .map_err(|_| "the mirror's thread stopped".to_owned())?;
         done.recv()
             .map_err(|_| "the mirror's thread stopped".to_owned())?
+    }
+
+    /// Bytes written to the staging directory and not in the store yet, as measured at most a
+    /// quarter of a second ago.
+    pub fn backlog(&self) -> u64 {
+        self.backlog.load(Ordering::Relaxed)
+    }
+
+    /// Whether the caller may hand the pool its next record, with `budget` bytes allowed to wait
+    /// for the store. Under the budget: yes. Over it, the pool's policy decides, as for a full
+    /// queue: [`Block`](FullQueuePolicy::Block) waits until the store has taken enough (while
+    /// it is down, training waits and nothing is lost), [`DropNewest`](FullQueuePolicy::DropNewest)
+    /// answers no and counts the record, [`Error`](FullQueuePolicy::Error) counts it and returns
+    /// [`RemoteError::OverBudget`].
+    pub fn admit(&self, policy: FullQueuePolicy, budget: u64) -> Result<bool, RemoteError> {
+        let mut backlog = self.backlog();
+        if backlog <= budget {
+            return Ok(true);
+        }
+        match policy {
+            FullQueuePolicy::Block => {
+                while backlog > budget && self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    backlog = self.backlog();
+                }
+                Ok(true)
+            }
+            FullQueuePolicy::DropNewest => {
+                self.count_over_budget();
+                Ok(false)
+            }
+            FullQueuePolicy::Error => {
+                self.count_over_budget();
+                Err(RemoteError::OverBudget {
+                    url: self.url.clone(),
+                    backlog,
+                    budget,
+                })
+            }
+        }
+    }
+
+    fn count_over_budget(&self) {
+        self.stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .records_over_budget += 1;
     }
 
     /// What the mirror has shipped so far.
@@ -210,85 +306,6 @@ impl Drop for RemoteMirror {
                 let _ = thread.join();
             }
         }
-    }
-}
-
-/// Downloads every object under `url` into `into` (made when missing, and best empty),
-/// keeping their names relative to the prefix and joining each event file's segments back
-/// into the file, in order: an object-store log directory as the local directory it was
-/// written as, which every local reader (MindInsight too) reads. Returns how many objects
-/// there were.
-pub fn download(url: &str, into: &Path) -> Result<usize, RemoteError> {
-    use futures_util::TryStreamExt;
-
-    let (store, prefix) = open_store(url)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|_| RemoteError::Thread("could not start its runtime"))?;
-    let unreachable = |source| RemoteError::Unreachable {
-        url: url.to_owned(),
-        source,
-    };
-    runtime.block_on(async {
-        let mut listed: Vec<object_store::ObjectMeta> = store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(unreachable)?;
-        // A file's segments in order, so that appending them gives the file back.
-        listed.sort_by(|a, b| a.location.cmp(&b.location));
-        for meta in &listed {
-            let relative: Vec<String> = meta
-                .location
-                .prefix_match(&prefix)
-                .map(|parts| parts.map(|p| p.as_ref().to_owned()).collect())
-                .unwrap_or_default();
-            let Some((name, dirs)) = relative.split_last() else {
-                continue;
-            };
-            // Object names are the store's: only plain path parts become local names.
-            if relative
-                .iter()
-                .any(|p| p.is_empty() || p == "." || p == "..")
-            {
-                continue;
-            }
-            let dir = dirs.iter().fold(into.to_path_buf(), |d, p| d.join(p));
-            fs::create_dir_all(&dir).map_err(|source| RemoteError::Staging {
-                path: dir.clone(),
-                source,
-            })?;
-            let bytes = store
-                .get(&meta.location)
-                .await
-                .map_err(unreachable)?
-                .bytes()
-                .await
-                .map_err(unreachable)?;
-            let path = dir.join(file_of_segment(name));
-            let written = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .and_then(|mut file| std::io::Write::write_all(&mut file, &bytes));
-            written.map_err(|source| RemoteError::Staging { path, source })?;
-        }
-        Ok(listed.len())
-    })
-}
-
-/// The event file a segment object is part of: its name without the segment number.
-fn file_of_segment(name: &str) -> &str {
-    match name.rsplit_once('.') {
-        Some((file, number))
-            if number.len() == 8
-                && number.bytes().all(|b| b.is_ascii_digit())
-                && crate::naming::name_secs(file).is_some() =>
-        {
-            file
-        }
-        _ => name,
     }
 }
 
@@ -348,153 +365,10 @@ async fn probe(store: &dyn ObjectStore, prefix: &ObjectPath, url: &str) -> Resul
     }
 }
 
-/// The mirror's thread.
-struct Shipper {
-    store: Box<dyn ObjectStore>,
-    prefix: ObjectPath,
-    staging: PathBuf,
-    /// For each event file (relative name): bytes shipped, segments shipped.
-    shipped: BTreeMap<String, (u64, u64)>,
-    stats: Arc<std::sync::Mutex<MirrorStats>>,
-}
-
-impl Shipper {
-    fn run(
-        mut self,
-        runtime: tokio::runtime::Runtime,
-        rx: Receiver<Request>,
-        interval: Duration,
-    ) -> MirrorStats {
-        loop {
-            match rx.recv_timeout(interval) {
-                Ok(Request::Ship(ack)) => {
-                    let result = runtime.block_on(self.ship_all());
-                    let _ = ack.send(result);
-                }
-                Ok(Request::Close(ack)) => {
-                    // The last records have nowhere else to go: a store that is down gets a
-                    // while to come back before the close gives up on them.
-                    let deadline = std::time::Instant::now() + CLOSE_PATIENCE;
-                    let result = loop {
-                        match runtime.block_on(self.ship_all()) {
-                            Err(error) if std::time::Instant::now() < deadline => {
-                                log::warn!(
-                                    "ember-write: shipping the last records: {error}; trying again"
-                                );
-                                std::thread::sleep(Duration::from_secs(1));
-                            }
-                            result => break result,
-                        }
-                    };
-                    let _ = ack.send(result);
-                    break;
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(error) = runtime.block_on(self.ship_all()) {
-                        log::warn!(
-                            "ember-write: shipping to the object store: {error}; trying again"
-                        );
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let _ = runtime.block_on(self.ship_all());
-                    break;
-                }
-            }
-        }
-        *self
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Ships the new whole records of every event file of the staging directory.
-    async fn ship_all(&mut self) -> Result<(), String> {
-        let mut names: Vec<String> = match fs::read_dir(&self.staging) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| crate::naming::name_secs(name).is_some())
-                .collect(),
-            Err(e) => return Err(format!("listing {}: {e}", self.staging.display())),
-        };
-        names.sort();
-        let mut first_error = None;
-        for name in names {
-            if let Err(error) = self.ship_file(&name).await {
-                self.count(|s| s.failed_uploads += 1);
-                first_error.get_or_insert(error);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
-    async fn ship_file(&mut self, name: &str) -> Result<(), String> {
-        let (from, segment) = self.shipped.get(name).copied().unwrap_or((0, 0));
-        let path = self.staging.join(name);
-        let bytes =
-            read_from(&path, from).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let whole = whole_records(&bytes);
-        if whole == 0 {
-            return Ok(());
-        }
-        let object = self
-            .prefix
-            .clone()
-            .join(format!("{name}.{:08}", segment + 1).as_str());
-        let payload = bytes[..whole].to_vec();
-        self.store
-            .put(&object, payload.into())
-            .await
-            .map_err(|e| format!("uploading {object}: {e}"))?;
-        self.shipped
-            .insert(name.to_owned(), (from + whole as u64, segment + 1));
-        self.count(|s| {
-            s.segments += 1;
-            s.bytes += whole as u64;
-        });
-        Ok(())
-    }
-
-    fn count(&self, f: impl FnOnce(&mut MirrorStats)) {
-        f(&mut self
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner));
-    }
-}
-
-fn read_from(path: &Path, from: u64) -> std::io::Result<Vec<u8>> {
-    let mut file = fs::File::open(path)?;
-    file.seek(SeekFrom::Start(from))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
-/// How many leading bytes of `bytes` are whole framed records: each is a length (8 bytes), its
-/// CRC (4), the data and its CRC (4). A record still being written is left for later.
-fn whole_records(bytes: &[u8]) -> usize {
-    let mut at = 0usize;
-    while bytes.len() - at >= 12 {
-        let mut len = [0u8; 8];
-        len.copy_from_slice(&bytes[at..at + 8]);
-        let Ok(len) = usize::try_from(u64::from_le_bytes(len)) else {
-            break;
-        };
-        let Some(end) = at.checked_add(16).and_then(|n| n.checked_add(len)) else {
-            break;
-        };
-        if end > bytes.len() {
-            break;
-        }
-        at = end;
-    }
-    at
-}
-
 #[cfg(test)]
 mod tests {
+    use super::download::file_of_segment;
+    use super::shipper::whole_records;
     use super::*;
 
     #[test]
@@ -570,6 +444,119 @@ mod tests {
             file_of_segment("projector_config.pbtxt"),
             "projector_config.pbtxt"
         );
+    }
+
+    #[test]
+    fn other_files_go_whole_and_again_when_they_change() {
+        let staging = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+        let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+        let export = staging.path().join("export_5/tensor");
+        std::fs::create_dir_all(&export).unwrap();
+        std::fs::write(export.join("loss_3.npy"), b"\x93NUMPY tensor").unwrap();
+        std::fs::write(staging.path().join("projector_config.pbtxt"), b"one").unwrap();
+        std::fs::write(staging.path().join(".projector_config.pbtxt.9.tmp"), b"x").unwrap();
+        mirror.ship().unwrap();
+        let stored = |relative: &str| std::fs::read(bucket.path().join("run").join(relative));
+        assert_eq!(
+            stored("export_5/tensor/loss_3.npy").unwrap(),
+            b"\x93NUMPY tensor"
+        );
+        assert_eq!(stored("projector_config.pbtxt").unwrap(), b"one");
+        assert!(stored(".projector_config.pbtxt.9.tmp").is_err());
+        // Unchanged files are not sent again; a changed one replaces its object.
+        mirror.ship().unwrap();
+        std::fs::write(
+            staging.path().join("projector_config.pbtxt"),
+            b"two, longer",
+        )
+        .unwrap();
+        let stats = mirror.close().unwrap();
+        assert_eq!(stored("projector_config.pbtxt").unwrap(), b"two, longer");
+        assert_eq!(
+            (stats.objects, stats.segments, stats.backlog_bytes),
+            (3, 0, 0)
+        );
+        let local = tempfile::tempdir().unwrap();
+        download(&url, local.path()).unwrap();
+        let got = std::fs::read(local.path().join("projector_config.pbtxt")).unwrap();
+        assert_eq!(got, b"two, longer");
+    }
+
+    #[test]
+    fn over_the_budget_the_pool_policy_decides_and_nothing_accepted_is_lost() {
+        let staging = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        let prefix = bucket.path().join("run");
+        std::fs::create_dir_all(&prefix).unwrap();
+        let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+        // The store goes away: its directory becomes a file, so every upload fails.
+        std::fs::remove_dir(&prefix).unwrap();
+        std::fs::write(&prefix, b"").unwrap();
+        let mut stream = Vec::new();
+        for record in 0..20u8 {
+            crate::framing::frame_into(&mut stream, &[record; 100]);
+        }
+        let file = staging.path().join("events.out.tfevents.0000000001.h.1.0");
+        std::fs::write(&file, &stream).unwrap();
+        assert!(mirror.ship().is_err());
+        assert_eq!(mirror.backlog(), stream.len() as u64);
+        let budget = 1000;
+        assert!(mirror.admit(FullQueuePolicy::Block, 10_000).unwrap());
+        assert!(!mirror.admit(FullQueuePolicy::DropNewest, budget).unwrap());
+        assert!(matches!(
+            mirror.admit(FullQueuePolicy::Error, budget),
+            Err(RemoteError::OverBudget { backlog, .. }) if backlog == stream.len() as u64
+        ));
+        std::thread::scope(|scope| {
+            let blocked = scope.spawn(|| mirror.admit(FullQueuePolicy::Block, budget));
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(!blocked.is_finished(), "admitted while over the budget");
+            // The store comes back: the next pass ships the backlog and the caller goes on.
+            std::fs::remove_file(&prefix).unwrap();
+            std::fs::create_dir(&prefix).unwrap();
+            mirror.ship().unwrap();
+            assert!(blocked.join().unwrap().unwrap());
+        });
+        let stats = mirror.close().unwrap();
+        assert_eq!(stats.records_over_budget, 2);
+        assert_eq!((stats.bytes, stats.backlog_bytes), (stream.len() as u64, 0));
+        assert!(stats.failed_uploads >= 1);
+        let local = tempfile::tempdir().unwrap();
+        download(&url, local.path()).unwrap();
+        let joined = std::fs::read(local.path().join("events.out.tfevents.0000000001.h.1.0"));
+        assert_eq!(joined.unwrap(), stream);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn shipped_records_leave_the_local_disk_and_the_file_its_length() {
+        use std::os::unix::fs::MetadataExt;
+        let staging = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+        let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+        let mut stream = Vec::new();
+        for record in 0..64u8 {
+            crate::framing::frame_into(&mut stream, &[record; 16 << 10]);
+        }
+        let file = staging.path().join("events.out.tfevents.0000000001.h.1.0");
+        std::fs::write(&file, &stream).unwrap();
+        let before = std::fs::metadata(&file).unwrap().blocks() * 512;
+        assert!(before >= stream.len() as u64);
+        mirror.ship().unwrap();
+        let after = std::fs::metadata(&file).unwrap();
+        assert_eq!(after.len(), stream.len() as u64);
+        assert!(
+            after.blocks() * 512 < before / 4,
+            "{} of {before} bytes still on disk",
+            after.blocks() * 512
+        );
+        mirror.close().unwrap();
     }
 
     #[test]
