@@ -21,9 +21,9 @@ pub fn download(url: &str, into: &Path) -> Result<usize, RemoteError> {
         .enable_all()
         .build()
         .map_err(|_| RemoteError::Thread("could not start its runtime"))?;
-    let unreachable = |source| RemoteError::Unreachable {
+    let unreachable = |error| RemoteError::Unreachable {
         url: url.to_owned(),
-        source,
+        reason: super::in_short(&error),
     };
     runtime.block_on(async {
         let mut listed: Vec<object_store::ObjectMeta> = store

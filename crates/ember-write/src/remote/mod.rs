@@ -82,20 +82,22 @@ pub enum RemoteError {
         reason: String,
     },
     /// The store refused the credentials, or access to the bucket.
-    #[error("the object store refused access to {url}: {source}")]
+    #[error(
+        "the object store refused access to {url} (check the credentials it was given): {reason}"
+    )]
     Refused {
         /// The log directory's URL.
         url: String,
-        /// The store's error.
-        source: object_store::Error,
+        /// The store's answer, in short.
+        reason: String,
     },
     /// The store could not be reached, or the bucket does not exist.
-    #[error("cannot reach {url}: {source}")]
+    #[error("cannot reach {url}: {reason}")]
     Unreachable {
         /// The log directory's URL.
         url: String,
-        /// The store's error.
-        source: object_store::Error,
+        /// The store's answer or the connection's error, in short.
+        reason: String,
     },
     /// The staging directory could not be read.
     #[error("cannot read the staging directory {}: {source}", path.display())]
@@ -347,21 +349,58 @@ fn open_store(url: &str) -> Result<(Box<dyn ObjectStore>, ObjectPath), RemoteErr
     Ok((store, prefix))
 }
 
-/// Lists the prefix once: the store answers, the bucket exists, the credentials pass.
+/// Tries the store once: the credentials pass (a HEAD of an object that need not exist, which
+/// the store answers 403 or 401 when it refuses them), then the store answers and the bucket
+/// exists (a listing of the prefix).
 async fn probe(store: &dyn ObjectStore, prefix: &ObjectPath, url: &str) -> Result<(), RemoteError> {
+    use object_store::{Error, ObjectStoreExt};
+    let refused = |error: &Error| RemoteError::Refused {
+        url: url.to_owned(),
+        reason: in_short(error),
+    };
+    let unreachable = |error: &Error| RemoteError::Unreachable {
+        url: url.to_owned(),
+        reason: in_short(error),
+    };
+    match store.head(&prefix.clone().join(".ember-probe")).await {
+        Ok(_) | Err(Error::NotFound { .. }) => {}
+        Err(error @ (Error::PermissionDenied { .. } | Error::Unauthenticated { .. })) => {
+            return Err(refused(&error));
+        }
+        Err(error) => return Err(unreachable(&error)),
+    }
     match store.list_with_delimiter(Some(prefix)).await {
         Ok(_) => Ok(()),
-        Err(
-            source @ (object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. }),
-        ) => Err(RemoteError::Refused {
-            url: url.to_owned(),
-            source,
-        }),
-        Err(source) => Err(RemoteError::Unreachable {
-            url: url.to_owned(),
-            source,
-        }),
+        Err(error @ (Error::PermissionDenied { .. } | Error::Unauthenticated { .. })) => {
+            Err(refused(&error))
+        }
+        Err(error) => Err(unreachable(&error)),
+    }
+}
+
+/// An object store error in one short line: its root cause, with an S3-style XML answer
+/// reduced to its code and message (the whole chain repeats each cause in every layer).
+pub(super) fn in_short(error: &object_store::Error) -> String {
+    let mut cause: &dyn std::error::Error = error;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    let text = cause.to_string();
+    let element = |name: &str| {
+        let open = format!("<{name}>");
+        let start = text.find(&open)? + open.len();
+        let end = start + text[start..].find(&format!("</{name}>"))?;
+        Some(text[start..end].to_owned())
+    };
+    let status = text
+        .find("status code: ")
+        .map(|at| &text[at + "status code: ".len()..])
+        .and_then(|rest| rest.split(':').next())
+        .map(str::trim);
+    match (status, element("Code"), element("Message")) {
+        (Some(status), Some(code), Some(message)) => format!("{status}, {code}: {message}"),
+        (Some(status), _, _) => status.to_owned(),
+        _ => text.lines().next().unwrap_or_default().trim().to_owned(),
     }
 }
 

@@ -184,10 +184,15 @@ impl Shipper {
         Ok(())
     }
 
+    /// The object named as the staged file is, byte for byte: an embedding's directory
+    /// (`embedding%2Fhidden_460`) keeps its `%`, which the projector's config refers to. Only a
+    /// name the store's paths cannot hold as it is gets their escaping.
     fn object(&self, relative: &str) -> ObjectPath {
-        relative
-            .split('/')
-            .fold(self.prefix.clone(), |path, part| path.join(part))
+        ObjectPath::parse(format!("{}/{relative}", self.prefix)).unwrap_or_else(|_| {
+            relative
+                .split('/')
+                .fold(self.prefix.clone(), |path, part| path.join(part))
+        })
     }
 
     /// Every regular file of the staging directory, its subdirectories included, in name
