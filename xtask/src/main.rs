@@ -34,6 +34,7 @@ mod gpu;
 mod layers;
 mod mpi;
 mod objects;
+mod objects_bench;
 mod process;
 mod resume;
 
@@ -52,11 +53,11 @@ fn main() -> anyhow::Result<()> {
         Some("gpu") => gpu::run(&root, &args[1..]),
         Some("layers") => layers::run(&root),
         Some("mpi") => mpi::run(&root, &args[1..]),
-        Some("objects") => objects::run(&root),
+        Some("objects") => objects::run(&root, &args[1..]),
         Some("resume") => resume::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
             );
             Ok(())
         }

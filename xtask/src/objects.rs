@@ -38,7 +38,7 @@ use crate::process::{Ran, build, expect_success, run_limited};
 const TASK: &str = "objects";
 
 /// The S3 server and client, pinned as resolved with Python 3.11, beside TensorBoard.
-const S3_REQUIREMENTS: &[&str] = &[
+pub(crate) const S3_REQUIREMENTS: &[&str] = &[
     "tensorboard==2.21.0",
     "protobuf==7.36.2",
     "numpy==2.4.6",
@@ -51,7 +51,7 @@ const S3_REQUIREMENTS: &[&str] = &[
 const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
 
 /// A server process (moto, the proxy), stopped when dropped.
-struct Server(Child);
+pub(crate) struct Server(pub(crate) Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -60,11 +60,11 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
+pub(crate) fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         ensure!(
@@ -77,7 +77,7 @@ fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
 }
 
 /// Starts moto's S3 server on `port`, with `settings` in its environment, logging into `log`.
-fn moto(
+pub(crate) fn moto(
     python: &Path,
     port: u16,
     settings: &[(&str, &Path)],
@@ -108,7 +108,7 @@ fn moto(
 }
 
 /// What every S3 client of the check is given: credentials, region, endpoint.
-fn s3_env(command: &mut Command, endpoint: &str) {
+pub(crate) fn s3_env(command: &mut Command, endpoint: &str) {
     command
         .env("AWS_ACCESS_KEY_ID", "ember")
         .env("AWS_SECRET_ACCESS_KEY", "ember-secret")
@@ -168,7 +168,10 @@ impl Check<'_> {
     }
 }
 
-pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    if args.iter().any(|a| a == "--bench") {
+        return crate::objects_bench::run(root, args);
+    }
     debug_assert_eq!(&S3_REQUIREMENTS[..4], COMPAT_REQUIREMENTS);
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS) {

@@ -530,8 +530,8 @@ impl SummaryRecord {
         false
     }
 
-    /// Segment objects and bytes shipped to the object store so far, when the log directory is
-    /// a URL.
+    /// What was shipped to the object store so far (after [`close`](Self::close), in all),
+    /// when the log directory is a URL.
     #[cfg(feature = "object-store")]
     pub fn remote_stats(&self) -> Option<ember_write::remote::MirrorStats> {
         self.remote.as_ref().and_then(remote::Remote::stats)

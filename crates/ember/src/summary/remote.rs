@@ -19,6 +19,8 @@ pub(super) struct Remote {
     /// Bytes that may wait for the store before `policy` decides about the next record.
     budget: u64,
     policy: FullQueuePolicy,
+    /// The mirror's counters as its close left them.
+    final_stats: Option<MirrorStats>,
 }
 
 impl Remote {
@@ -49,6 +51,7 @@ impl Remote {
             staging,
             budget,
             policy,
+            final_stats: None,
         })
     }
 
@@ -78,7 +81,10 @@ impl Remote {
 
     /// What was shipped so far.
     pub(super) fn stats(&self) -> Option<MirrorStats> {
-        self.mirror.as_ref().map(RemoteMirror::stats)
+        self.mirror
+            .as_ref()
+            .map(RemoteMirror::stats)
+            .or(self.final_stats)
     }
 
     /// Ships what is left and stops; the staging directory is removed once everything in it
@@ -88,8 +94,10 @@ impl Remote {
             return Ok(());
         };
         let url = mirror.url().to_owned();
+        self.final_stats = Some(mirror.stats());
         match mirror.close() {
-            Ok(_) => {
+            Ok(stats) => {
+                self.final_stats = Some(stats);
                 let _ = std::fs::remove_dir_all(&self.staging);
                 Ok(())
             }
@@ -141,9 +149,117 @@ mod tests {
         fs::remove_file(&prefix).unwrap();
         fs::rename(&aside, &prefix).unwrap();
         record.close().unwrap();
+        let shipped = record.remote_stats().unwrap();
+        assert!(shipped.segments >= 2 && shipped.bytes > 0, "{shipped:?}");
         let read = crate::read::Summaries::read_dir(&url).unwrap();
         let steps: Vec<i64> = read.scalars["loss"].iter().map(|p| p.step).collect();
         assert_eq!(steps, [1, 2]);
         assert_eq!(record.stats().unwrap().records_written, 2);
+    }
+
+    #[test]
+    fn ranks_share_a_url_each_with_its_own_files() {
+        use crate::RankLayout;
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        fs::create_dir_all(bucket.path().join("run")).unwrap();
+        for layout in [RankLayout::FileName, RankLayout::Directory] {
+            let mut records: Vec<SummaryRecord> = (0..2)
+                .map(|rank| {
+                    SummaryRecord::builder(&url)
+                        .rank(rank, 2)
+                        .rank_layout(layout)
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            for step in 1..=3 {
+                for (rank, record) in records.iter_mut().enumerate() {
+                    let tag = format!("{layout:?}/rank{rank}");
+                    record.add_scalar(&tag, step as f64, step).unwrap();
+                }
+            }
+            for record in &mut records {
+                record.close().unwrap();
+            }
+        }
+        let by_name = crate::read::Summaries::read_dir(&url).unwrap();
+        for rank in 0..2 {
+            let steps: Vec<i64> = by_name.scalars[&format!("FileName/rank{rank}")]
+                .iter()
+                .map(|p| p.step)
+                .collect();
+            assert_eq!(steps, [1, 2, 3], "rank {rank}");
+            let own = crate::read::Summaries::read_dir(format!("{url}/rank_{rank}")).unwrap();
+            let steps: Vec<i64> = own.scalars[&format!("Directory/rank{rank}")]
+                .iter()
+                .map(|p| p.step)
+                .collect();
+            assert_eq!(steps, [1, 2, 3], "rank {rank}'s directory");
+            assert_eq!(own.scalars.len(), 1);
+        }
+    }
+
+    #[test]
+    fn exports_and_the_projector_reach_the_store_as_written_locally() {
+        let bucket = tempfile::tempdir().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        fs::create_dir_all(bucket.path().join("run")).unwrap();
+        for dir in [url.clone(), local.path().display().to_string()] {
+            let mut record = SummaryRecord::builder(&dir)
+                .export_tensors(true)
+                .build()
+                .unwrap();
+            record
+                .add_tensor("weights/l1", &[1.0f32, 2.0, 3.0][..], 7)
+                .unwrap();
+            let labels = Some(vec!["a".to_owned(), "b".to_owned()]);
+            record
+                .add_embedding(
+                    "hidden",
+                    ember_write::pack::TensorValue::from_slice(&[0.5f32, 1.5, 2.5, 3.5], [2, 2]),
+                    labels,
+                    None,
+                    7,
+                )
+                .unwrap();
+            record.close().unwrap();
+        }
+        // Every file the local run has besides its event files is in the bucket, byte for byte
+        // (an export directory is named after the second it was made in: that part aside).
+        let files = |root: &std::path::Path| {
+            let mut found = std::collections::BTreeMap::new();
+            let mut dirs = vec![root.to_path_buf()];
+            while let Some(dir) = dirs.pop() {
+                for entry in fs::read_dir(&dir).unwrap() {
+                    let path = entry.unwrap().path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                        continue;
+                    }
+                    let name = path
+                        .strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
+                    if name.contains("tfevents") {
+                        continue;
+                    }
+                    let name = match name.split_once('/') {
+                        Some((first, rest)) if first.starts_with("export_") => {
+                            format!("export_*/{rest}")
+                        }
+                        _ => name,
+                    };
+                    found.insert(name, fs::read(&path).unwrap());
+                }
+            }
+            found
+        };
+        let written = files(local.path());
+        assert_eq!(files(&bucket.path().join("run")), written);
+        let compared = written.len();
+        assert!(compared >= 4, "only {compared} files compared");
     }
 }
