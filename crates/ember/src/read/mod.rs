@@ -50,7 +50,8 @@ pub use ember_write::reader::*;
 use prost::Message;
 
 pub use plugins::{
-    ValueProblem, decode_audio, decode_custom_scalars, decode_pr_curve, pr_curve_thresholds,
+    ValueProblem, decode_audio, decode_custom_scalars, decode_pr_curve, decode_wav,
+    pr_curve_thresholds,
 };
 pub use points::{
     AudioClip, AudioPoint, CustomScalarsPoint, HistogramPoint, ImagePoint, PrCurvePoint,

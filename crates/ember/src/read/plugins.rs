@@ -112,8 +112,9 @@ pub fn decode_audio(tensor: &tbp::TensorProto) -> Result<Vec<AudioClip>, ValuePr
         .collect()
 }
 
-/// A clip from its WAV file: integer samples scaled by `2^(bits - 1)`, float ones as they are.
-pub(super) fn decode_wav(wav: Vec<u8>, label: String) -> Result<AudioClip, ValueProblem> {
+/// A clip from its WAV file, with its label: integer samples scaled by `2^(bits - 1)`, float
+/// ones as they are. TensorFlow 1's audio summaries hold the file in the value itself.
+pub fn decode_wav(wav: Vec<u8>, label: String) -> Result<AudioClip, ValueProblem> {
     let reader =
         hound::WavReader::new(std::io::Cursor::new(wav.as_slice())).map_err(ValueProblem::Wav)?;
     let spec = reader.spec();
