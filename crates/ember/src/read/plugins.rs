@@ -56,10 +56,16 @@ fn layout_problem(
 }
 
 /// The `n` thresholds of a PR curve, `i / (n - 1)`: the pr_curves plugin's, where a prediction
-/// at or above a threshold counts as positive.
+/// at or above a threshold counts as positive. Computed as numpy's `linspace(0, 1, n)`, which
+/// TensorBoard's dashboard uses (`i · (1 / (n − 1))`, the last exactly 1), so that they equal
+/// the dashboard's bit for bit.
 pub fn pr_curve_thresholds(n: usize) -> Vec<f64> {
-    let last = n.saturating_sub(1).max(1) as f64;
-    (0..n).map(|i| i as f64 / last).collect()
+    let step = 1.0 / n.saturating_sub(1).max(1) as f64;
+    let mut thresholds: Vec<f64> = (0..n).map(|i| i as f64 * step).collect();
+    if let Some(last) = thresholds.last_mut().filter(|_| n > 1) {
+        *last = 1.0;
+    }
+    thresholds
 }
 
 /// A PR curve from its `[6, n]` float tensor (`n` ≥ 2): true positives, false positives, true

@@ -497,3 +497,20 @@ fn plugin_values_that_do_not_hold_their_layout_are_typed_errors() {
         assert!(error.to_string().contains(message), "{plugin}: {error}");
     }
 }
+
+#[test]
+fn pr_curve_thresholds_equal_numpys_linspace_bit_for_bit() {
+    // numpy.linspace(0.0, 1.0, 51)[[35, 41, 47, 50]], as TensorBoard's dashboard computes them:
+    // a hair above 0.7, 0.82 and 0.94, where i / 50 rounds to those decimals exactly.
+    let thresholds = pr_curve_thresholds(51);
+    assert_eq!(thresholds.len(), 51);
+    for (i, numpy) in [
+        (35, 0.7000000000000001),
+        (41, 0.8200000000000001),
+        (47, 0.9400000000000001),
+        (50, 1.0),
+    ] {
+        assert_eq!(thresholds[i], numpy, "threshold {i}");
+    }
+    assert_eq!(pr_curve_thresholds(2), [0.0, 1.0]);
+}
