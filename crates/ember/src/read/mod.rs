@@ -19,8 +19,10 @@
 //! ```
 //!
 //! A truncated tail (a file still being written, or cut by a crash) ends a file's series
-//! without an error; corruption, an undecodable record, or a PR curve, audio clip or layout
-//! whose bytes are not its plugin's layout is a [`ReadError`]. Values of kinds without a
+//! without an error; corruption, an undecodable record, a PR curve, audio clip or layout whose
+//! bytes are not its plugin's layout, or a projector config that is not protobuf's text format
+//! is a [`ReadError`]. A file an embedding names that is missing is no error: it is listed in
+//! the entry's [`problems`](EmbeddingEntry::problems). Values of kinds without a
 //! series here (hparams, graphs, lineage) are skipped. Scalars come back as the `f32` both
 //! formats store, widened to `f64`.
 //!

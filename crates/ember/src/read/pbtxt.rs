@@ -37,6 +37,7 @@ pub(super) fn parse(text: &str) -> Result<Vec<Field>, SyntaxError> {
         bytes: text.as_bytes(),
         at: 0,
         line: 1,
+        depth: 0,
     };
     parser.message(None)
 }
@@ -48,10 +49,15 @@ enum Token {
     Punct(u8),
 }
 
+/// How deep messages and lists may nest: a projector config nests two deep; the limit keeps a
+/// hostile file from exhausting the stack of this recursive parser.
+const MAX_DEPTH: usize = 32;
+
 struct Parser<'a> {
     bytes: &'a [u8],
     at: usize,
     line: usize,
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -145,8 +151,13 @@ impl Parser<'_> {
 
     fn value(&mut self, token: Token) -> Result<FieldValue, SyntaxError> {
         match token {
-            Token::Punct(b'{') => self.message(Some(b'}')).map(FieldValue::Message),
-            Token::Punct(b'<') => self.message(Some(b'>')).map(FieldValue::Message),
+            Token::Punct(open @ (b'{' | b'<')) => {
+                self.nest()?;
+                let close = if open == b'{' { b'}' } else { b'>' };
+                let fields = self.message(Some(close));
+                self.depth -= 1;
+                fields.map(FieldValue::Message)
+            }
             Token::Word(word) => Ok(FieldValue::Word(word)),
             Token::String(mut string) => {
                 // Adjacent literals are one string, as in C.
@@ -160,8 +171,23 @@ impl Parser<'_> {
         }
     }
 
+    fn nest(&mut self) -> Result<(), SyntaxError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error("messages or lists nest too deep"));
+        }
+        Ok(())
+    }
+
     /// The items of a list, its `[` read.
     fn list(&mut self) -> Result<FieldValue, SyntaxError> {
+        self.nest()?;
+        let items = self.list_items();
+        self.depth -= 1;
+        items
+    }
+
+    fn list_items(&mut self) -> Result<FieldValue, SyntaxError> {
         let mut items = Vec::new();
         loop {
             match self.next()? {
@@ -306,6 +332,8 @@ mod tests {
 
     #[test]
     fn broken_text_is_an_error_on_its_line() {
+        let deep_messages = "a {".repeat(100_000);
+        let deep_lists = "a: [{".repeat(100_000);
         for (text, line, problem) in [
             ("a {\n b: 1\n", 3, "a message is not closed"),
             ("a: \"open\nb: 1", 1, "a string is not closed on its line"),
@@ -314,6 +342,8 @@ mod tests {
             ("a: \"\\xff\"", 1, "a string is not UTF-8"),
             ("a: \"\\q\"", 1, "an unknown escape in a string"),
             ("a:", 1, "a value was expected"),
+            (&deep_messages, 1, "messages or lists nest too deep"),
+            (&deep_lists, 1, "messages or lists nest too deep"),
         ] {
             assert_eq!(parse(text), Err(SyntaxError { line, problem }), "{text:?}");
         }

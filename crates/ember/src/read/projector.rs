@@ -22,7 +22,7 @@ pub struct EmbeddingEntry {
     /// absolute; `None` when the config leaves the tensor to a checkpoint.
     pub tensor_path: Option<PathBuf>,
     /// `[N, D]` when the config states it.
-    pub tensor_shape: Vec<u64>,
+    pub tensor_shape: Vec<u32>,
     /// The labels' TSV file, as the config gives it.
     pub metadata_path: Option<PathBuf>,
     /// The thumbnails' sprite.
