@@ -46,15 +46,15 @@ impl Detail {
                 format!(
                     "{} thresholds, {} positive(s), {} negative(s)",
                     curve.num_thresholds(),
-                    super::text::number(positives),
-                    super::text::number(negatives)
+                    number(positives),
+                    number(negatives)
                 )
             }
             Detail::Audio(clip) => format!(
                 "{} Hz, {} channel(s), {} s",
                 clip.sample_rate,
                 clip.channels,
-                super::text::number(seconds(clip))
+                number(seconds(clip))
             ),
             Detail::Layout(layout) => {
                 let charts: usize = layout.categories.iter().map(|c| c.charts.len()).sum();
@@ -193,4 +193,12 @@ fn layout_json(layout: &CustomScalarLayout) -> Json {
         })
         .collect();
     json!({ "categories": categories })
+}
+
+/// A number in at most six decimals, without trailing zeros.
+pub(super) fn number(v: f64) -> String {
+    format!("{v:.6}")
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_string()
 }

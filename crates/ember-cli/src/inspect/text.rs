@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::kinds::Detail;
+use super::kinds::{Detail, number};
 use super::{Problem, RunReport, Severity, TagStats};
 
 pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, warnings: usize) {
@@ -92,13 +92,6 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
              crash; the records before it are intact"
         );
     }
-}
-
-pub(super) fn number(v: f64) -> String {
-    format!("{v:.6}")
-        .trim_end_matches('0')
-        .trim_end_matches('.')
-        .to_string()
 }
 
 fn file_name(path: &Path) -> String {
