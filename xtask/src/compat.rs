@@ -12,7 +12,9 @@
 //! 3. Runs `xtask/compat/check_tensorboard.py <dir> <dir>/train-tb` in the first venv:
 //!    TensorBoard's event accumulators must read every tag back with the right kind, steps and
 //!    values, read every whole record of copies of the file cut mid-record, and its hparams data
-//!    provider must give the train run's final metrics as columns. Then
+//!    provider must give the train run's final metrics as columns; and `ember inspect --json
+//!    --values <dir>` (saved beside it as `inspect.json`) must list the PR curves, audio clips,
+//!    custom scalars layout and embeddings of both runs as TensorBoard's plugins return them. Then
 //!    `xtask/compat/check_mindinsight.py <dir>/mindinsight` in the second: MindInsight's data
 //!    manager must read every kind back, resolve every graph edge, and list all three jobs in
 //!    its lineage query.
@@ -219,6 +221,35 @@ fn cargo_run(root: &Path, args: &[&str], what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Saves `ember inspect --json --values <dir>` in `out`, for the checker to hold against
+/// TensorBoard's plugins.
+fn ember_inspect(root: &Path, dir: &str, out: &Path) -> anyhow::Result<()> {
+    let args = [
+        "run",
+        "--quiet",
+        "-p",
+        "ember-cli",
+        "--",
+        "inspect",
+        "--json",
+        "--values",
+        dir,
+    ];
+    let inspect = cargo()
+        .args(args)
+        .current_dir(root)
+        .output()
+        .context("starting ember inspect")?;
+    if !inspect.status.success() {
+        bail!(
+            "ember inspect finds problems in {dir} ({}):\n{}",
+            inspect.status,
+            String::from_utf8_lossy(&inspect.stderr)
+        );
+    }
+    std::fs::write(out, &inspect.stdout).with_context(|| format!("writing {}", out.display()))
+}
+
 /// Runs a checker script in its venv; its last line (the counts) is printed by the script.
 fn check(
     python: &Path,
@@ -287,11 +318,13 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }
 
     if let Some(python) = &tensorboard {
+        let inspect = target.join("compat").join("inspect.json");
+        ember_inspect(root, dir_str, &inspect)?;
         check(
             python,
             root,
             "xtask/compat/check_tensorboard.py",
-            &[&dir, &train_tb],
+            &[&dir, &train_tb, Path::new("--ember-inspect"), &inspect],
             "TensorBoard",
         )?;
     }
