@@ -35,7 +35,7 @@ from playwright.sync_api import sync_playwright
 
 # Charts load asynchronously after the tag list; a page that has not drawn by then is broken.
 PAGE_TIMEOUT_MS = int(os.environ.get("EMBER_BROWSER_TIMEOUT_MS", "30000"))
-SERVER_TIMEOUT_S = 90
+SERVER_TIMEOUT_S = 60
 
 # Text that the dashboards show instead of data, or next to data that failed.
 EMPTY_OR_ERROR = re.compile(
@@ -565,7 +565,7 @@ def start_tensorboard(python, logdir, work, servers):
     # Every run and plugin of the log loaded: the compat run and the demo job.
     wait_for(f"{url}/data/plugin/scalars/tags",
              lambda body: all(r in json.loads(body) for r in [".", "train-tb"]),
-             "TensorBoard", proc, log)
+             f"TensorBoard listing the runs . and train-tb of {logdir}", proc, log)
     return url
 
 
@@ -585,7 +585,7 @@ def start_mindinsight(python, base, work, servers):
     if out.returncode != 0:
         raise CheckFailed(f"mindinsight start failed:\n{out.stdout}{out.stderr}")
     wait_for(f"{url}/v1/mindinsight/datavisual/train-jobs?offset=0&limit=10",
-             lambda body: json.loads(body).get("total", 0) >= 3, "MindInsight")
+             lambda body: json.loads(body).get("total", 0) >= 3, f"MindInsight listing 3 jobs of {base}")
     return url
 
 
