@@ -483,6 +483,11 @@ def mindinsight_checks(b, url, base):
         nodes = page.locator("g.node")
         nodes.first.wait_for()
         page.wait_for_timeout(1000)
+        # A first visit opens a user guide over the graph, with a sample graph of its own.
+        guide = page.locator(".el-popover .el-icon-close").filter(visible=True)
+        if guide.count():
+            guide.first.click()
+            page.wait_for_timeout(500)
         labels = set(
             t.strip() for t in page.locator("g.node text").evaluate_all("ts => ts.map(t => t.textContent)")
         )

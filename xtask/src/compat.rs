@@ -44,16 +44,13 @@ pub(crate) const COMPAT_REQUIREMENTS: &[&str] = &[
 /// MindInsight's checker packages, pinned as resolved with Python 3.11 and tested.
 /// `mindinsight` 2.3.1 is the last release; it calls `np.PINF` and `np.NINF`, which numpy 2
 /// removed (every tensor value then fails to load), hence `numpy` 1.26. `protobuf` 3.20.1 is
-/// the newest it accepts; `pillow` is what it resolved to. Its web server (the browser step)
-/// needs two older ones than pip picks: its lineage search validators take marshmallow 3's
-/// arguments (4 answers every lineage page with a 500), and its lineage page's optimizer
-/// panel calls `DataFrame.iteritems`, which pandas 2 removed.
+/// the newest it accepts; `pandas` and `pillow` are what it resolved to. (Its web server
+/// needs older ones: `browser::MINDINSIGHT_WEB_REQUIREMENTS`.)
 pub(crate) const MINDINSIGHT_REQUIREMENTS: &[&str] = &[
     "mindinsight==2.3.1",
     "numpy==1.26.4",
     "protobuf==3.20.1",
-    "pandas==1.5.3",
-    "marshmallow==3.26.2",
+    "pandas==3.0.6",
     "pillow==13.0.0",
 ];
 
@@ -313,7 +310,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }
     // The pages need TensorBoard's server; MindInsight's pages come along where it is here.
     if let Some(python) = &tensorboard {
-        crate::browser::run(root, &dir, python, mindinsight.as_deref())?;
+        crate::browser::run(root, &dir, python, mindinsight.is_some())?;
     }
     Ok(())
 }
