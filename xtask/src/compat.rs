@@ -19,6 +19,9 @@
 //!    manager must read every kind back, resolve every graph edge, and list all three jobs in
 //!    its lineage query.
 //!
+//! 4. The browser step (`browser.rs`): TensorBoard's and MindInsight's web pages, in headless
+//!    Chromium, show every plugin's tags with data, one screenshot per page.
+//!
 //! Each checker prints one line with its counts. Where Python, its `venv` module or PyPI is
 //! unavailable, a reader is skipped in one line and the task succeeds, except under `CI=true`,
 //! where that is a failure.
@@ -43,7 +46,8 @@ pub(crate) const COMPAT_REQUIREMENTS: &[&str] = &[
 /// MindInsight's checker packages, pinned as resolved with Python 3.11 and tested.
 /// `mindinsight` 2.3.1 is the last release; it calls `np.PINF` and `np.NINF`, which numpy 2
 /// removed (every tensor value then fails to load), hence `numpy` 1.26. `protobuf` 3.20.1 is
-/// the newest it accepts; `pandas` and `pillow` are what it resolved to.
+/// the newest it accepts; `pandas` and `pillow` are what it resolved to. (Its web server
+/// needs older ones: `browser::MINDINSIGHT_WEB_REQUIREMENTS`.)
 pub(crate) const MINDINSIGHT_REQUIREMENTS: &[&str] = &[
     "mindinsight==2.3.1",
     "numpy==1.26.4",
@@ -336,6 +340,10 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             &[&dir.join("mindinsight")],
             "MindInsight",
         )?;
+    }
+    // The pages need TensorBoard's server; MindInsight's pages come along where it is here.
+    if let Some(python) = &tensorboard {
+        crate::browser::run(root, &dir, python, mindinsight.is_some())?;
     }
     Ok(())
 }

@@ -140,10 +140,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (5, 3.0e38),
         (6, -0.0),
     ];
+    // The custom-scalars margin chart draws a band only where its three tags share their steps
+    // (TensorBoard's page shows an error otherwise): bounds a quarter either side of `exact`.
+    let lower: Vec<(i64, f64)> = exact.iter().map(|&(s, v)| (s, v - 0.25)).collect();
+    let upper: Vec<(i64, f64)> = exact.iter().map(|&(s, v)| (s, v + 0.25)).collect();
     for (tag, points) in [
         ("scalars/exact", &exact),
         ("scalars/rounded", &rounded),
         ("scalars/special", &special),
+        ("scalars/lower", &lower),
+        ("scalars/upper", &upper),
     ] {
         for &(step, value) in points {
             summary.add_scalar(tag, value, step)?;
@@ -413,8 +419,8 @@ fn write_plugins(
                     "band",
                     vec![MarginSeries {
                         value: "scalars/exact".into(),
-                        lower: "scalars/rounded".into(),
-                        upper: "scalars/special".into(),
+                        lower: "scalars/lower".into(),
+                        upper: "scalars/upper".into(),
                     }],
                 ),
         )
@@ -458,7 +464,7 @@ fn write_plugins(
     // As the plugin's `layout_impl` returns it: default fields included.
     manifest.add(
         "custom_scalars",
-        r#"{"version":0,"category":[{"title":"losses","closed":false,"chart":[{"title":"train and valid","multiline":{"tag":["scalars/exact","scalars/round.*"]}},{"title":"band","margin":{"series":[{"value":"scalars/exact","lower":"scalars/rounded","upper":"scalars/special"}]}}]},{"title":"closed","closed":true,"chart":[]}]}"#.to_string(),
+        r#"{"version":0,"category":[{"title":"losses","closed":false,"chart":[{"title":"train and valid","multiline":{"tag":["scalars/exact","scalars/round.*"]}},{"title":"band","margin":{"series":[{"value":"scalars/exact","lower":"scalars/lower","upper":"scalars/upper"}]}}]},{"title":"closed","closed":true,"chart":[]}]}"#.to_string(),
     );
     Ok(())
 }
