@@ -1,6 +1,6 @@
 """tensorboardX's side of `cargo xtask bench --peers`: one write workload, one JSON line.
 
-Usage: tbx_write.py --workload W --n N --out DIR [--crc native|python]
+Usage: tbx_write.py --workload W --n N --out DIR [--crc native|python] [--flush-every K]
 
 The workloads and their fixed data are those of `ember bench write` (see workload.py), each
 through tensorboardX's public per-value API, as a user calls it:
@@ -21,8 +21,11 @@ through tensorboardX's public per-value API, as a user calls it:
 find the installed `crc32c`, as its README advises. The JSON line's `peer` says which.
 
 Timing runs from the first value added until `close()` returns, as in `ember bench write`; the
-byte count is every file under --out. `--dump-data FILE` writes a workload's vector as raw
-little-endian f32, to check it against ember's.
+byte count is every file under --out. --out may be an `s3://bucket/prefix` (tensorboardX's S3
+writer, through boto3, with `S3_ENDPOINT`); the byte count is then left to whoever watches the
+wire (`cargo xtask objects --bench` counts it in a proxy). `--flush-every K` calls `flush()`
+every K steps, as `ember bench write --flush-every` does. `--dump-data FILE` writes a
+workload's vector as raw little-endian f32, to check it against ember's.
 """
 
 import argparse
@@ -34,7 +37,7 @@ import time
 from workload import WORKLOADS, fixed_data, size_under
 
 
-def run(workload, n, out, crc):
+def run(workload, n, out, crc, flush_every=None):
     if crc == "python":
         # tensorboardX imports `crc32c` and falls back to its pure-Python CRC when that fails.
         sys.modules["crc32c"] = None
@@ -65,6 +68,8 @@ def run(workload, n, out, crc):
     if workload == "scalars":
         for s in range(n):
             writer.add_scalar("loss", 1.0 / (s + 1.0), s)
+            if flush_every and (s + 1) % flush_every == 0:
+                writer.flush()
     elif workload == "scalars10":
         tags = [f"m{k}" for k in range(10)]
         for s in range(n):
@@ -90,7 +95,7 @@ def run(workload, n, out, crc):
         "n": n,
         "seconds": seconds,
         "per_second": n / seconds,
-        "bytes": size_under(out),
+        "bytes": None if out.startswith("s3://") else size_under(out),
         "native_crc": native,
     }
 
@@ -101,6 +106,7 @@ def main():
     parser.add_argument("--n", type=int, default=1)
     parser.add_argument("--out")
     parser.add_argument("--crc", choices=["native", "python"], default="native")
+    parser.add_argument("--flush-every", type=int, help="flush every K steps (scalars)")
     parser.add_argument("--dump-data", help="write the fixed vector as raw f32 LE and exit")
     args = parser.parse_args()
     if args.dump_data:
@@ -114,7 +120,7 @@ def main():
         parser.error("--out and --n >= 1 are required")
     if os.path.isdir(args.out) and os.listdir(args.out):
         parser.error(f"--out {args.out} is not empty")
-    print(json.dumps(run(args.workload, args.n, args.out, args.crc)), flush=True)
+    print(json.dumps(run(args.workload, args.n, args.out, args.crc, args.flush_every)), flush=True)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Checks an ember log directory with TensorBoard's own loading code (`cargo xtask compat`).
 
 Usage: check_tensorboard.py <log dir written by the compat_writer example> [<ember train log dir>]
+       [--ember-inspect <ember inspect --json --values of both>]
 
 The directory holds one TensorBoard event file and `manifest.json`, the *raw inputs* the writer
 gave ember. Every expectation below is computed here from those inputs and the documented rules
@@ -32,6 +33,12 @@ record before the cut and nothing else.
 With an `ember train --format tensorboard` log dir, the hparams plugin's own handlers (what its
 dashboard requests) must give one session, ended with success, whose metric columns include the
 final metrics, each equal to the last value of the scalar it summarises.
+
+With `--ember-inspect`, ember's own reader must list what TensorBoard's plugins list for both
+runs: every PR curve equal to the pr_curves plugin's entry (thresholds, counts, precision and
+recall, step and wall time; the tail the plugin trims where nothing is predicted positive), every
+audio clip equal to the samples of the WAV blob the data provider serves, the custom scalars
+layout equal to `layout_impl`'s, and the embeddings equal to the projector's `/info` entries.
 
 Exit status 0 when everything matches; 1 with every mismatch listed otherwise.
 """
@@ -739,11 +746,145 @@ def check_train_hparams(train_dir):
     return sum(1 for tag in finals if tag in values)
 
 
+# ---------------------------------------------------------------------------------------------
+# ember inspect's view of the same files (its `--json --values` document), against the plugins'
+
+
+def layout_as_proto_json(layout):
+    """ember inspect's layout in the shape `proto_to_json` gives the plugin's `Layout`, default
+    values included."""
+    def chart(c):
+        if "multiline" in c:
+            return {"title": c["title"], "multiline": {"tag": c["multiline"]}}
+        return {"title": c["title"], "margin": {"series": c["margin"]}}
+
+    categories = [
+        {"title": c["title"], "chart": [chart(x) for x in c["charts"]], "closed": c["closed"]}
+        for c in layout["categories"]
+    ]
+    return {"category": categories, "version": 0}
+
+
+def check_ember_inspect(report_path, run_dir):
+    """What `ember inspect --json --values` lists for the run `run_dir` against what TensorBoard's
+    own plugins return for it: every PR curve (thresholds, the four counts, precision and recall,
+    step and wall time), every audio clip (rate, channels, samples of the WAV blob the data
+    provider serves), the custom scalars layout and the projector's embeddings."""
+    import urllib.parse
+    import wave
+
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.audio import audio_plugin
+    from tensorboard.plugins.custom_scalar import custom_scalars_plugin
+    from tensorboard.plugins.pr_curve import pr_curves_plugin
+    from tensorboard.plugins.projector import projector_plugin
+    from werkzeug import test as werkzeug_test
+    from werkzeug import wrappers
+
+    report = json.load(open(report_path, encoding="utf-8"))
+    label = os.path.basename(run_dir)
+    runs = [r for r in report["runs"] if os.path.samefile(r["dir"], run_dir)]
+    if not expect(len(runs) == 1, f"ember inspect lists no run {run_dir}"):
+        return 0
+    by_kind = {}
+    for entry in runs[0]["tags"]:
+        by_kind.setdefault(entry["kind"], {})[entry["tag"]] = entry
+    tb_context, ctx = plugin_context(run_dir)
+    count = 0
+
+    plugin = pr_curves_plugin.PrCurvesPlugin(tb_context)
+    tb_tags = sorted(plugin.tags_impl(ctx, "").get(".", {}))
+    ours = by_kind.get("pr curve", {})
+    expect(sorted(ours) == tb_tags, f"{label}: ember inspect's pr curves {sorted(ours)} != {tb_tags}")
+    names = ["true_positives", "false_positives", "true_negatives", "false_negatives"]
+    for tag in tb_tags:
+        want = plugin.pr_curves_impl(ctx, "", ["."], tag)["."]
+        got = ours.get(tag, {}).get("values", [])
+        expect(
+            [(s, w) for s, w, _ in got] == [(e["step"], e["wall_time"]) for e in want],
+            f"{label} {tag}: ember inspect's steps and wall times differ from the plugin's",
+        )
+        for (step, _, curve), entry in zip(got, want):
+            end = len(entry["thresholds"])
+            where = f"{label} {tag} step {step}"
+            expect(curve["thresholds"][:end] == entry["thresholds"], f"{where}: thresholds differ")
+            for name in ("precision", "recall"):
+                expect(curve[name][:end] == entry[name], f"{where}: {name} {curve[name][:end]} != {entry[name]}")
+            for name in names:
+                expect([int(v) for v in curve[name][:end]] == entry[name], f"{where}: {name} differ")
+            # The plugin drops the tail where nothing is predicted positive; ember keeps it.
+            tail = zip(curve["true_positives"][end:], curve["false_positives"][end:])
+            expect(all(tp + fp == 0 for tp, fp in tail), f"{where}: the plugin cut a tail with positives")
+            count += 1
+
+    plugin = audio_plugin.AudioPlugin(tb_context)
+    tb_tags = sorted(plugin._index_impl(ctx, "").get(".", {}))
+    ours = by_kind.get("audio", {})
+    expect(sorted(ours) == tb_tags, f"{label}: ember inspect's audio {sorted(ours)} != {tb_tags}")
+    for tag in tb_tags:
+        listed = plugin._audio_response_for_run(ctx, "", ".", tag, 0)
+        got = ours.get(tag, {}).get("values", [])
+        if not expect(
+            [s for s, _, _ in got] == [e["step"] for e in listed],
+            f"{label} {tag}: ember inspect's audio steps {[s for s, _, _ in got]}",
+        ):
+            continue
+        for (step, _, clip), entry in zip(got, listed):
+            blob_key = urllib.parse.parse_qs(entry["query"])["blob_key"][0]
+            with wave.open(io.BytesIO(tb_context.data_provider.read_blob(ctx, blob_key=blob_key))) as w:
+                header = (w.getframerate(), w.getnchannels())
+                pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+            where = f"{label} {tag} step {step}"
+            expect((clip["sample_rate"], clip["channels"]) == header, f"{where}: rate, channels {header}")
+            samples = (pcm.astype(np.float64) / 32768.0).tolist()
+            expect(clip["samples"] == samples, f"{where}: ember inspect's samples differ from the wav's")
+            count += 1
+
+    plugin = custom_scalars_plugin.CustomScalarsPlugin(tb_context)
+    want = plugin.layout_impl(ctx, "")
+    if isinstance(want, str):
+        want = json.loads(want)
+    ours = by_kind.get("custom scalars layout", {})
+    got = {}
+    if ours:
+        got = layout_as_proto_json(next(iter(ours.values()))["layout"])
+    expect(got == want, f"{label}: ember inspect's layout {got} != the plugin's {want}")
+    count += len(ours)
+
+    projector = projector_plugin.ProjectorPlugin(base_plugin.TBContext(logdir=run_dir))
+    apps = projector.get_plugin_apps()
+    client = werkzeug_test.Client(
+        lambda environ, start: apps[environ["PATH_INFO"]](environ, start), wrappers.Response
+    )
+    want = {}
+    if json.loads(client.get("/runs").data) == ["."]:
+        config = json.loads(client.get("/info", query_string={"run": "."}).data)
+        for e in config.get("embeddings", []):
+            sprite = e.get("sprite")
+            want[e["tensorName"]] = {
+                "tensor_path": e.get("tensorPath"),
+                "tensor_shape": e.get("tensorShape", []),
+                "metadata_path": e.get("metadataPath"),
+                "sprite": sprite and {"image_path": sprite["imagePath"], "single_image_dim": sprite["singleImageDim"]},
+                "problems": [],
+            }
+    got = {tag: entry["embedding"] for tag, entry in by_kind.get("embedding", {}).items()}
+    expect(got == want, f"{label}: ember inspect's embeddings {got} != the projector's {want}")
+    count += len(got)
+    return count
+
+
 def main():
-    if len(sys.argv) not in (2, 3):
+    args = sys.argv[1:]
+    inspect_report = None
+    if "--ember-inspect" in args:
+        at = args.index("--ember-inspect")
+        inspect_report = args[at + 1] if at + 1 < len(args) else None
+        del args[at : at + 2]
+    if len(args) not in (1, 2) or ("--ember-inspect" in sys.argv and inspect_report is None):
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
-    path = sys.argv[1]
+    path = args[0]
     manifest = json.load(open(os.path.join(path, "manifest.json"), encoding="utf-8"))
     event_files = sorted(f for f in os.listdir(path) if "tfevents" in f)
     if len(event_files) != 1:
@@ -768,8 +909,13 @@ def main():
     counts["graph edges"] = sum(len(n["inputs"]) for n in manifest["graph"]["nodes"])
     cuts, records = check_truncation(path, event_files[0], snapshot(plugin_acc))
     counts[f"truncations (of {records} records)"] = cuts
-    if len(sys.argv) == 3:
-        counts["final metric columns of an ember train run"] = check_train_hparams(sys.argv[2])
+    if len(args) == 2:
+        counts["final metric columns of an ember train run"] = check_train_hparams(args[1])
+    if inspect_report:
+        runs = [path] + args[1:]
+        counts["pr curves, clips, layouts and embeddings in ember inspect"] = sum(
+            check_ember_inspect(inspect_report, run) for run in runs
+        )
     if FAILURES:
         for message in FAILURES:
             print(f"FAIL: {message}")

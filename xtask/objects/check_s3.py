@@ -4,7 +4,11 @@ TensorBoard's own S3 reader makes of what ember shipped there.
 Usage:
   check_s3.py bucket <endpoint> <bucket>             create the bucket
   check_s3.py compare <s3 url> <local run>            TensorBoard's loader on the bucket shows
-                                                      every scalar of the local run, equal
+                                                      every value of every kind of the local
+                                                      run, equal, and the bucket holds the
+                                                      local run's other files (projector), equal
+  check_s3.py replay <endpoint>                       a restarted moto server replays its
+                                                      recording (its state before the stop)
   check_s3.py killed <s3 url>                         every object holds whole records only, and
                                                       the loader shows train/loss at 1..N
 Credentials and the endpoint come from the environment (AWS_ACCESS_KEY_ID, S3_ENDPOINT, ...),
@@ -15,6 +19,7 @@ import os
 import struct
 import sys
 import urllib.parse
+import urllib.request
 
 import boto3
 
@@ -25,14 +30,64 @@ def timing(tag):
     return tag.endswith("step_seconds") or tag.endswith("examples_per_second")
 
 
-def scalars(path):
-    acc = ea.EventAccumulator(path, size_guidance={ea.SCALARS: 0}, purge_orphaned_data=False)
+def accumulator(path):
+    guidance = {kind: 0 for kind in (ea.SCALARS, ea.HISTOGRAMS, ea.IMAGES, ea.TENSORS, ea.AUDIO)}
+    acc = ea.EventAccumulator(path, size_guidance=guidance, purge_orphaned_data=False)
     acc.Reload()
+    return acc
+
+
+def scalars(path):
+    acc = accumulator(path)
     return {
         tag: [(e.step, e.value) for e in acc.Scalars(tag)]
         for tag in acc.Tags()["scalars"]
         if not timing(tag)
     }
+
+
+def everything(path):
+    """Every value of every kind TensorBoard's loader gives, by kind and tag, wall times
+    aside (and the hparams session's start, which holds one)."""
+    acc = accumulator(path)
+    tags = acc.Tags()
+    kinds = {
+        "scalars": {t: [(e.step, e.value) for e in acc.Scalars(t)]
+                    for t in tags["scalars"] if not timing(t)},
+        "histograms": {t: [(e.step, str(e.histogram_value)) for e in acc.Histograms(t)]
+                       for t in tags["histograms"]},
+        "images": {t: [(e.step, e.width, e.height, e.encoded_image_string) for e in acc.Images(t)]
+                   for t in tags["images"]},
+        "audio": {t: [(e.step, e.encoded_audio_string) for e in acc.Audio(t)]
+                  for t in tags["audio"]},
+        "tensors": {t: [(e.step, e.tensor_proto.SerializeToString()) for e in acc.Tensors(t)]
+                    for t in tags["tensors"] if t != "_hparams_/session_start_info"},
+        "hparams session": {t: len(acc.Tensors(t)) for t in tags["tensors"]
+                            if t == "_hparams_/session_start_info"},
+        "graph": {"graph": acc.Graph().SerializeToString() if tags["graph"] else None},
+    }
+    return kinds
+
+
+def other_files(local):
+    """The files of a local run that ember's writers made besides event files: the projector's
+    config and tensors, exported tensors (checkpoints and the saved model are not logs)."""
+    found = {}
+    for dirpath, _, names in os.walk(local):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            relative = os.path.relpath(path, local)
+            if ("tfevents" in name or ".summary." in name or relative.startswith("checkpoints")
+                    or name == "model.bpk"):
+                continue
+            with open(path, "rb") as f:
+                found[relative] = f.read()
+    return found
+
+
+def segment(key):
+    stem, _, number = key.rpartition(".")
+    return len(number) == 8 and number.isdigit() and ("tfevents" in stem or ".summary." in stem)
 
 
 def client():
@@ -69,23 +124,39 @@ def main():
         return
     if mode == "compare":
         url, local = sys.argv[2], sys.argv[3]
-        got, want = scalars(url), scalars(local)
+        got, want = everything(url), everything(local)
         failures = [
-            f"{tag}: {str(got.get(tag))[:200]} != {str(want.get(tag))[:200]}"
-            for tag in sorted(set(got) | set(want))
-            if got.get(tag) != want.get(tag)
+            f"{kind} {tag}: {str(got[kind].get(tag))[:200]} != {str(want[kind].get(tag))[:200]}"
+            for kind in want
+            for tag in sorted(set(got[kind]) | set(want[kind]))
+            if got[kind].get(tag) != want[kind].get(tag)
         ]
-        segments = list(objects(url))
-        broken = [key for key, data in segments if whole_records(data) is None]
-        if failures or broken or not want:
+        stored = dict(objects(url))
+        segments = {key: data for key, data in stored.items() if segment(key)}
+        broken = [key for key, data in segments.items() if whole_records(data) is None]
+        prefix = urllib.parse.urlparse(url).path.strip("/") + "/"
+        whole = {key[len(prefix):]: data for key, data in stored.items() if not segment(key)}
+        files = other_files(local)
+        failures += [f"file {name}: not in the bucket as written"
+                     for name, data in files.items() if whole.get(name) != data]
+        failures += [f"object {name}: no such file in the local run"
+                     for name in whole if name not in files]
+        if failures or broken or not want["scalars"]:
             for failure in failures[:40]:
                 print("MISMATCH", failure)
             for key in broken:
                 print("TORN", key)
             sys.exit(1)
-        points = sum(len(v) for v in want.values())
-        print(f"s3: TensorBoard's S3 reader shows every scalar of the run ({len(want)} series, "
-              f"{points} points) from {len(segments)} segment objects of whole records")
+        counts = ", ".join(f"{sum(len(v) if isinstance(v, list) else 1 for v in want[k].values())}"
+                           f" {k}" for k in ("scalars", "histograms", "images", "tensors"))
+        print(f"s3: TensorBoard's S3 reader shows every value of the run ({counts}, the graph) "
+              f"from {len(segments)} segment objects of whole records; its {len(files)} other "
+              f"files are in the bucket as written")
+        return
+    if mode == "replay":
+        request = urllib.request.Request(sys.argv[2] + "/moto-api/recorder/replay-recording",
+                                         method="POST")
+        urllib.request.urlopen(request, timeout=120).read()
         return
     if mode == "killed":
         url = sys.argv[2]

@@ -12,10 +12,15 @@
 //! 3. Runs `xtask/compat/check_tensorboard.py <dir> <dir>/train-tb` in the first venv:
 //!    TensorBoard's event accumulators must read every tag back with the right kind, steps and
 //!    values, read every whole record of copies of the file cut mid-record, and its hparams data
-//!    provider must give the train run's final metrics as columns. Then
+//!    provider must give the train run's final metrics as columns; and `ember inspect --json
+//!    --values <dir>` (saved beside it as `inspect.json`) must list the PR curves, audio clips,
+//!    custom scalars layout and embeddings of both runs as TensorBoard's plugins return them. Then
 //!    `xtask/compat/check_mindinsight.py <dir>/mindinsight` in the second: MindInsight's data
 //!    manager must read every kind back, resolve every graph edge, and list all three jobs in
 //!    its lineage query.
+//!
+//! 4. The browser step (`browser.rs`): TensorBoard's and MindInsight's web pages, in headless
+//!    Chromium, show every plugin's tags with data, one screenshot per page.
 //!
 //! Each checker prints one line with its counts. Where Python, its `venv` module or PyPI is
 //! unavailable, a reader is skipped in one line and the task succeeds, except under `CI=true`,
@@ -41,7 +46,8 @@ pub(crate) const COMPAT_REQUIREMENTS: &[&str] = &[
 /// MindInsight's checker packages, pinned as resolved with Python 3.11 and tested.
 /// `mindinsight` 2.3.1 is the last release; it calls `np.PINF` and `np.NINF`, which numpy 2
 /// removed (every tensor value then fails to load), hence `numpy` 1.26. `protobuf` 3.20.1 is
-/// the newest it accepts; `pandas` and `pillow` are what it resolved to.
+/// the newest it accepts; `pandas` and `pillow` are what it resolved to. (Its web server
+/// needs older ones: `browser::MINDINSIGHT_WEB_REQUIREMENTS`.)
 pub(crate) const MINDINSIGHT_REQUIREMENTS: &[&str] = &[
     "mindinsight==2.3.1",
     "numpy==1.26.4",
@@ -219,6 +225,35 @@ fn cargo_run(root: &Path, args: &[&str], what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Saves `ember inspect --json --values <dir>` in `out`, for the checker to hold against
+/// TensorBoard's plugins.
+fn ember_inspect(root: &Path, dir: &str, out: &Path) -> anyhow::Result<()> {
+    let args = [
+        "run",
+        "--quiet",
+        "-p",
+        "ember-cli",
+        "--",
+        "inspect",
+        "--json",
+        "--values",
+        dir,
+    ];
+    let inspect = cargo()
+        .args(args)
+        .current_dir(root)
+        .output()
+        .context("starting ember inspect")?;
+    if !inspect.status.success() {
+        bail!(
+            "ember inspect finds problems in {dir} ({}):\n{}",
+            inspect.status,
+            String::from_utf8_lossy(&inspect.stderr)
+        );
+    }
+    std::fs::write(out, &inspect.stdout).with_context(|| format!("writing {}", out.display()))
+}
+
 /// Runs a checker script in its venv; its last line (the counts) is printed by the script.
 fn check(
     python: &Path,
@@ -287,11 +322,13 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }
 
     if let Some(python) = &tensorboard {
+        let inspect = target.join("compat").join("inspect.json");
+        ember_inspect(root, dir_str, &inspect)?;
         check(
             python,
             root,
             "xtask/compat/check_tensorboard.py",
-            &[&dir, &train_tb],
+            &[&dir, &train_tb, Path::new("--ember-inspect"), &inspect],
             "TensorBoard",
         )?;
     }
@@ -303,6 +340,10 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             &[&dir.join("mindinsight")],
             "MindInsight",
         )?;
+    }
+    // The pages need TensorBoard's server; MindInsight's pages come along where it is here.
+    if let Some(python) = &tensorboard {
+        crate::browser::run(root, &dir, python, mindinsight.is_some())?;
     }
     Ok(())
 }

@@ -5,10 +5,12 @@
 //! - `bench [--peers] [--skip-criterion] [--rounds R]`: criterion benchmarks and the
 //!   `ember bench write` workloads (with `--peers`, tensorboardX's too), reported in
 //!   `target/bench/report.{md,json}`.
+//! - `browser`: the browser step of `compat` alone, over the log the last `compat` wrote.
 //! - `ci`: runs what `.ci/run` runs, cheapest checks first.
 //! - `compat`: checks with TensorBoard's and MindInsight's own loaders (pinned, in venvs under
 //!   `target/`) that every value kind ember writes reads back as written, truncated files,
-//!   graph edges, hparams columns and lineage rows included.
+//!   graph edges, hparams columns and lineage rows included; then that every plugin's page shows
+//!   its tags with data in headless Chromium (`browser.rs`), a screenshot per page.
 //! - `codegen [--check]`: regenerates ember-pack's protobuf code (`--check` only verifies it).
 //! - `devices`: multi-device training on two distinct wgpu devices (Mesa's lavapipe where there
 //!   is no GPU), against one device, burn-train's own summary and the flex build.
@@ -26,6 +28,7 @@
 //!   and MindInsight) against an uninterrupted run's.
 
 mod bench;
+mod browser;
 mod ci;
 mod codegen;
 mod compat;
@@ -36,6 +39,7 @@ mod layers;
 mod module_cycles;
 mod mpi;
 mod objects;
+mod objects_bench;
 mod process;
 mod resume;
 
@@ -46,6 +50,7 @@ fn main() -> anyhow::Result<()> {
     let root = workspace_root();
     match args.first().map(String::as_str) {
         Some("bench") => bench::run(&root, &args[1..]),
+        Some("browser") => browser::run_alone(&root),
         Some("ci") => ci::run(&root),
         Some("compat") => compat::run(&root),
         Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
@@ -54,11 +59,11 @@ fn main() -> anyhow::Result<()> {
         Some("gpu") => gpu::run(&root, &args[1..]),
         Some("layers") => layers::run(&root),
         Some("mpi") => mpi::run(&root, &args[1..]),
-        Some("objects") => objects::run(&root),
+        Some("objects") => objects::run(&root, &args[1..]),
         Some("resume") => resume::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md, and no module cycle inside ember-pack or ember-write\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md, and no module cycle inside ember-pack or ember-write\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
             );
             Ok(())
         }

@@ -5,33 +5,40 @@
 //!    and the compat checker's TensorBoard, and builds `ember` with the `object-store` feature.
 //! 2. Starts `python -m moto.server` on a free loopback port and creates a bucket.
 //! 3. `ember train` into `s3://ember/run` and, with the same arguments, into a local directory:
-//!    TensorBoard's S3 reader (`S3_ENDPOINT`, boto3) shows every scalar of the local run, equal,
-//!    and every object in the bucket holds whole records only
-//!    (`xtask/objects/check_s3.py`).
-//!    `ember inspect --json --values s3://ember/run` gives the local run's values.
-//! 4. A run killed with SIGKILL mid-training: every object left holds whole records, and the
+//!    TensorBoard's S3 reader (`S3_ENDPOINT`, boto3) shows every value of every kind of the
+//!    local run, equal; the projector's files are in the bucket as written; every segment holds
+//!    whole records only (`xtask/objects/check_s3.py`). `ember inspect --json --values
+//!    s3://ember/run` gives the local run's values.
+//! 4. The same in MindInsight's format, through a local sync: `ember pull` of the URL, read by
+//!    MindInsight 2.3.1 as the local run (`xtask/resume/check_mindinsight.py`).
+//! 5. A run killed with SIGKILL mid-training: every object left holds whole records, and the
 //!    loader shows the loss at steps 1..N with none missing.
-//! 5. The store cut away for five seconds mid-run by a proxy (`xtask/objects/outage_proxy.py`):
-//!    nothing is lost.
-//! 6. An endpoint that does not answer: `ember train` fails before training, in one line
+//! 6. The S3 server killed mid-run and started again a few seconds later (moto's recorder
+//!    replays its state), behind a proxy that keeps the endpoint closed until it is back
+//!    (`xtask/objects/outage_proxy.py`): nothing is lost.
+//! 7. Credentials the server does not know (moto with its IAM checks on): `ember train` fails
+//!    at once, in one line saying access was refused, naming the bucket.
+//! 8. An endpoint that does not answer: `ember train` fails before training, in one line
 //!    naming the log directory.
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{COMPAT_REQUIREMENTS, VenvError, ensure_venv, skip_or_fail, target_dir};
-use crate::process::{build, expect_success, run_limited};
+use crate::compat::{
+    COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS, VenvError, ensure_venv, skip_or_fail, target_dir,
+};
+use crate::process::{Ran, build, expect_success, run_limited};
 
 const TASK: &str = "objects";
 
 /// The S3 server and client, pinned as resolved with Python 3.11, beside TensorBoard.
-const S3_REQUIREMENTS: &[&str] = &[
+pub(crate) const S3_REQUIREMENTS: &[&str] = &[
     "tensorboard==2.21.0",
     "protobuf==7.36.2",
     "numpy==2.4.6",
@@ -43,8 +50,8 @@ const S3_REQUIREMENTS: &[&str] = &[
 /// About five seconds in a debug build: segments shipped at intervals, then the rest at close.
 const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
 
-/// The moto server, stopped when dropped.
-struct Server(Child);
+/// A server process (moto, the proxy), stopped when dropped.
+pub(crate) struct Server(pub(crate) Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -53,11 +60,118 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+pub(crate) fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what} did not listen on 127.0.0.1:{port} within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Starts moto's S3 server on `port`, with `settings` in its environment, logging into `log`.
+pub(crate) fn moto(
+    python: &Path,
+    port: u16,
+    settings: &[(&str, &Path)],
+    log: &Path,
+) -> anyhow::Result<Server> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let mut command = Command::new(python);
+    command
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let server = Server(command.spawn().context("starting moto's S3 server")?);
+    wait_for_port(port, "moto's S3 server")?;
+    Ok(server)
+}
+
+/// What every S3 client of the check is given: credentials, region, endpoint.
+pub(crate) fn s3_env(command: &mut Command, endpoint: &str) {
+    command
+        .env("AWS_ACCESS_KEY_ID", "ember")
+        .env("AWS_SECRET_ACCESS_KEY", "ember-secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("S3_ENDPOINT", endpoint)
+        .env("TF_CPP_MIN_LOG_LEVEL", "3");
+}
+
+/// The paths and programs every scenario uses.
+struct Check<'a> {
+    root: &'a Path,
+    python: &'a Path,
+    ember: &'a Path,
+    work: &'a Path,
+}
+
+impl Check<'_> {
+    /// Runs `check_s3.py` with `args` against `endpoint`.
+    fn script(&self, endpoint: &str, args: &[&str], what: &str) -> anyhow::Result<()> {
+        let mut command = Command::new(self.python);
+        command
+            .arg(self.root.join("xtask/objects/check_s3.py"))
+            .args(args);
+        s3_env(&mut command, endpoint);
+        let status = command
+            .status()
+            .with_context(|| format!("starting {what}"))?;
+        ensure!(status.success(), "{what} failed ({status})");
+        Ok(())
+    }
+
+    /// `ember` with `args`, against `endpoint`.
+    fn ember(&self, endpoint: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(self.ember);
+        command.args(args);
+        s3_env(&mut command, endpoint);
+        command
+    }
+
+    /// `ember train` with `args` into the local directory `name` of the work directory.
+    fn train_locally(&self, args: &[&str], name: &str) -> anyhow::Result<PathBuf> {
+        let local = self.work.join(name);
+        let mut train = Command::new(self.ember);
+        train.args(args).arg("--logdir").arg(&local);
+        expect_success(
+            &run_limited(
+                train,
+                "ember train (local)",
+                &self.work.join(format!("{name}.log")),
+            )?,
+            "ember train into a local directory",
+        )?;
+        Ok(local)
+    }
+}
+
+pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    if args.iter().any(|a| a == "--bench") {
+        return crate::objects_bench::run(root, args);
+    }
     debug_assert_eq!(&S3_REQUIREMENTS[..4], COMPAT_REQUIREMENTS);
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS) {
@@ -75,80 +189,55 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&work)?;
     }
     std::fs::create_dir_all(&work)?;
+    let check = Check {
+        root,
+        python: &python,
+        ember: &ember,
+        work: &work,
+    };
 
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
-    let log = std::fs::File::create(work.join("moto.log"))?;
-    let _server = Server(
-        Command::new(&python)
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting moto's S3 server")?,
-    );
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        ensure!(
-            started.elapsed() < Duration::from_secs(60),
-            "moto's S3 server did not listen on {endpoint} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let script = root.join("xtask/objects/check_s3.py");
-    let env = |command: &mut Command, endpoint: &str| {
-        command
-            .env("AWS_ACCESS_KEY_ID", "ember")
-            .env("AWS_SECRET_ACCESS_KEY", "ember-secret")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_DEFAULT_REGION", "us-east-1")
-            .env("AWS_ENDPOINT_URL", endpoint)
-            .env("AWS_ALLOW_HTTP", "true")
-            .env("S3_ENDPOINT", endpoint)
-            .env("TF_CPP_MIN_LOG_LEVEL", "3");
-    };
-    let check = |args: &[&str], what: &str| -> anyhow::Result<()> {
-        let mut command = Command::new(&python);
-        command.arg(&script).args(args);
-        env(&mut command, &endpoint);
-        let status = command
-            .status()
-            .with_context(|| format!("starting {what}"))?;
-        ensure!(status.success(), "{what} failed ({status})");
-        Ok(())
-    };
-    check(&["bucket", &endpoint, "ember"], "creating the bucket")?;
-
-    // A run into the bucket and the same run on the local disk.
-    let local = work.join("local");
-    let mut train = Command::new(&ember);
-    train.args(TRAIN_ARGS).arg("--logdir").arg(&local);
-    expect_success(
-        &run_limited(train, "ember train (local)", &work.join("local.log"))?,
-        "ember train into a local directory",
+    let _server = moto(&python, port, &[], &work.join("moto.log"))?;
+    check.script(
+        &endpoint,
+        &["bucket", &endpoint, "ember"],
+        "creating the bucket",
     )?;
-    let mut train = Command::new(&ember);
-    train.args(TRAIN_ARGS).args(["--logdir", "s3://ember/run"]);
-    env(&mut train, &endpoint);
-    let ran = run_limited(train, "ember train --logdir s3://", &work.join("s3.log"))?;
+
+    every_kind(&check, &endpoint)?;
+    mindinsight(&check, &target, &endpoint)?;
+    killed(&check, &endpoint)?;
+    restarted(&check)?;
+    refused(&check)?;
+    unreachable(&check)
+}
+
+/// A run into the bucket and the same run on the local disk: every value of every kind in
+/// TensorBoard's S3 reader and in `ember inspect` of the URL.
+fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+    let local = check.train_locally(TRAIN_ARGS, "local")?;
+    let mut train = check.ember(endpoint, TRAIN_ARGS);
+    train.args(["--logdir", "s3://ember/run"]);
+    let ran = run_limited(
+        train,
+        "ember train --logdir s3://",
+        &check.work.join("s3.log"),
+    )?;
     expect_success(&ran, "ember train --logdir s3://ember/run")?;
     let local_str = local.to_str().context("a path that is not UTF-8")?;
-    check(
+    check.script(
+        endpoint,
         &["compare", "s3://ember/run", local_str],
         "TensorBoard's S3 reader against the local run",
     )?;
-    // ember's own reader of the URL: the same values as the local run.
-    let mut inspect = Command::new(&ember);
-    inspect.args(["inspect", "--json", "--values", "s3://ember/run"]);
-    env(&mut inspect, &endpoint);
-    let out = inspect.output().context("starting ember inspect")?;
+    let out = check
+        .ember(
+            endpoint,
+            &["inspect", "--json", "--values", "s3://ember/run"],
+        )
+        .output()
+        .context("starting ember inspect")?;
     ensure!(
         out.status.success(),
         "ember inspect s3://ember/run failed:\n{}",
@@ -157,7 +246,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let remote: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")?;
     crate::resume::same_values(
-        &crate::process::inspect_json(&ember, &local)?,
+        &crate::process::inspect_json(check.ember, &local)?,
         &remote,
         Path::new("s3://ember/run"),
     )?;
@@ -166,11 +255,71 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
          inspect of the URL gives the local run's values",
         ran.elapsed.as_secs_f64()
     );
+    Ok(())
+}
 
-    // Killed with SIGKILL mid-run.
-    let mut train = Command::new(&ember);
-    train
-        .args([
+/// MindInsight through a local sync: `ember pull` of a MindInsight-format run, read by
+/// MindInsight 2.3.1 as the same run written locally (scalars, histograms, images, lineage).
+fn mindinsight(check: &Check, target: &Path, endpoint: &str) -> anyhow::Result<()> {
+    let python = match ensure_venv(&target.join("compat-mi-venv"), MINDINSIGHT_REQUIREMENTS) {
+        Ok(python) => python,
+        Err(VenvError::Unavailable(why)) => {
+            return skip_or_fail(TASK, &format!("the MindInsight reader: {why}"));
+        }
+        Err(VenvError::Failed(e)) => return Err(e),
+    };
+    let args: Vec<&str> = TRAIN_ARGS
+        .iter()
+        .copied()
+        .chain(["--format", "mindinsight"])
+        .collect();
+    let base = check.work.join("mi");
+    std::fs::create_dir_all(&base)?;
+    check.train_locally(&args, "mi/local")?;
+    let mut train = check.ember(endpoint, &args);
+    train.args(["--logdir", "s3://ember/mi"]);
+    let ran = run_limited(
+        train,
+        "ember train --format mindinsight",
+        &check.work.join("mi.log"),
+    )?;
+    expect_success(
+        &ran,
+        "ember train --format mindinsight --logdir s3://ember/mi",
+    )?;
+    let pulled = base.join("pulled");
+    let out = check
+        .ember(endpoint, &["pull", "s3://ember/mi"])
+        .arg(&pulled)
+        .output()
+        .context("starting ember pull")?;
+    ensure!(
+        out.status.success(),
+        "ember pull s3://ember/mi failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = Command::new(&python)
+        .arg(check.root.join("xtask/resume/check_mindinsight.py"))
+        .arg(&base)
+        .args(["local", "pulled"])
+        .status()
+        .context("starting check_mindinsight.py")?;
+    ensure!(
+        status.success(),
+        "MindInsight does not read the pulled run as the local one ({status})"
+    );
+    eprintln!(
+        "{TASK}: a MindInsight-format run in the bucket, brought back by ember pull, reads in \
+         MindInsight 2.3.1 as the same run written locally"
+    );
+    Ok(())
+}
+
+/// Killed with SIGKILL mid-run: only whole records in the bucket, no step missing.
+fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+    let mut train = check.ember(
+        endpoint,
+        &[
             "train",
             "--epochs",
             "200",
@@ -178,10 +327,10 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             "400",
             "--devices",
             "2",
-        ])
-        .args(["--logdir", "s3://ember/killed"]);
-    env(&mut train, &endpoint);
-    let log = std::fs::File::create(work.join("killed.log"))?;
+        ],
+    );
+    train.args(["--logdir", "s3://ember/killed"]);
+    let log = std::fs::File::create(check.work.join("killed.log"))?;
     let mut child = train
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -194,74 +343,42 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     );
     child.kill()?;
     child.wait()?;
-    check(&["killed", "s3://ember/killed"], "reading the killed run")?;
-
-    // The store goes away for five seconds mid-run and comes back: nothing is lost.
-    outage(&python, root, &ember, &work, port, &env, &check)?;
-
-    // An endpoint nothing answers on: one line, before training.
-    let closed = format!("http://127.0.0.1:{}", free_port()?);
-    let mut train = Command::new(&ember);
-    train
-        .args(TRAIN_ARGS)
-        .args(["--logdir", "s3://ember/nowhere"]);
-    env(&mut train, &closed);
-    let ran = run_limited(
-        train,
-        "ember train against no server",
-        &work.join("down.log"),
-    )?;
-    ensure!(!ran.success, "ember train succeeded with no S3 server");
-    let lines: Vec<&str> = ran
-        .output
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    if lines.len() != 1
-        || !lines[0].starts_with("error: ")
-        || !lines[0].contains("s3://ember/nowhere")
-    {
-        bail!(
-            "a down endpoint must give one error line naming the log directory:\n{}",
-            ran.output
-        );
-    }
-    ensure!(
-        !ran.output.contains("epoch 1/"),
-        "training started although the store is down:\n{}",
-        ran.output
-    );
-    eprintln!("{TASK}: an endpoint that does not answer: {}", lines[0]);
-    Ok(())
+    check.script(
+        endpoint,
+        &["killed", "s3://ember/killed"],
+        "reading the killed run",
+    )
 }
 
-/// `ember train` through a proxy that cuts the store away from 2 s to 7 s into the run: the
+/// `ember train` while its S3 server is killed 2 s into the run and started again 3 s later,
+/// its state replayed from moto's recorder. A proxy in front keeps the endpoint closed from the
+/// kill until the replay is done, as a store's endpoint is down until the store is back. The
 /// uploads of that time fail, are tried again, and the run's log in the bucket is whole.
-fn outage(
-    python: &Path,
-    root: &Path,
-    ember: &Path,
-    work: &Path,
-    port: u16,
-    env: &dyn Fn(&mut Command, &str),
-    check: &dyn Fn(&[&str], &str) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
+fn restarted(check: &Check) -> anyhow::Result<()> {
     const ARGS: &[&str] = &["train", "--epochs", "100", "--devices", "2"];
-    let local = work.join("local-outage");
-    let mut train = Command::new(ember);
-    train.args(ARGS).arg("--logdir").arg(&local);
-    expect_success(
-        &run_limited(train, "ember train (local)", &work.join("local-outage.log"))?,
-        "ember train into a local directory",
+    let local = check.train_locally(ARGS, "local-restart")?;
+    let port = free_port()?;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let recording = check.work.join("moto-recording.jsonl");
+    let settings: [(&str, &Path); 2] = [
+        ("MOTO_ENABLE_RECORDING", Path::new("True")),
+        ("MOTO_RECORDER_FILEPATH", &recording),
+    ];
+    let moto_log = check.work.join("moto-restarted.log");
+    let mut server = moto(check.python, port, &settings, &moto_log)?;
+    check.script(
+        &endpoint,
+        &["bucket", &endpoint, "ember"],
+        "creating the bucket",
     )?;
 
     let proxy_port = free_port()?;
-    let flag = work.join("store-down");
-    let proxy_log = work.join("proxy.log");
+    let flag = check.work.join("store-down");
+    let proxy_log = check.work.join("proxy.log");
     let log = std::fs::File::create(&proxy_log)?;
     let _proxy = Server(
-        Command::new(python)
-            .arg(root.join("xtask/objects/outage_proxy.py"))
+        Command::new(check.python)
+            .arg(check.root.join("xtask/objects/outage_proxy.py"))
             .args([proxy_port.to_string(), port.to_string()])
             .arg(&flag)
             .stdout(log.try_clone()?)
@@ -269,18 +386,10 @@ fn outage(
             .spawn()
             .context("starting the outage proxy")?,
     );
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_err() {
-        ensure!(
-            started.elapsed() < Duration::from_secs(30),
-            "the outage proxy did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut train = Command::new(ember);
-    train.args(ARGS).args(["--logdir", "s3://ember/outage"]);
-    env(&mut train, &format!("http://127.0.0.1:{proxy_port}"));
-    let log = std::fs::File::create(work.join("outage.log"))?;
+    wait_for_port(proxy_port, "the outage proxy")?;
+    let mut train = check.ember(&format!("http://127.0.0.1:{proxy_port}"), ARGS);
+    train.args(["--logdir", "s3://ember/restarted"]);
+    let log = std::fs::File::create(check.work.join("restarted.log"))?;
     let mut child = train
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -288,28 +397,118 @@ fn outage(
         .context("starting ember train")?;
     std::thread::sleep(Duration::from_secs(2));
     std::fs::write(&flag, b"down")?;
-    std::thread::sleep(Duration::from_secs(5));
+    drop(server);
+    let stopped = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    server = moto(check.python, port, &settings, &moto_log)?;
+    check.script(
+        &endpoint,
+        &["replay", &endpoint],
+        "replaying moto's recording",
+    )?;
+    let down_for = stopped.elapsed();
+    ensure!(
+        child.try_wait()?.is_none(),
+        "the run ended before its store came back: nothing was shipped across the restart"
+    );
     std::fs::remove_file(&flag)?;
     let status = child.wait()?;
     ensure!(
         status.success(),
-        "ember train failed across the outage:\n{}",
-        std::fs::read_to_string(work.join("outage.log")).unwrap_or_default()
+        "ember train failed across the restart:\n{}",
+        std::fs::read_to_string(check.work.join("restarted.log")).unwrap_or_default()
     );
     let cuts = std::fs::read_to_string(&proxy_log)?
         .matches("while down")
         .count();
     ensure!(
         cuts > 0,
-        "no upload met the outage: the run ended before it, or shipped nothing in it"
+        "no upload met the restart: the run shipped nothing while the store was down"
     );
     let local = local.to_str().context("a path that is not UTF-8")?;
-    check(
-        &["compare", "s3://ember/outage", local],
-        "reading the run across the outage",
+    check.script(
+        &endpoint,
+        &["compare", "s3://ember/restarted", local],
+        "reading the run across the restart",
     )?;
+    drop(server);
     eprintln!(
-        "{TASK}: the store cut away for 5 s mid-run ({cuts} connections cut or refused): nothing lost"
+        "{TASK}: the S3 server killed mid-run and started again {:.1} s later ({cuts} \
+         connections cut or refused meanwhile): nothing lost",
+        down_for.as_secs_f64()
     );
     Ok(())
+}
+
+/// A server that checks credentials (moto with its IAM checks from the first request) and
+/// does not know ember's: one line, at once, saying access was refused and naming the bucket.
+fn refused(check: &Check) -> anyhow::Result<()> {
+    let port = free_port()?;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let _server = moto(
+        check.python,
+        port,
+        &[("INITIAL_NO_AUTH_ACTION_COUNT", Path::new("0"))],
+        &check.work.join("moto-iam.log"),
+    )?;
+    let mut train = check.ember(&endpoint, TRAIN_ARGS);
+    train.args(["--logdir", "s3://ember/denied"]);
+    let ran = run_limited(
+        train,
+        "ember train with refused credentials",
+        &check.work.join("denied.log"),
+    )?;
+    let line = one_error_line(&ran, "s3://ember/denied", "refused")?;
+    ensure!(
+        ran.elapsed < Duration::from_secs(10),
+        "refused credentials took {:.1} s to report: they must not be retried",
+        ran.elapsed.as_secs_f64()
+    );
+    eprintln!(
+        "{TASK}: credentials the store refuses ({:.2} s): {line}",
+        ran.elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// An endpoint nothing answers on: one line, before training.
+fn unreachable(check: &Check) -> anyhow::Result<()> {
+    let closed = format!("http://127.0.0.1:{}", free_port()?);
+    let mut train = check.ember(&closed, TRAIN_ARGS);
+    train.args(["--logdir", "s3://ember/nowhere"]);
+    let ran = run_limited(
+        train,
+        "ember train against no server",
+        &check.work.join("down.log"),
+    )?;
+    let line = one_error_line(&ran, "s3://ember/nowhere", "cannot reach")?;
+    eprintln!("{TASK}: an endpoint that does not answer: {line}");
+    Ok(())
+}
+
+/// The one line a failed `ember train` printed, which names `url` and says `what`, before any
+/// training.
+fn one_error_line(ran: &Ran, url: &str, what: &str) -> anyhow::Result<String> {
+    ensure!(!ran.success, "ember train into {url} succeeded");
+    let lines: Vec<&str> = ran
+        .output
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if lines.len() != 1
+        || !lines[0].starts_with("error: ")
+        || !lines[0].contains(url)
+        || !lines[0].contains(what)
+    {
+        bail!(
+            "expected one error line naming {url} and saying `{what}`:\n{}",
+            ran.output
+        );
+    }
+    ensure!(
+        !ran.output.contains("epoch 1/"),
+        "training started although the store cannot be used:\n{}",
+        ran.output
+    );
+    Ok(lines[0].to_owned())
 }

@@ -55,9 +55,14 @@ pub(crate) struct WriteArgs {
     /// Steps to record.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     n: u64,
-    /// An empty or new directory to write into (the byte count is everything under it).
+    /// An empty or new directory to write into (the byte count is everything under it); with
+    /// the `object-store` feature, an object-store URL (the byte count is the bytes shipped).
     #[arg(long)]
     out: PathBuf,
+    /// Flush every this many steps (as a loop that wants its values readable at once does);
+    /// by default only the timed flushes and the close.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    flush_every: Option<u64>,
     /// Event file format.
     #[arg(long, value_enum, default_value_t = FormatArg::Tensorboard)]
     format: FormatArg,
@@ -180,12 +185,27 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
             WorkloadArg::Tensor => summary.add_tensor("t", &values[..], at),
         };
         result.with_context(|| format!("writing step {step}"))?;
+        if args
+            .flush_every
+            .is_some_and(|every| (step + 1) % every == 0)
+        {
+            summary
+                .flush()
+                .with_context(|| format!("flushing at step {step}"))?;
+        }
     }
     summary.close().context("closing the summary files")?;
     let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
 
-    let bytes =
-        size_under(&args.out).with_context(|| format!("measuring {}", crate::shown(&args.out)))?;
+    #[cfg(feature = "object-store")]
+    let shipped = summary.remote_stats().map(|stats| stats.bytes);
+    #[cfg(not(feature = "object-store"))]
+    let shipped: Option<u64> = None;
+    let bytes = match shipped {
+        Some(bytes) => bytes,
+        None => size_under(&args.out)
+            .with_context(|| format!("measuring {}", crate::shown(&args.out)))?,
+    };
     crate::out(json!({
         "peer": "ember",
         "workload": workload.name(),

@@ -9,6 +9,8 @@ mod devices;
 mod digits;
 mod inspect;
 mod job;
+#[cfg(feature = "object-store")]
+mod pull;
 mod train;
 
 use std::io::Write;
@@ -38,6 +40,10 @@ enum Command {
     /// truncated tail (a file still being written, or cut by a crash: a warning); 1 when a
     /// record is corrupt or a file cannot be read.
     Inspect(inspect::InspectArgs),
+    /// Download an object-store log directory (`s3://bucket/run`) into a local directory, each
+    /// event file whole again (for MindInsight, which reads local directories only).
+    #[cfg(feature = "object-store")]
+    Pull(pull::PullArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -89,6 +95,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Train(args) => train::run(args),
         Command::Inspect(args) => inspect::run(args),
+        #[cfg(feature = "object-store")]
+        Command::Pull(args) => pull::run(args),
         Command::Bench(BenchCommand::Write(args)) => bench::write(args),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory(args),
     };

@@ -473,9 +473,21 @@ fn stop_on_ctrl_c(bar: ProgressBar) -> Arc<AtomicBool> {
 /// Where the logs are, and how to view them.
 fn print_logdir(logdir: &std::path::Path, format: Format) {
     crate::out(format!("logs: {}", crate::shown(logdir)));
-    crate::out(match format {
+    let remote = logdir.to_str().filter(|l| ember::is_remote(l));
+    crate::out(match (format, remote) {
+        // MindInsight reads local directories only.
+        (Format::MindInsight, Some(url)) => {
+            let run = url
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or("run");
+            format!(
+                "view: ember pull {url} pulled/{run} && mindinsight start --summary-base-dir pulled"
+            )
+        }
         // MindInsight lists every directory of summaries under its base directory as a run.
-        Format::MindInsight => format!(
+        (Format::MindInsight, None) => format!(
             "view: mindinsight start --summary-base-dir {}",
             crate::shown(match logdir.parent() {
                 Some(parent) if !parent.as_os_str().is_empty() => parent,

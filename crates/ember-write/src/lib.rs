@@ -30,7 +30,8 @@
 //! 4. `shared` (what the handle and the pool thread share), `batch` (messages, record weights,
 //!    packed records), `worker` (the pool thread), `pool`
 //!    (the handle), and at the top `builder`, whose `build` starts a pool;
-//! 5. beside them, on `framing` and `naming` alone: `reader`, `rollback` and `remote`.
+//! 5. beside them, on `framing`, `naming` and `options` alone: `reader`, `rollback` and
+//!    `remote/` (inside it, `store` and `messages` below `download`, `shipper` and the mirror).
 //!
 //! # How the pool batches without busy polling
 //!

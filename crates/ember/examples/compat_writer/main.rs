@@ -59,10 +59,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (5, 3.0e38),
         (6, -0.0),
     ];
+    // The custom-scalars margin chart draws a band only where its three tags share their steps
+    // (TensorBoard's page shows an error otherwise): bounds a quarter either side of `exact`.
+    let lower: Vec<(i64, f64)> = exact.iter().map(|&(s, v)| (s, v - 0.25)).collect();
+    let upper: Vec<(i64, f64)> = exact.iter().map(|&(s, v)| (s, v + 0.25)).collect();
     for (tag, points) in [
         ("scalars/exact", &exact),
         ("scalars/rounded", &rounded),
         ("scalars/special", &special),
+        ("scalars/lower", &lower),
+        ("scalars/upper", &upper),
     ] {
         for &(step, value) in points {
             summary.add_scalar(tag, value, step)?;

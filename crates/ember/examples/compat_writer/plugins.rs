@@ -82,8 +82,8 @@ pub(super) fn write_plugins(
                     "band",
                     vec![MarginSeries {
                         value: "scalars/exact".into(),
-                        lower: "scalars/rounded".into(),
-                        upper: "scalars/special".into(),
+                        lower: "scalars/lower".into(),
+                        upper: "scalars/upper".into(),
                     }],
                 ),
         )
@@ -127,7 +127,7 @@ pub(super) fn write_plugins(
     // As the plugin's `layout_impl` returns it: default fields included.
     manifest.add(
         "custom_scalars",
-        r#"{"version":0,"category":[{"title":"losses","closed":false,"chart":[{"title":"train and valid","multiline":{"tag":["scalars/exact","scalars/round.*"]}},{"title":"band","margin":{"series":[{"value":"scalars/exact","lower":"scalars/rounded","upper":"scalars/special"}]}}]},{"title":"closed","closed":true,"chart":[]}]}"#.to_string(),
+        r#"{"version":0,"category":[{"title":"losses","closed":false,"chart":[{"title":"train and valid","multiline":{"tag":["scalars/exact","scalars/round.*"]}},{"title":"band","margin":{"series":[{"value":"scalars/exact","lower":"scalars/lower","upper":"scalars/upper"}]}}]},{"title":"closed","closed":true,"chart":[]}]}"#.to_string(),
     );
     Ok(())
 }

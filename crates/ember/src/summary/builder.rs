@@ -24,6 +24,8 @@ pub struct SummaryRecordBuilder {
     rank: Option<(u32, u32)>,
     rank_layout: RankLayout,
     rank_zero_only: bool,
+    #[cfg(feature = "object-store")]
+    remote_budget: u64,
 }
 
 impl SummaryRecordBuilder {
@@ -34,7 +36,19 @@ impl SummaryRecordBuilder {
             rank: None,
             rank_layout: RankLayout::FileName,
             rank_zero_only: false,
+            #[cfg(feature = "object-store")]
+            remote_budget: ember_write::remote::DEFAULT_BACKLOG_BUDGET,
         }
+    }
+
+    /// When the log directory is an object-store URL: how many bytes written may wait for the
+    /// store (while it is slow or down) before the queue's [`FullQueuePolicy`] decides about
+    /// the next record, as for a full queue (256 MiB by default). They wait on the local disk,
+    /// in the staging directory, not in memory.
+    #[cfg(feature = "object-store")]
+    pub fn remote_backlog_budget(mut self, bytes: u64) -> Self {
+        self.remote_budget = bytes;
+        self
     }
 
     /// Changes any of the writer pool's options in place. The log directory, rank and rank
@@ -166,7 +180,8 @@ impl SummaryRecordBuilder {
         #[cfg(feature = "object-store")]
         let remote = match url {
             Some(url) => {
-                let remote = super::remote::Remote::start(&url)?;
+                let remote =
+                    super::remote::Remote::start(&url, self.remote_budget, options.full_queue)?;
                 options.log_dir = remote.staging().to_path_buf();
                 Some(remote)
             }

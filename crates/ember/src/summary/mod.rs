@@ -205,6 +205,12 @@ impl SummaryRecord {
     }
 
     fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote
+            && !remote.admit()?
+        {
+            return Ok(());
+        }
         match &self.pool {
             Some(pool) => pool.write(record).map_err(SummaryError::from),
             None => Ok(()),
@@ -524,8 +530,8 @@ impl SummaryRecord {
         false
     }
 
-    /// Segment objects and bytes shipped to the object store so far, when the log directory is
-    /// a URL.
+    /// What was shipped to the object store so far (after [`close`](Self::close), in all),
+    /// when the log directory is a URL.
     #[cfg(feature = "object-store")]
     pub fn remote_stats(&self) -> Option<ember_write::remote::MirrorStats> {
         self.remote.as_ref().and_then(remote::Remote::stats)

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ember_write::FullQueuePolicy;
 use ember_write::remote::{DEFAULT_SHIP_INTERVAL, MirrorStats, RemoteMirror};
 
 use crate::SummaryError;
@@ -15,12 +16,21 @@ use crate::SummaryError;
 pub(super) struct Remote {
     mirror: Option<RemoteMirror>,
     staging: PathBuf,
+    /// Bytes that may wait for the store before `policy` decides about the next record.
+    budget: u64,
+    policy: FullQueuePolicy,
+    /// The mirror's counters as its close left them.
+    final_stats: Option<MirrorStats>,
 }
 
 impl Remote {
     /// Makes a staging directory and starts mirroring it to `url`: a store that cannot be
     /// reached or refuses the credentials is an error here, before anything is written.
-    pub(super) fn start(url: &str) -> Result<Self, SummaryError> {
+    pub(super) fn start(
+        url: &str,
+        budget: u64,
+        policy: FullQueuePolicy,
+    ) -> Result<Self, SummaryError> {
         static RECORDS: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -39,7 +49,18 @@ impl Remote {
         Ok(Self {
             mirror: Some(mirror),
             staging,
+            budget,
+            policy,
+            final_stats: None,
         })
+    }
+
+    /// Whether the next record may go to the pool: see [`RemoteMirror::admit`].
+    pub(super) fn admit(&self) -> Result<bool, SummaryError> {
+        match &self.mirror {
+            Some(mirror) => Ok(mirror.admit(self.policy, self.budget)?),
+            None => Ok(true),
+        }
     }
 
     /// Where the pool writes.
@@ -60,7 +81,10 @@ impl Remote {
 
     /// What was shipped so far.
     pub(super) fn stats(&self) -> Option<MirrorStats> {
-        self.mirror.as_ref().map(RemoteMirror::stats)
+        self.mirror
+            .as_ref()
+            .map(RemoteMirror::stats)
+            .or(self.final_stats)
     }
 
     /// Ships what is left and stops; the staging directory is removed once everything in it
@@ -70,8 +94,10 @@ impl Remote {
             return Ok(());
         };
         let url = mirror.url().to_owned();
+        self.final_stats = Some(mirror.stats());
         match mirror.close() {
-            Ok(_) => {
+            Ok(stats) => {
+                self.final_stats = Some(stats);
                 let _ = std::fs::remove_dir_all(&self.staging);
                 Ok(())
             }
@@ -83,5 +109,157 @@ impl Remote {
                 ),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use ember_write::FullQueuePolicy;
+
+    use crate::SummaryRecord;
+
+    #[test]
+    fn over_its_budget_a_record_follows_the_queue_policy_and_ships_all_it_accepted() {
+        let bucket = tempfile::tempdir().unwrap();
+        let prefix = bucket.path().join("run");
+        fs::create_dir_all(&prefix).unwrap();
+        let url = format!("file://{}", prefix.display());
+        let mut record = SummaryRecord::builder(&url)
+            .queue(1024, FullQueuePolicy::DropNewest)
+            .remote_backlog_budget(1)
+            .build()
+            .unwrap();
+        record.add_scalar("loss", 1.0, 1).unwrap();
+        record.flush().unwrap();
+        // The store goes away: its directory is moved aside for a file, and every upload fails.
+        let aside = bucket.path().join("aside");
+        fs::rename(&prefix, &aside).unwrap();
+        fs::write(&prefix, b"").unwrap();
+        record.add_scalar("loss", 2.0, 2).unwrap();
+        assert!(record.flush().is_err(), "shipped to a store that is gone");
+        for step in 3..=5 {
+            record.add_scalar("loss", step as f64, step).unwrap();
+        }
+        let stats = record.remote_stats().unwrap();
+        assert_eq!(stats.records_over_budget, 3);
+        assert!(stats.backlog_bytes > 1);
+        // Back again: the close ships what was accepted.
+        fs::remove_file(&prefix).unwrap();
+        fs::rename(&aside, &prefix).unwrap();
+        record.close().unwrap();
+        let shipped = record.remote_stats().unwrap();
+        assert!(shipped.segments >= 2 && shipped.bytes > 0, "{shipped:?}");
+        let read = crate::read::Summaries::read_dir(&url).unwrap();
+        let steps: Vec<i64> = read.scalars["loss"].iter().map(|p| p.step).collect();
+        assert_eq!(steps, [1, 2]);
+        assert_eq!(record.stats().unwrap().records_written, 2);
+    }
+
+    #[test]
+    fn ranks_share_a_url_each_with_its_own_files() {
+        use crate::RankLayout;
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        fs::create_dir_all(bucket.path().join("run")).unwrap();
+        for layout in [RankLayout::FileName, RankLayout::Directory] {
+            let mut records: Vec<SummaryRecord> = (0..2)
+                .map(|rank| {
+                    SummaryRecord::builder(&url)
+                        .rank(rank, 2)
+                        .rank_layout(layout)
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            for step in 1..=3 {
+                for (rank, record) in records.iter_mut().enumerate() {
+                    let tag = format!("{layout:?}/rank{rank}");
+                    record.add_scalar(&tag, step as f64, step).unwrap();
+                }
+            }
+            for record in &mut records {
+                record.close().unwrap();
+            }
+        }
+        let by_name = crate::read::Summaries::read_dir(&url).unwrap();
+        for rank in 0..2 {
+            let steps: Vec<i64> = by_name.scalars[&format!("FileName/rank{rank}")]
+                .iter()
+                .map(|p| p.step)
+                .collect();
+            assert_eq!(steps, [1, 2, 3], "rank {rank}");
+            let own = crate::read::Summaries::read_dir(format!("{url}/rank_{rank}")).unwrap();
+            let steps: Vec<i64> = own.scalars[&format!("Directory/rank{rank}")]
+                .iter()
+                .map(|p| p.step)
+                .collect();
+            assert_eq!(steps, [1, 2, 3], "rank {rank}'s directory");
+            assert_eq!(own.scalars.len(), 1);
+        }
+    }
+
+    #[test]
+    fn exports_and_the_projector_reach_the_store_as_written_locally() {
+        let bucket = tempfile::tempdir().unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        fs::create_dir_all(bucket.path().join("run")).unwrap();
+        for dir in [url.clone(), local.path().display().to_string()] {
+            let mut record = SummaryRecord::builder(&dir)
+                .export_tensors(true)
+                .build()
+                .unwrap();
+            record
+                .add_tensor("weights/l1", &[1.0f32, 2.0, 3.0][..], 7)
+                .unwrap();
+            let labels = Some(vec!["a".to_owned(), "b".to_owned()]);
+            record
+                .add_embedding(
+                    "hidden",
+                    ember_write::pack::TensorValue::from_slice(&[0.5f32, 1.5, 2.5, 3.5], [2, 2]),
+                    labels,
+                    None,
+                    7,
+                )
+                .unwrap();
+            record.close().unwrap();
+        }
+        // Every file the local run has besides its event files is in the bucket, byte for byte
+        // (an export directory is named after the second it was made in: that part aside).
+        let files = |root: &std::path::Path| {
+            let mut found = std::collections::BTreeMap::new();
+            let mut dirs = vec![root.to_path_buf()];
+            while let Some(dir) = dirs.pop() {
+                for entry in fs::read_dir(&dir).unwrap() {
+                    let path = entry.unwrap().path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                        continue;
+                    }
+                    let name = path
+                        .strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
+                    if name.contains("tfevents") {
+                        continue;
+                    }
+                    let name = match name.split_once('/') {
+                        Some((first, rest)) if first.starts_with("export_") => {
+                            format!("export_*/{rest}")
+                        }
+                        _ => name,
+                    };
+                    found.insert(name, fs::read(&path).unwrap());
+                }
+            }
+            found
+        };
+        let written = files(local.path());
+        assert_eq!(files(&bucket.path().join("run")), written);
+        let compared = written.len();
+        assert!(compared >= 4, "only {compared} files compared");
     }
 }

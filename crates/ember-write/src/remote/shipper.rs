@@ -1,0 +1,319 @@
+//! The mirror's thread: what of the staging directory goes to the store, when, and as which
+//! objects.
+//!
+//! - An event file (summary, lineage, explain) grows by appended records: each pass ships its
+//!   new whole records as the next segment object, and then frees the shipped bytes on the
+//!   local disk (a hole punched in the file, its length kept), so the staging directory holds
+//!   on disk about what is not shipped yet.
+//! - Any other file (an exported `.npy`, the projector's config and tensors) is shipped whole,
+//!   under its own name, when it changed: at once on an explicit ship (the pool has flushed, so
+//!   it is whole), and on a timed pass once it has stayed the same since the previous pass. The
+//!   projector's files are replaced by a rename, whole at any moment; an export is written once.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime};
+
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
+
+/// How often the backlog is measured between passes, so that a caller over the budget sees it
+/// within this long.
+const MEASURE_EVERY: Duration = Duration::from_millis(250);
+
+/// A file shipped whole: its length and modification time.
+type Version = (u64, Option<SystemTime>);
+
+/// The mirror's thread.
+pub(super) struct Shipper {
+    pub(super) store: Box<dyn ObjectStore>,
+    pub(super) prefix: ObjectPath,
+    pub(super) staging: PathBuf,
+    /// For each event file (relative name): bytes shipped, segments shipped.
+    pub(super) shipped: BTreeMap<String, (u64, u64)>,
+    /// For each other file: the version shipped, and the version seen at the last pass.
+    pub(super) whole: BTreeMap<String, (Option<Version>, Version)>,
+    pub(super) stats: Arc<std::sync::Mutex<MirrorStats>>,
+    /// Bytes written to the staging directory and not in the store yet, as last measured.
+    pub(super) backlog: Arc<AtomicU64>,
+}
+
+/// A file of the staging directory, by its name relative to it (`/`-separated).
+struct Staged {
+    relative: String,
+    path: PathBuf,
+    event_file: bool,
+}
+
+impl Shipper {
+    pub(super) fn run(
+        mut self,
+        runtime: tokio::runtime::Runtime,
+        rx: Receiver<Request>,
+        interval: Duration,
+    ) -> MirrorStats {
+        let mut next_pass = Instant::now() + interval;
+        loop {
+            let wait = next_pass
+                .saturating_duration_since(Instant::now())
+                .min(MEASURE_EVERY);
+            match rx.recv_timeout(wait) {
+                Ok(Request::Ship(ack)) => {
+                    let result = runtime.block_on(self.ship_all(true));
+                    let _ = ack.send(result);
+                }
+                Ok(Request::Close(ack)) => {
+                    // The last records have nowhere else to go: a store that is down gets a
+                    // while to come back before the close gives up on them.
+                    let deadline = Instant::now() + CLOSE_PATIENCE;
+                    let result = loop {
+                        match runtime.block_on(self.ship_all(true)) {
+                            Err(error) if Instant::now() < deadline => {
+                                log::warn!(
+                                    "ember-write: shipping the last records: {error}; trying again"
+                                );
+                                std::thread::sleep(Duration::from_secs(1));
+                            }
+                            result => break result,
+                        }
+                    };
+                    let _ = ack.send(result);
+                    break;
+                }
+                Err(RecvTimeoutError::Timeout) if Instant::now() >= next_pass => {
+                    next_pass = Instant::now() + interval;
+                    if let Err(error) = runtime.block_on(self.ship_all(false)) {
+                        log::warn!(
+                            "ember-write: shipping to the object store: {error}; trying again"
+                        );
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => self.measure(),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let _ = runtime.block_on(self.ship_all(true));
+                    break;
+                }
+            }
+        }
+        *self
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Ships what is new in every file of the staging directory; `settled` when the pool has
+    /// just flushed, so that every file is whole.
+    async fn ship_all(&mut self, settled: bool) -> Result<(), String> {
+        let files = self.staged()?;
+        let mut first_error = None;
+        for file in &files {
+            let shipped = if file.event_file {
+                self.ship_records(file).await
+            } else {
+                self.ship_whole(file, settled).await
+            };
+            if let Err(error) = shipped {
+                self.count(|s| s.failed_uploads += 1);
+                first_error.get_or_insert(error);
+            }
+        }
+        self.publish_backlog(&files);
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Ships the event file's new whole records as its next segment.
+    async fn ship_records(&mut self, file: &Staged) -> Result<(), String> {
+        let (from, segment) = self.shipped.get(&file.relative).copied().unwrap_or((0, 0));
+        let bytes = read_from(&file.path, from)
+            .map_err(|e| format!("reading {}: {e}", file.path.display()))?;
+        let whole = whole_records(&bytes);
+        if whole == 0 {
+            return Ok(());
+        }
+        let object = self.object(&format!("{}.{:08}", file.relative, segment + 1));
+        let payload = bytes[..whole].to_vec();
+        self.store
+            .put(&object, payload.into())
+            .await
+            .map_err(|e| format!("uploading {object}: {e}"))?;
+        self.shipped
+            .insert(file.relative.clone(), (from + whole as u64, segment + 1));
+        free_shipped(&file.path, from, whole as u64);
+        self.count(|s| {
+            s.segments += 1;
+            s.bytes += whole as u64;
+        });
+        Ok(())
+    }
+
+    /// Ships a file that is not an event file whole, when it changed and is whole.
+    async fn ship_whole(&mut self, file: &Staged, settled: bool) -> Result<(), String> {
+        let Some(now) = version(&file.path) else {
+            return Ok(());
+        };
+        let (shipped, seen) = self
+            .whole
+            .get(&file.relative)
+            .copied()
+            .unwrap_or((None, now));
+        let stable = settled || (seen == now && self.whole.contains_key(&file.relative));
+        self.whole.insert(file.relative.clone(), (shipped, now));
+        if shipped == Some(now) || !stable {
+            return Ok(());
+        }
+        let bytes =
+            fs::read(&file.path).map_err(|e| format!("reading {}: {e}", file.path.display()))?;
+        let object = self.object(&file.relative);
+        let len = bytes.len() as u64;
+        self.store
+            .put(&object, bytes.into())
+            .await
+            .map_err(|e| format!("uploading {object}: {e}"))?;
+        self.whole.insert(file.relative.clone(), (Some(now), now));
+        self.count(|s| {
+            s.objects += 1;
+            s.bytes += len;
+        });
+        Ok(())
+    }
+
+    /// The object named as the staged file is, byte for byte: an embedding's directory
+    /// (`embedding%2Fhidden_460`) keeps its `%`, which the projector's config refers to. Only a
+    /// name the store's paths cannot hold as it is gets their escaping.
+    fn object(&self, relative: &str) -> ObjectPath {
+        ObjectPath::parse(format!("{}/{relative}", self.prefix)).unwrap_or_else(|_| {
+            relative
+                .split('/')
+                .fold(self.prefix.clone(), |path, part| path.join(part))
+        })
+    }
+
+    /// Every regular file of the staging directory, its subdirectories included, in name
+    /// order; temporary files (named with a leading dot) are not the log's yet.
+    fn staged(&self) -> Result<Vec<Staged>, String> {
+        let mut files = Vec::new();
+        let mut dirs = vec![(self.staging.clone(), String::new())];
+        while let Some((dir, relative)) = dirs.pop() {
+            let entries =
+                fs::read_dir(&dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+            for entry in entries.filter_map(Result::ok) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                let joined = if relative.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{relative}/{name}")
+                };
+                match entry.file_type() {
+                    Ok(kind) if kind.is_dir() => dirs.push((entry.path(), joined)),
+                    Ok(kind) if kind.is_file() => files.push(Staged {
+                        event_file: crate::naming::name_secs(&name).is_some(),
+                        relative: joined,
+                        path: entry.path(),
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        files.sort_by(|a, b| a.relative.cmp(&b.relative));
+        Ok(files)
+    }
+
+    /// Measures the backlog between passes.
+    fn measure(&self) {
+        if let Ok(files) = self.staged() {
+            self.publish_backlog(&files);
+        }
+    }
+
+    fn publish_backlog(&self, files: &[Staged]) {
+        let backlog: u64 = files
+            .iter()
+            .map(|file| {
+                let Some((len, modified)) = version(&file.path) else {
+                    return 0;
+                };
+                if file.event_file {
+                    let shipped = self.shipped.get(&file.relative).map_or(0, |s| s.0);
+                    len.saturating_sub(shipped)
+                } else {
+                    match self.whole.get(&file.relative) {
+                        Some((Some(shipped), _)) if *shipped == (len, modified) => 0,
+                        _ => len,
+                    }
+                }
+            })
+            .sum();
+        self.backlog.store(backlog, Ordering::Relaxed);
+        self.count(|s| s.backlog_bytes = backlog);
+    }
+
+    fn count(&self, f: impl FnOnce(&mut MirrorStats)) {
+        f(&mut self
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+}
+
+fn version(path: &Path) -> Option<Version> {
+    let meta = fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()))
+}
+
+fn read_from(path: &Path, from: u64) -> std::io::Result<Vec<u8>> {
+    let mut file = fs::File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Gives the disk blocks of bytes already in the store back, keeping the file's length (and
+/// so the writer's offsets): a long run's staging directory holds what is not shipped, not the
+/// whole log. Where the file system cannot punch holes, the bytes stay until the close.
+#[cfg(target_os = "linux")]
+fn free_shipped(path: &Path, from: u64, len: u64) {
+    use rustix::fs::{FallocateFlags, fallocate};
+    if let Ok(file) = fs::OpenOptions::new().write(true).open(path) {
+        let _ = fallocate(
+            &file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            from,
+            len,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn free_shipped(_path: &Path, _from: u64, _len: u64) {}
+
+/// How many leading bytes of `bytes` are whole framed records: each is a length (8 bytes), its
+/// CRC (4), the data and its CRC (4). A record still being written is left for later.
+pub(super) fn whole_records(bytes: &[u8]) -> usize {
+    let mut at = 0usize;
+    while bytes.len() - at >= 12 {
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&bytes[at..at + 8]);
+        let Ok(len) = usize::try_from(u64::from_le_bytes(len)) else {
+            break;
+        };
+        let Some(end) = at.checked_add(16).and_then(|n| n.checked_add(len)) else {
+            break;
+        };
+        if end > bytes.len() {
+            break;
+        }
+        at = end;
+    }
+    at
+}
