@@ -1,5 +1,7 @@
 //! The layering check: each crate under `crates/` depends, among the workspace's own crates,
-//! only on crates of the layer directly below it, as `docs/architecture.md`'s layer table says.
+//! only on crates of the layer directly below it, as `docs/architecture.md`'s layer table says;
+//! and inside the crates that state a module order, no modules import each other in circles
+//! (`module_cycles.rs`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,12 +21,28 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let violations = check_workspace(root)?;
     if violations.is_empty() {
         eprintln!("layers: every crate depends only on the layer directly below it");
-        return Ok(());
     }
     for violation in &violations {
         eprintln!("layers: {violation}");
     }
-    bail!("{} layering violation(s)", violations.len())
+    let cycles = crate::module_cycles::check_workspace(root)?;
+    if cycles.is_empty() {
+        eprintln!(
+            "layers: no module cycle inside {}",
+            crate::module_cycles::ORDERED_CRATES.join(" or ")
+        );
+    }
+    for cycle in &cycles {
+        eprintln!("layers: {cycle}");
+    }
+    if !violations.is_empty() || !cycles.is_empty() {
+        bail!(
+            "{} layering violation(s), {} module cycle(s)",
+            violations.len(),
+            cycles.len()
+        )
+    }
+    Ok(())
 }
 
 /// Reads the layer table and `cargo metadata`, and returns every violation.

@@ -19,7 +19,8 @@
 //! - `features`: checks that `ember` without its `burn` feature builds no Burn, that the logging
 //!   example builds and runs that way in a crate of its own, and that the docs of both feature
 //!   sets build without warnings.
-//! - `layers`: checks that each crate depends only on the layer directly below it.
+//! - `layers`: checks that each crate depends only on the layer directly below it, and that no
+//!   modules of ember-pack or ember-write import each other in circles.
 //! - `objects`: `ember train --logdir s3://…` against a loopback S3 server (moto), read back by
 //!   TensorBoard's own S3 reader, killed mid-run, and against an endpoint that does not answer.
 //! - `resume`: kills `ember train` with SIGKILL at seeded random moments, resumes each run, and
@@ -35,6 +36,7 @@ mod devices;
 mod features;
 mod gpu;
 mod layers;
+mod module_cycles;
 mod mpi;
 mod objects;
 mod objects_bench;
@@ -61,7 +63,7 @@ fn main() -> anyhow::Result<()> {
         Some("resume") => resume::run(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md, and no module cycle inside ember-pack or ember-write\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
             );
             Ok(())
         }

@@ -28,36 +28,46 @@ use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::AdamConfig;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::Device;
 use clap::Args;
 use ember::checkpoint::Checkpoints;
 use ember::devices::open_devices;
-use ember::pack::{Category, CustomScalarLayout, Format, HParams, Image, ImageLayout, TensorValue};
-use ember::{CheckpointConfig, EpochReport, SummaryError, SummaryRecord, Trainer, TrainerConfig};
+use ember::pack::{Category, CustomScalarLayout, Format, HParams};
+use ember::{CheckpointConfig, EpochReport, SummaryRecord, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::FormatArg;
 use crate::devices::{
     DeviceList, default_devices, parse_device_list, print_device_memory, worker_devices,
 };
-use crate::digits::{self, CLASSES, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
+use crate::digits::{self, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
 use crate::job::Job;
+
+mod command;
+mod records;
+
+use command::{given_args, resumed_args, save_command};
+use records::{record_embedding, record_pr_curves, record_samples};
 
 /// The seed of the train/test split and of the training shuffle.
 const SPLIT_SEED: u64 = 1998;
+
 /// The seed of the weight initialisation.
 const INIT_SEED: u64 = 42;
+
 /// The share of the data held out for testing.
 const TEST_FRACTION: f64 = 0.2;
+
 /// Test digits shown with their predictions each epoch.
 const SAMPLES: usize = 16;
+
 /// The exit code of a run stopped by Ctrl-C: 128 + SIGINT, as shells report a process that
 /// SIGINT ended.
 const INTERRUPTED: u8 = 130;
+
 /// The checkpoint directory, inside the run's log directory.
 const CHECKPOINTS: &str = "checkpoints";
-/// The file in it that holds the run's command line, for `--resume`.
-const COMMAND_FILE: &str = "command.json";
+
 /// The trained model, in the log directory: Burn's burnpack of its parameters.
 const MODEL_FILE: &str = "model.bpk";
 
@@ -126,98 +136,6 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_name = "RUN_DIR")]
     #[allow(clippy::option_option)]
     resume: Option<Option<PathBuf>>,
-}
-
-/// The arguments of the run `--resume` names (or the newest under `runs/`), as it was started,
-/// and its directory. Other flags given with `--resume` are refused: a resumed run must be the
-/// run it continues.
-fn resumed_args(dir: Option<&Path>, given: &[String]) -> anyhow::Result<(TrainArgs, PathBuf)> {
-    let others: Vec<&String> = given
-        .iter()
-        .filter(|a| a.starts_with("--") && !a.starts_with("--resume"))
-        .collect();
-    ensure!(
-        others.is_empty(),
-        "--resume goes on with the arguments the run was started with; leave out {}",
-        others
-            .iter()
-            .map(|a| a.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    let dir = match dir {
-        Some(dir) => dir.to_path_buf(),
-        None => newest_run(Path::new("runs"))?,
-    };
-    let command = dir.join(CHECKPOINTS).join(COMMAND_FILE);
-    let text = std::fs::read_to_string(&command).with_context(|| {
-        format!(
-            "{} is not a run `ember train` can resume: cannot read {}",
-            crate::shown(&dir),
-            crate::shown(&command)
-        )
-    })?;
-    let saved: Vec<String> = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a list of arguments", crate::shown(&command)))?;
-    #[derive(clap::Parser)]
-    struct Saved {
-        #[command(flatten)]
-        args: TrainArgs,
-    }
-    let mut args = <Saved as clap::Parser>::try_parse_from(
-        std::iter::once("ember-train".to_string()).chain(saved),
-    )
-    .with_context(|| format!("the arguments saved in {}", crate::shown(&command)))?
-    .args;
-    args.logdir = Some(dir.clone());
-    Ok((args, dir))
-}
-
-/// The newest run under `runs` (their names are UTC start times) that has checkpoints.
-fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(runs)
-        .with_context(|| format!("no run to resume: cannot list {}", crate::shown(runs)))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.join(CHECKPOINTS).join(COMMAND_FILE).is_file())
-        .collect();
-    found.sort();
-    found.pop().with_context(|| {
-        format!(
-            "no run to resume under {}; name one: --resume RUN_DIR",
-            crate::shown(runs)
-        )
-    })
-}
-
-/// Saves the run's command line for `--resume`, the log directory made explicit.
-fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", crate::shown(dir)))?;
-    let mut saved: Vec<String> = Vec::new();
-    let mut rest = given.iter();
-    while let Some(arg) = rest.next() {
-        if arg == "--logdir" {
-            rest.next();
-        } else if !arg.starts_with("--logdir=") {
-            saved.push(arg.clone());
-        }
-    }
-    saved.push("--logdir".into());
-    saved.push(logdir.to_string_lossy().into_owned());
-    let path = dir.join(COMMAND_FILE);
-    let tmp = dir.join(format!("{COMMAND_FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_string(&saved)?)
-        .and_then(|()| std::fs::rename(&tmp, &path))
-        .with_context(|| format!("writing {}", crate::shown(&path)))
-}
-
-/// The arguments after `train` on this process's command line.
-fn given_args() -> Vec<String> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == "train") {
-        Some(at) => args[at + 1..].to_vec(),
-        None => Vec::new(),
-    }
 }
 
 /// A positive, finite number of seconds.
@@ -594,160 +512,9 @@ fn epoch_line(report: &EpochReport, epochs: usize) -> String {
     )
 }
 
-/// Records the sample test digits as one 16x1x8x8 image grid (`samples/digits`) and their
-/// predicted labels: a markdown table for TensorBoard (`samples/predictions`); MindInsight has
-/// no text, so there the predictions go in as a tensor of 16 labels under the same tag, next to
-/// the true labels (`samples/labels`).
-fn record_samples(
-    model: &DigitMlp,
-    samples: &[Digit],
-    device: &Device,
-    format: Format,
-    summary: &mut SummaryRecord,
-    step: i64,
-) -> Result<(), SummaryError> {
-    if samples.is_empty() {
-        return Ok(());
-    }
-    let inner = model.valid();
-    let pixels: Vec<f32> = samples.iter().flat_map(|d| d.pixels).collect();
-    let input = Tensor::<2>::from_data(
-        TensorData::new(pixels.clone(), [samples.len(), PIXELS]),
-        device,
-    );
-    let predicted = inner.predict(input);
-    let images = TensorValue::from_slice(&pixels, [samples.len(), 1, 8, 8]);
-    summary.add_images("samples/digits", images, ImageLayout::Nchw, step)?;
-    match format {
-        Format::MindInsight => {
-            let labels: Vec<i64> = samples.iter().map(|d| i64::from(d.label)).collect();
-            summary.add_tensor("samples/predictions", predicted, step)?;
-            summary.add_tensor("samples/labels", labels, step)?;
-        }
-        _ => summary.add_text(
-            "samples/predictions",
-            &predictions_table(samples, &predicted),
-            step,
-        )?,
-    }
-    Ok(())
-}
-
-/// The digits' pixels as one `[digits, PIXELS]` input batch.
-fn digits_input(digits: &[Digit], device: &Device) -> Tensor<2> {
-    let pixels: Vec<f32> = digits.iter().flat_map(|d| d.pixels).collect();
-    Tensor::from_data(TensorData::new(pixels, [digits.len(), PIXELS]), device)
-}
-
-/// Thresholds of the per-class PR curves: every 0.02.
-const PR_THRESHOLDS: u32 = 51;
-
-/// One precision-recall curve per digit class over the held-out digits (`pr/digit_<c>`: the
-/// softmax probability of class `c` against "the label is `c`"), TensorBoard only: MindInsight
-/// has no such dashboard.
-fn record_pr_curves(
-    model: &DigitMlp,
-    held_out: &[Digit],
-    device: &Device,
-    format: Format,
-    summary: &mut SummaryRecord,
-    step: i64,
-) -> Result<(), SummaryError> {
-    if format != Format::TensorBoard || held_out.is_empty() {
-        return Ok(());
-    }
-    let input = digits_input(held_out, device);
-    let logits = model.valid().forward(input);
-    let probabilities: Vec<f32> = burn::tensor::activation::softmax(logits, 1)
-        .into_data()
-        .iter::<f32>()
-        .collect();
-    if probabilities.iter().any(|p| p.is_nan()) {
-        // A diverged model has no curve to draw; the loss shows the divergence.
-        return Ok(());
-    }
-    for class in 0..CLASSES {
-        let labels: Vec<bool> = held_out
-            .iter()
-            .map(|d| usize::from(d.label) == class)
-            .collect();
-        // Softmax rounding can leave a probability a hair outside [0, 1].
-        let predictions: Vec<f32> = probabilities
-            .iter()
-            .skip(class)
-            .step_by(CLASSES)
-            .map(|p| p.clamp(0.0, 1.0))
-            .collect();
-        summary.add_pr_curve(
-            &format!("pr/digit_{class}"),
-            &labels,
-            &predictions,
-            PR_THRESHOLDS,
-            step,
-        )?;
-    }
-    Ok(())
-}
-
-/// The hidden-layer activations of the held-out digits as an embedding for TensorBoard's
-/// projector (`embedding/hidden`), each point labelled with its digit and drawn with its 8×8
-/// image. TensorBoard only: MindInsight has no projector.
-fn record_embedding(
-    model: &DigitMlp,
-    held_out: &[Digit],
-    device: &Device,
-    format: Format,
-    summary: &mut SummaryRecord,
-    step: i64,
-) -> Result<(), SummaryError> {
-    if format != Format::TensorBoard || held_out.is_empty() {
-        return Ok(());
-    }
-    let input = digits_input(held_out, device);
-    let activations = model.valid().hidden(input);
-    let [n, d] = activations.dims();
-    let values: Vec<f32> = activations.into_data().iter::<f32>().collect();
-    let labels = held_out.iter().map(|d| d.label.to_string()).collect();
-    let thumbnails = held_out
-        .iter()
-        .map(|d| {
-            Image::new(
-                TensorValue::from_slice(&d.pixels, [1, 8, 8]),
-                ImageLayout::Chw,
-            )
-        })
-        .collect();
-    summary.add_embedding(
-        "embedding/hidden",
-        TensorValue::from_slice(&values, [n, d]),
-        Some(labels),
-        Some(thumbnails),
-        step,
-    )
-}
-
-/// A markdown table of the samples in grid order (row-major, 4 a row in the image grid).
-fn predictions_table(samples: &[Digit], predicted: &[i64]) -> String {
-    let mut table = String::from("| sample | label | predicted | |\n|---:|---:|---:|:---:|\n");
-    for (i, (digit, guess)) in samples.iter().zip(predicted).enumerate() {
-        let mark = if i64::from(digit.label) == *guess {
-            "✓"
-        } else {
-            "✗"
-        };
-        table.push_str(&format!("| {i} | {} | {guess} | {mark} |\n", digit.label));
-    }
-    let right = samples
-        .iter()
-        .zip(predicted)
-        .filter(|(d, g)| i64::from(d.label) == **g)
-        .count();
-    table.push_str(&format!("\n{right} of {} right.\n", samples.len()));
-    table
-}
-
 #[cfg(test)]
 mod tests {
+    use super::records::predictions_table;
     use super::*;
 
     #[test]

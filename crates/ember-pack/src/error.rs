@@ -1,8 +1,8 @@
 //! Why a value could not be packed.
 
-use crate::pack::Format;
+use crate::dtype::DType;
+use crate::kinds::{Format, ImageLayout};
 use crate::tag::Tag;
-use crate::tensor::DType;
 
 /// A value of a record that was not packed; the rest of the record was.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -60,7 +60,7 @@ pub enum PackErrorKind {
         /// The rank of the data.
         rank: usize,
         /// The declared layout.
-        layout: crate::ImageLayout,
+        layout: ImageLayout,
     },
     /// An image channel count the format cannot hold.
     #[error("{format:?} cannot hold images with {channels} channels")]

@@ -2,10 +2,27 @@
 
 use std::borrow::Cow;
 
+use crate::dtype::DType;
 use crate::error::PackErrorKind;
-use crate::pack::Format;
-use crate::tensor::{DType, buffer_len};
-use crate::value::{Image, ImageLayout};
+use crate::kinds::{Format, ImageLayout};
+use crate::tensor::{TensorValue, buffer_len};
+
+/// One image or a batch, as `u8` (0-255) or float data. TensorBoard scales floats in [0, 1] to
+/// 0-255 and tiles a batch into a grid; MindInsight follows MindSpore's own rules.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Image {
+    /// The pixels, `u8` or a float dtype.
+    pub data: TensorValue,
+    /// The axis order of `data`.
+    pub layout: ImageLayout,
+}
+
+impl Image {
+    /// An image or batch from data and its layout.
+    pub fn new(data: TensorValue, layout: ImageLayout) -> Image {
+        Image { data, layout }
+    }
+}
 
 /// Columns of the grid a batch is tiled into, in both formats.
 pub(crate) const GRID_COLUMNS: usize = 8;

@@ -9,17 +9,19 @@ use std::borrow::Cow;
 use half::f16;
 use prost::Message;
 
+use crate::dtype::DType;
 use crate::error::PackErrorKind;
 use crate::histogram;
-use crate::image;
+use crate::image::{self, Image};
+use crate::kinds::{FileKind, Format};
 use crate::npy;
-use crate::pack::{FileKind, Format, Part, Sink};
+use crate::pack::{Part, Sink};
 use crate::proto::mindspore as msp;
 use crate::tag::Tag;
-use crate::tensor::{DType, TensorValue, buffer_len};
+use crate::tensor::{TensorValue, buffer_len};
 use crate::value::{
-    AttrValue, Graph, HParamValue, HParams, Histogram, HistogramBuckets, Image, Lineage,
-    SessionPart, SessionStatus, Value,
+    AttrValue, Graph, HParamValue, HParams, Histogram, HistogramBuckets, Lineage, SessionPart,
+    SessionStatus, Value,
 };
 use crate::wire;
 

@@ -4,8 +4,9 @@ use std::fmt::{self, Write};
 
 use half::bf16;
 
+use crate::dtype::DType;
 use crate::error::PackErrorKind;
-use crate::tensor::{DType, TensorValue, buffer_len};
+use crate::tensor::{TensorValue, buffer_len};
 
 /// numpy's `descr` for a dtype. bf16 has none and is widened to `<f4`.
 fn descr(dtype: DType) -> &'static str {

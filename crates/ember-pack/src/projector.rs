@@ -4,12 +4,12 @@
 
 use std::fmt::Write as _;
 
+use crate::dtype::DType;
 use crate::error::PackErrorKind;
-use crate::image;
-use crate::pack::Format;
-use crate::tensor::DType;
-use crate::value::{Image, ImageLayout};
-use crate::{Tag, TensorValue};
+use crate::image::{self, Image};
+use crate::kinds::{Format, ImageLayout};
+use crate::tag::Tag;
+use crate::tensor::TensorValue;
 
 /// One embedding for TensorBoard's projector: `N` points of `D` dimensions, with optional
 /// labels (one per point) and thumbnails (one per point, all the same size), tiled into the

@@ -1,5 +1,6 @@
 //! The values a record can hold.
 
+use crate::image::Image;
 use crate::plugins::{Audio, CustomScalarLayout, PrCurve};
 use crate::projector::Embedding;
 use crate::proto::mindspore;
@@ -207,47 +208,6 @@ pub struct Bucket {
     pub right: f64,
     /// Number of values.
     pub count: f64,
-}
-
-/// The order of the axes of image data: `N` batch, `C` channels, `H` height, `W` width.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum ImageLayout {
-    /// A batch, channels first (MindSpore's only layout).
-    #[default]
-    Nchw,
-    /// A batch, channels last.
-    Nhwc,
-    /// One image, channels first.
-    Chw,
-    /// One image, channels last.
-    Hwc,
-}
-
-impl ImageLayout {
-    /// The rank the layout needs.
-    pub fn rank(self) -> usize {
-        match self {
-            ImageLayout::Nchw | ImageLayout::Nhwc => 4,
-            ImageLayout::Chw | ImageLayout::Hwc => 3,
-        }
-    }
-}
-
-/// One image or a batch, as `u8` (0-255) or float data. TensorBoard scales floats in [0, 1] to
-/// 0-255 and tiles a batch into a grid; MindInsight follows MindSpore's own rules.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Image {
-    /// The pixels, `u8` or a float dtype.
-    pub data: TensorValue,
-    /// The axis order of `data`.
-    pub layout: ImageLayout,
-}
-
-impl Image {
-    /// An image or batch from data and its layout.
-    pub fn new(data: TensorValue, layout: ImageLayout) -> Image {
-        Image { data, layout }
-    }
 }
 
 /// A hyper-parameter value.

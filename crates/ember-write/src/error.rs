@@ -60,7 +60,7 @@ pub enum FileError {
 pub enum WriteError {
     /// A file writer failed; it was closed and removed, and records of its
     /// kind are dropped from then on.
-    #[error("{} writer failed and was removed: {source}", crate::kind_name(*kind))]
+    #[error("{} writer failed and was removed: {source}", kind_name(*kind))]
     WriterFailed {
         /// The writer's file kind.
         kind: FileKind,
@@ -188,5 +188,16 @@ impl std::error::Error for WriteErrors {
         self.errors
             .first()
             .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// A lowercase name of a file kind, for messages.
+pub fn kind_name(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::Summary => "summary",
+        FileKind::Lineage => "lineage",
+        FileKind::Explain => "explain",
+        FileKind::Export => "export",
+        FileKind::Projector => "projector",
     }
 }

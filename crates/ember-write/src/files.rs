@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ember_pack::FileKind;
 
-use crate::error::FileError;
+use crate::error::{FileError, kind_name};
 use crate::framing::{self, MAX_RECORD_LEN};
 use crate::ledger::{Ctx, Fate};
 use crate::naming::{self, Naming};
@@ -309,7 +309,7 @@ impl EventFileWriter {
                         "max file size reached: {} bytes remain in the {} file{}, a record needs {framed}; \
                          the file stops growing and later records of this kind are dropped",
                         max.saturating_sub(used),
-                        crate::kind_name(self.kind),
+                        kind_name(self.kind),
                         self.file
                             .as_ref()
                             .map(|f| format!(" {}", f.path.display()))
@@ -325,7 +325,7 @@ impl EventFileWriter {
                         log::warn!(
                             "a {} record of {framed} bytes can never fit a file of at most {max} bytes; \
                              such records are dropped",
-                            crate::kind_name(self.kind)
+                            kind_name(self.kind)
                         );
                     }
                     return Ok(Prepared::Drop);

@@ -19,6 +19,20 @@
 //!   (create-new, mode 0600), with a size cap (stop or rotate) and a
 //!   free-disk guard.
 //!
+//! # Module order
+//!
+//! Imports point one way, so the crate reads from the bottom up (`cargo xtask layers` fails on a
+//! circle):
+//!
+//! 1. `error`, `framing`, `free_space`, `naming`, `stats`: no imports from the crate;
+//! 2. `guard` (the disk guard), `ledger` (each record's fate), `options`;
+//! 3. the file writers: `files`, then `summary_file`, `export` and `projector`;
+//! 4. `shared` (what the handle and the pool thread share), `batch` (messages, record weights,
+//!    packed records), `worker` (the pool thread), `pool`
+//!    (the handle), and at the top `builder`, whose `build` starts a pool;
+//! 5. beside them, on `framing`, `naming` and `options` alone: `reader`, `rollback` and
+//!    `remote/` (inside it, `store` and `messages` below `download`, `shipper` and the mirror).
+//!
 //! # How the pool batches without busy polling
 //!
 //! `write` reserves the record's payload bytes and sends it over a bounded
@@ -74,6 +88,8 @@
 //! buffers at most 256 KiB plus one event before handing its buffer over.
 #![deny(missing_docs)]
 
+mod batch;
+mod builder;
 mod error;
 mod export;
 mod files;
@@ -89,6 +105,7 @@ pub mod reader;
 #[cfg(feature = "object-store")]
 pub mod remote;
 pub mod rollback;
+mod shared;
 mod stats;
 mod summary_file;
 mod worker;
@@ -96,18 +113,16 @@ mod worker;
 /// The data model and packing this crate writes, re-exported so that layers above reach it here.
 pub use ember_pack as pack;
 
-pub use error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors};
+pub use builder::WriterPoolBuilder;
+pub use error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors, kind_name};
 pub use free_space::{FreeSpace, FreeSpaceSource, SystemFreeSpace};
 pub use options::{
     DEFAULT_MAX_QUEUED_BYTES, Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions,
-    WriterPoolBuilder,
 };
 pub use pool::WriterPool;
 pub use reader::{RawRecord, ReadProblem, RecordReader, Scan};
 pub use rollback::{LogSnapshot, Ownership, Restored, RollbackError};
 pub use stats::{PoolStats, WriterStats};
-
-use ember_pack::FileKind;
 
 /// Whether `log_dir` names an object store (`s3://`, `gs://`, `az://`, `file://`, …) rather
 /// than a local directory: such a log directory needs the `object-store` feature.
@@ -117,15 +132,4 @@ pub fn is_remote(log_dir: &str) -> bool {
     ]
     .iter()
     .any(|scheme| log_dir.starts_with(scheme))
-}
-
-/// A lowercase name of a file kind, for messages.
-pub fn kind_name(kind: FileKind) -> &'static str {
-    match kind {
-        FileKind::Summary => "summary",
-        FileKind::Lineage => "lineage",
-        FileKind::Explain => "explain",
-        FileKind::Export => "export",
-        FileKind::Projector => "projector",
-    }
 }

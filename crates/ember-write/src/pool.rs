@@ -1,5 +1,5 @@
-//! The handle callers hold: [`WriterPool`], and the state it shares with the
-//! pool thread (counters, kept errors, the queue's byte budget).
+//! The handle callers hold: [`WriterPool`]. The state it shares with the pool thread
+//! (counters, kept errors, the queue's byte budget) is `shared.rs`.
 //!
 //! `write` sends a record over a bounded crossbeam channel after reserving
 //! its payload bytes; the pool thread (see `worker.rs`) releases them once the
@@ -7,213 +7,20 @@
 //! within `max_queued_bytes`. A flush is a message in the same channel, so it
 //! is handled after every record sent before it.
 
-use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::thread::{JoinHandle, Thread};
-use std::time::Duration;
 
 use crossbeam_channel::{Sender, TrySendError};
-use ember_pack::{FileKind, Record};
+use ember_pack::Record;
 
-use crate::error::{MAX_KEPT_ERRORS, WriteError, WriteErrors};
-use crate::ledger::Fate;
-use crate::options::{
-    ErrorPolicy, FullQueuePolicy, WriterOptions, WriterPoolBuilder, create_dir_private,
-};
-use crate::stats::{PoolStats, WriterStats};
-use crate::worker::{Msg, Worker, record_weight};
-
-/// How long a caller blocked on the byte budget sleeps between looks, in
-/// case the pool thread's notification came just before it started waiting.
-const BUDGET_RECHECK: Duration = Duration::from_millis(10);
-
-/// State shared by the callers and the pool thread.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    policy: ErrorPolicy,
-    /// Errors not yet returned to the caller, oldest first.
-    pending: Mutex<VecDeque<WriteError>>,
-    /// Length of `pending` as seen by the raise policy's fast path.
-    raise_pending: AtomicUsize,
-    /// Kinds of error already logged at error level.
-    logged: Mutex<HashSet<(&'static str, Option<FileKind>)>>,
-    submitted: AtomicU64,
-    written: AtomicU64,
-    dropped_full: AtomicU64,
-    dropped: AtomicU64,
-    rejected: AtomicU64,
-    failed: AtomicU64,
-    values_rejected: AtomicU64,
-    errors: AtomicU64,
-    parallel_batches: AtomicU64,
-    fsyncs: AtomicU64,
-    /// Errors logged but not kept, the pending queue being full.
-    not_kept: AtomicU64,
-    writers: Mutex<Vec<WriterStats>>,
-    /// Payload bytes of queued and in-flight records.
-    queued_bytes: AtomicUsize,
-    max_queued_bytes: usize,
-    budget_lock: Mutex<()>,
-    budget_freed: Condvar,
-    budget_waiters: AtomicUsize,
-}
-
-impl Shared {
-    fn new(options: &WriterOptions) -> Self {
-        Self {
-            policy: options.error_policy,
-            pending: Mutex::new(VecDeque::new()),
-            raise_pending: AtomicUsize::new(0),
-            logged: Mutex::new(HashSet::new()),
-            submitted: AtomicU64::new(0),
-            written: AtomicU64::new(0),
-            dropped_full: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            values_rejected: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            parallel_batches: AtomicU64::new(0),
-            fsyncs: AtomicU64::new(0),
-            not_kept: AtomicU64::new(0),
-            writers: Mutex::new(Vec::new()),
-            queued_bytes: AtomicUsize::new(0),
-            max_queued_bytes: options.max_queued_bytes,
-            budget_lock: Mutex::new(()),
-            budget_freed: Condvar::new(),
-            budget_waiters: AtomicUsize::new(0),
-        }
-    }
-
-    pub(crate) fn report(&self, error: WriteError) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        let first_of_kind = self
-            .logged
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(error.kind_key());
-        match self.policy {
-            ErrorPolicy::Log if first_of_kind => log::error!(
-                "ember-write: {error} (later errors of this kind are logged at debug level)"
-            ),
-            _ => log::debug!("ember-write: {error}"),
-        }
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if pending.len() >= MAX_KEPT_ERRORS {
-            if self.policy == ErrorPolicy::Raise {
-                log::error!("ember-write: {error}");
-            }
-            self.not_kept.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        pending.push_back(error);
-        if self.policy == ErrorPolicy::Raise {
-            self.raise_pending.store(pending.len(), Ordering::Release);
-        }
-    }
-
-    /// The oldest error not yet returned, under the raise policy.
-    fn take_raised(&self) -> Option<WriteError> {
-        if self.raise_pending.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let error = pending.pop_front();
-        self.raise_pending.store(pending.len(), Ordering::Release);
-        error
-    }
-
-    fn take_all(&self) -> Vec<WriteError> {
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        self.raise_pending.store(0, Ordering::Release);
-        pending.drain(..).collect()
-    }
-
-    pub(crate) fn value_rejected(&self) {
-        self.values_rejected.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn parallel_batch(&self) {
-        self.parallel_batches.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts the fates of a written batch.
-    pub(crate) fn settle(&self, fates: &[Fate]) {
-        let mut counts = [0u64; 4];
-        for &fate in fates {
-            counts[fate as usize] += 1;
-        }
-        let [written, dropped, failed, rejected] = counts;
-        self.written.fetch_add(written, Ordering::SeqCst);
-        self.dropped.fetch_add(dropped, Ordering::SeqCst);
-        self.failed.fetch_add(failed, Ordering::SeqCst);
-        self.rejected.fetch_add(rejected, Ordering::SeqCst);
-    }
-
-    pub(crate) fn publish(&self, writers: Vec<WriterStats>, fsyncs: u64) {
-        *self.writers.lock().unwrap_or_else(PoisonError::into_inner) = writers;
-        self.fsyncs.store(fsyncs, Ordering::Relaxed);
-    }
-
-    /// Reserves `weight` bytes of the budget; false when they do not fit and
-    /// the caller must not wait. A record heavier than the whole budget fits
-    /// an empty queue.
-    fn reserve(&self, weight: usize, wait: bool, wake: &Thread) -> bool {
-        let mut current = self.queued_bytes.load(Ordering::Acquire);
-        loop {
-            if current == 0 || current.saturating_add(weight) <= self.max_queued_bytes {
-                match self.queued_bytes.compare_exchange_weak(
-                    current,
-                    current + weight,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return true,
-                    Err(now) => {
-                        current = now;
-                        continue;
-                    }
-                }
-            }
-            if !wait {
-                return false;
-            }
-            // Write what is queued now rather than after its delay.
-            wake.unpark();
-            self.budget_waiters.fetch_add(1, Ordering::SeqCst);
-            let guard = self
-                .budget_lock
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let _ = self
-                .budget_freed
-                .wait_timeout(guard, BUDGET_RECHECK)
-                .unwrap_or_else(PoisonError::into_inner);
-            self.budget_waiters.fetch_sub(1, Ordering::SeqCst);
-            current = self.queued_bytes.load(Ordering::Acquire);
-        }
-    }
-
-    /// Whether half the byte budget or more is taken, or a caller waits for it.
-    pub(crate) fn budget_tight(&self) -> bool {
-        self.budget_waiters.load(Ordering::SeqCst) > 0
-            || self.queued_bytes.load(Ordering::Acquire) >= self.max_queued_bytes / 2
-    }
-
-    /// Gives `weight` bytes back to the budget.
-    pub(crate) fn release(&self, weight: usize) {
-        self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
-        if self.budget_waiters.load(Ordering::SeqCst) > 0 {
-            let _guard = self
-                .budget_lock
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            self.budget_freed.notify_all();
-        }
-    }
-}
+use crate::batch::{Msg, record_weight};
+use crate::error::{WriteError, WriteErrors};
+use crate::options::{FullQueuePolicy, WriterOptions, create_dir_private};
+use crate::shared::Shared;
+use crate::stats::PoolStats;
+use crate::worker::Worker;
 
 /// Writes records to event files from a dedicated thread; see the crate docs.
 ///
@@ -234,11 +41,6 @@ pub struct WriterPool {
 }
 
 impl WriterPool {
-    /// A builder with the defaults for `log_dir`.
-    pub fn builder(log_dir: impl Into<PathBuf>) -> WriterPoolBuilder {
-        WriterPoolBuilder::new(log_dir)
-    }
-
     /// Validates `options`, creates the log directory (mode 0700 when new)
     /// and starts the pool thread. No file is created before its first record.
     pub fn new(options: WriterOptions) -> Result<Self, WriteError> {
@@ -360,7 +162,7 @@ impl WriterPool {
 
     /// Writes every queued record, flushes, fsyncs and closes every file, and
     /// returns every error not yet returned or taken, up to
-    /// [`MAX_KEPT_ERRORS`] of them; the rest are counted.
+    /// [`MAX_KEPT_ERRORS`](crate::MAX_KEPT_ERRORS) of them; the rest are counted.
     pub fn close(self) -> Result<(), WriteErrors> {
         self.close_with_stats().0
     }

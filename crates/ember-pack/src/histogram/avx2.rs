@@ -14,16 +14,17 @@ use pulp::x86::V3;
 
 use std::arch::x86_64::{__m256, __m256d, __m256i, _CMP_GE_OQ, _CMP_LE_OQ, _CMP_LT_OQ};
 
-use super::{Slots32, Stats, TWO_POW_23, stats_by_block};
+use super::count::{SURE, Slots32, TWO_POW_23};
+use super::stats::{Stats, block_stats, stats_by_block};
 
 /// The AVX2 token, where the CPU has AVX2 (and FMA, which `V3` also asks for).
 pub(super) fn detect() -> Option<V3> {
     V3::try_new()
 }
 
-/// [`super::stats_f32`]: blocks of [`super::CHUNK`] in eight lanes, element `i` of a block in lane
+/// [`super::stats_f32`]: blocks of [`super::elems::CHUNK`] in eight lanes, element `i` of a block in lane
 /// `i % 8`, lanes summed in the same tree; a block holding a NaN or an infinity is taken again
-/// by [`super::stats_of`].
+/// by [`super::stats::stats_of`].
 pub(super) fn stats_f32(simd: V3, elems: &[[u8; 4]]) -> Stats {
     simd.vectorize(
         #[inline(always)]
@@ -32,7 +33,7 @@ pub(super) fn stats_f32(simd: V3, elems: &[[u8; 4]]) -> Stats {
 }
 
 /// Sums, sums of squares and extremes of one block, or `None` when it holds a NaN or an
-/// infinity (see [`super::finite_block_f32`], which this is lane for lane).
+/// infinity (see [`super::stats::finite_block_f32`], which this is lane for lane).
 #[inline(always)]
 fn finite_block(simd: V3, block: &[[u8; 4]]) -> Option<Stats> {
     let avx = simd.avx;
@@ -62,7 +63,7 @@ fn finite_block(simd: V3, block: &[[u8; 4]]) -> Option<Stats> {
         let [a, b]: [[f64; 4]; 2] = [pulp::cast(low), pulp::cast(high)];
         [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
     };
-    super::block_stats(
+    block_stats(
         block.len(),
         lanes(sum_low, sum_high),
         lanes(sq_low, sq_high),
@@ -72,7 +73,7 @@ fn finite_block(simd: V3, block: &[[u8; 4]]) -> Option<Stats> {
     )
 }
 
-/// [`Slots32::count`] where [`Slots32::truncates`] holds: the slots eight at a time from the
+/// [`super::count_f32`] where [`Slots32::truncates`] holds: the slots eight at a time from the
 /// elements' positions, a group with an element too close to a bucket's edge settled by the
 /// compare, then one count each into `counters` (four per slot, by the element's index).
 pub(super) fn count_truncating(
@@ -100,9 +101,16 @@ pub(super) fn count_truncating(
             let (blocks, tail) = elems.as_chunks::<64>();
             for block in blocks {
                 let groups: &[[[u8; 4]; 8]; 8] = pulp::bytemuck::cast_ref(block);
-                let pending: [[u32; 8]; 8] =
-                    std::array::from_fn(|g| positions.slots(plan, pulp::cast(groups[g])));
-                pending.iter().for_each(&mut count);
+                // Plain loops, not `array::from_fn` or `for_each`: a closure the compiler
+                // leaves out of line loses the AVX2 features, and every intrinsic in it
+                // becomes a call (15 times slower, in one build of the same code).
+                let mut pending = [[0u32; 8]; 8];
+                for (slots, group) in pending.iter_mut().zip(groups) {
+                    *slots = positions.slots(plan, pulp::cast(*group));
+                }
+                for slots in &pending {
+                    count(slots);
+                }
             }
             let (groups, rest) = tail.as_chunks::<8>();
             for group in groups {
@@ -150,8 +158,8 @@ impl Positions {
             top: avx._mm256_set1_ps(plan.top),
             shift: avx._mm256_set1_ps(TWO_POW_23),
             base: avx._mm256_set1_epi32(TWO_POW_23.to_bits() as i32 - 1),
-            below: avx._mm256_set1_ps(-super::SURE),
-            above: avx._mm256_set1_ps(super::SURE),
+            below: avx._mm256_set1_ps(-SURE),
+            above: avx._mm256_set1_ps(SURE),
         }
     }
 

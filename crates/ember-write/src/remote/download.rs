@@ -6,7 +6,7 @@ use std::path::Path;
 
 use object_store::ObjectStoreExt;
 
-use super::{RemoteError, open_store};
+use super::store::{RemoteError, in_short, open_store};
 
 /// Downloads every object under `url` into `into` (made when missing, and best empty),
 /// keeping their names relative to the prefix and joining each event file's segments back
@@ -23,7 +23,7 @@ pub fn download(url: &str, into: &Path) -> Result<usize, RemoteError> {
         .map_err(|_| RemoteError::Thread("could not start its runtime"))?;
     let unreachable = |error| RemoteError::Unreachable {
         url: url.to_owned(),
-        reason: super::in_short(&error),
+        reason: in_short(&error),
     };
     runtime.block_on(async {
         let mut listed: Vec<object_store::ObjectMeta> = store

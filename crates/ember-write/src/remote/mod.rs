@@ -39,15 +39,12 @@
 //! it); its free-space guard watches the staging disk, the only disk there is to fill.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-use object_store::ObjectStore;
-use object_store::path::Path as ObjectPath;
 
 use crate::FullQueuePolicy;
 
@@ -57,99 +54,20 @@ mod shipper;
 pub use download::download;
 use shipper::Shipper;
 
+mod messages;
+mod store;
+
+use messages::Request;
+pub use messages::{CLOSE_PATIENCE, MirrorStats};
+pub use store::RemoteError;
+use store::{open_store, probe};
+
 /// How often the mirror ships what the pool has written, unless asked sooner.
 pub const DEFAULT_SHIP_INTERVAL: Duration = Duration::from_secs(2);
 
 /// The default budget of bytes written and not yet in the store: past it, the pool's
 /// [`FullQueuePolicy`] decides what happens to the next record (see [`RemoteMirror::admit`]).
 pub const DEFAULT_BACKLOG_BUDGET: u64 = 256 << 20;
-
-/// How long a close keeps trying to ship the last records to a store that does not answer.
-pub const CLOSE_PATIENCE: Duration = Duration::from_secs(60);
-
-/// What can go wrong with a remote log directory.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RemoteError {
-    /// The URL is not one of an object store this build serves.
-    #[error(
-        "`{url}` is not an object store URL this ember serves (s3://, gs://, az://, file://): {reason}"
-    )]
-    Url {
-        /// The URL given.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// The store refused the credentials, or access to the bucket.
-    #[error(
-        "the object store refused access to {url} (check the credentials it was given): {reason}"
-    )]
-    Refused {
-        /// The log directory's URL.
-        url: String,
-        /// The store's answer, in short.
-        reason: String,
-    },
-    /// The store could not be reached, or the bucket does not exist.
-    #[error("cannot reach {url}: {reason}")]
-    Unreachable {
-        /// The log directory's URL.
-        url: String,
-        /// The store's answer or the connection's error, in short.
-        reason: String,
-    },
-    /// The staging directory could not be read.
-    #[error("cannot read the staging directory {}: {source}", path.display())]
-    Staging {
-        /// The file or directory.
-        path: PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
-    },
-    /// The records not yet in the store are over the budget, and the policy is
-    /// [`FullQueuePolicy::Error`]: the record was not accepted.
-    #[error(
-        "{backlog} bytes for {url} are not in the store yet (budget {budget}): record not accepted"
-    )]
-    OverBudget {
-        /// The log directory's URL.
-        url: String,
-        /// Bytes written and not yet shipped.
-        backlog: u64,
-        /// The budget.
-        budget: u64,
-    },
-    /// The mirror's thread could not start, or stopped.
-    #[error("the remote mirror's thread {0}")]
-    Thread(&'static str),
-}
-
-/// Counters of what the mirror has shipped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MirrorStats {
-    /// Segment objects uploaded (each holding whole records of an event file).
-    pub segments: u64,
-    /// Other files uploaded whole (exported tensors, the projector's files), new versions
-    /// included.
-    pub objects: u64,
-    /// Bytes uploaded, in segments and whole files.
-    pub bytes: u64,
-    /// Uploads that failed (each tried again later).
-    pub failed_uploads: u64,
-    /// Bytes written and not in the store yet, as last measured.
-    pub backlog_bytes: u64,
-    /// Records not accepted because the backlog was over its budget (dropped under
-    /// [`FullQueuePolicy::DropNewest`], refused under [`FullQueuePolicy::Error`]).
-    pub records_over_budget: u64,
-}
-
-enum Request {
-    /// Ship now, and say when done (with the error of an upload that failed, if any).
-    Ship(Sender<Result<(), String>>),
-    /// Ship what is left and stop.
-    Close(Sender<Result<(), String>>),
-}
 
 /// Ships a staging directory's event files to an object store; see the module docs.
 #[derive(Debug)]
@@ -159,15 +77,6 @@ pub struct RemoteMirror {
     thread: Option<JoinHandle<MirrorStats>>,
     stats: Arc<std::sync::Mutex<MirrorStats>>,
     backlog: Arc<AtomicU64>,
-}
-
-impl std::fmt::Debug for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Request::Ship(_) => "Ship",
-            Request::Close(_) => "Close",
-        })
-    }
 }
 
 impl RemoteMirror {
@@ -311,101 +220,10 @@ impl Drop for RemoteMirror {
     }
 }
 
-/// The store and the prefix that `url` names, configured from the environment.
-fn open_store(url: &str) -> Result<(Box<dyn ObjectStore>, ObjectPath), RemoteError> {
-    let bad = |reason: String| RemoteError::Url {
-        url: url.to_owned(),
-        reason,
-    };
-    let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
-    let prefix = ObjectPath::from_url_path(parsed.path()).map_err(|e| bad(e.to_string()))?;
-    // A few quick retries: a store that is down fails the start in about a second, and an
-    // upload that fails during the run is tried again at the next interval anyway.
-    let retry = object_store::RetryConfig {
-        backoff: object_store::BackoffConfig::default(),
-        max_retries: 3,
-        retry_timeout: Duration::from_secs(20),
-    };
-    let store: Box<dyn ObjectStore> = match parsed.scheme() {
-        "s3" | "s3a" => Box::new(
-            object_store::aws::AmazonS3Builder::from_env()
-                .with_url(url)
-                .with_retry(retry)
-                .build()
-                .map_err(|e| bad(e.to_string()))?,
-        ),
-        "gs" => Box::new(
-            object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_url(url)
-                .with_retry(retry)
-                .build()
-                .map_err(|e| bad(e.to_string()))?,
-        ),
-        _ => {
-            let (store, _) = object_store::parse_url(&parsed).map_err(|e| bad(e.to_string()))?;
-            store
-        }
-    };
-    Ok((store, prefix))
-}
-
-/// Tries the store once: the credentials pass (a HEAD of an object that need not exist, which
-/// the store answers 403 or 401 when it refuses them), then the store answers and the bucket
-/// exists (a listing of the prefix).
-async fn probe(store: &dyn ObjectStore, prefix: &ObjectPath, url: &str) -> Result<(), RemoteError> {
-    use object_store::{Error, ObjectStoreExt};
-    let refused = |error: &Error| RemoteError::Refused {
-        url: url.to_owned(),
-        reason: in_short(error),
-    };
-    let unreachable = |error: &Error| RemoteError::Unreachable {
-        url: url.to_owned(),
-        reason: in_short(error),
-    };
-    match store.head(&prefix.clone().join(".ember-probe")).await {
-        Ok(_) | Err(Error::NotFound { .. }) => {}
-        Err(error @ (Error::PermissionDenied { .. } | Error::Unauthenticated { .. })) => {
-            return Err(refused(&error));
-        }
-        Err(error) => return Err(unreachable(&error)),
-    }
-    match store.list_with_delimiter(Some(prefix)).await {
-        Ok(_) => Ok(()),
-        Err(error @ (Error::PermissionDenied { .. } | Error::Unauthenticated { .. })) => {
-            Err(refused(&error))
-        }
-        Err(error) => Err(unreachable(&error)),
-    }
-}
-
-/// An object store error in one short line: its root cause, with an S3-style XML answer
-/// reduced to its code and message (the whole chain repeats each cause in every layer).
-pub(super) fn in_short(error: &object_store::Error) -> String {
-    let mut cause: &dyn std::error::Error = error;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    let text = cause.to_string();
-    let element = |name: &str| {
-        let open = format!("<{name}>");
-        let start = text.find(&open)? + open.len();
-        let end = start + text[start..].find(&format!("</{name}>"))?;
-        Some(text[start..end].to_owned())
-    };
-    let status = text
-        .find("status code: ")
-        .map(|at| &text[at + "status code: ".len()..])
-        .and_then(|rest| rest.split(':').next())
-        .map(str::trim);
-    match (status, element("Code"), element("Message")) {
-        (Some(status), Some(code), Some(message)) => format!("{status}, {code}: {message}"),
-        (Some(status), _, _) => status.to_owned(),
-        _ => text.lines().next().unwrap_or_default().trim().to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::download::file_of_segment;
     use super::shipper::whole_records;
     use super::*;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::{CLOSE_PATIENCE, MirrorStats, Request};
+use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
 
 /// How often the backlog is measured between passes, so that a caller over the budget sees it
 /// within this long.

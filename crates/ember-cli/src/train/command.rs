@@ -1,0 +1,105 @@
+//! The run's command line, kept beside its checkpoints and parsed again by `--resume`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, ensure};
+
+use super::*;
+
+/// The file in it that holds the run's command line, for `--resume`.
+const COMMAND_FILE: &str = "command.json";
+
+/// The arguments of the run `--resume` names (or the newest under `runs/`), as it was started,
+/// and its directory. Other flags given with `--resume` are refused: a resumed run must be the
+/// run it continues.
+pub(super) fn resumed_args(
+    dir: Option<&Path>,
+    given: &[String],
+) -> anyhow::Result<(TrainArgs, PathBuf)> {
+    let others: Vec<&String> = given
+        .iter()
+        .filter(|a| a.starts_with("--") && !a.starts_with("--resume"))
+        .collect();
+    ensure!(
+        others.is_empty(),
+        "--resume goes on with the arguments the run was started with; leave out {}",
+        others
+            .iter()
+            .map(|a| a.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let dir = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None => newest_run(Path::new("runs"))?,
+    };
+    let command = dir.join(CHECKPOINTS).join(COMMAND_FILE);
+    let text = std::fs::read_to_string(&command).with_context(|| {
+        format!(
+            "{} is not a run `ember train` can resume: cannot read {}",
+            crate::shown(&dir),
+            crate::shown(&command)
+        )
+    })?;
+    let saved: Vec<String> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a list of arguments", crate::shown(&command)))?;
+    #[derive(clap::Parser)]
+    struct Saved {
+        #[command(flatten)]
+        args: TrainArgs,
+    }
+    let mut args = <Saved as clap::Parser>::try_parse_from(
+        std::iter::once("ember-train".to_string()).chain(saved),
+    )
+    .with_context(|| format!("the arguments saved in {}", crate::shown(&command)))?
+    .args;
+    args.logdir = Some(dir.clone());
+    Ok((args, dir))
+}
+
+/// The newest run under `runs` (their names are UTC start times) that has checkpoints.
+pub(super) fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(runs)
+        .with_context(|| format!("no run to resume: cannot list {}", crate::shown(runs)))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join(CHECKPOINTS).join(COMMAND_FILE).is_file())
+        .collect();
+    found.sort();
+    found.pop().with_context(|| {
+        format!(
+            "no run to resume under {}; name one: --resume RUN_DIR",
+            crate::shown(runs)
+        )
+    })
+}
+
+/// Saves the run's command line for `--resume`, the log directory made explicit.
+pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", crate::shown(dir)))?;
+    let mut saved: Vec<String> = Vec::new();
+    let mut rest = given.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--logdir" {
+            rest.next();
+        } else if !arg.starts_with("--logdir=") {
+            saved.push(arg.clone());
+        }
+    }
+    saved.push("--logdir".into());
+    saved.push(logdir.to_string_lossy().into_owned());
+    let path = dir.join(COMMAND_FILE);
+    let tmp = dir.join(format!("{COMMAND_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_string(&saved)?)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .with_context(|| format!("writing {}", crate::shown(&path)))
+}
+
+/// The arguments after `train` on this process's command line.
+pub(super) fn given_args() -> Vec<String> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "train") {
+        Some(at) => args[at + 1..].to_vec(),
+        None => Vec::new(),
+    }
+}

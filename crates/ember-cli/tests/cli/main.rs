@@ -1,0 +1,86 @@
+//! The `ember` binary end to end: train writes logs both formats' readers decode, inspect finds
+//! truncated tails and corruption at their byte offsets with the documented exit codes, bench
+//! write prints one valid JSON line per workload, failures are one line without a panic, and
+//! Ctrl-C stops train with whole logs and exit code 130. This file holds the helpers that spawn
+//! the binary; each other file of `tests/cli/` one command.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use ember::SummaryRecord;
+use ember::pack::proto::tensorboard::hparams;
+use ember::pack::proto::{mindspore, tensorboard};
+use ember::pack::{Format, hparams_tags};
+use ember::read::Scan;
+use prost::Message;
+
+mod bench;
+mod ctrl_c;
+mod inspect;
+mod train;
+
+fn ember(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args)
+        .output()
+        .expect("the ember binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Files of `dir` whose name contains `pattern`, sorted.
+fn files(dir: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.to_string_lossy().contains(pattern))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Asserts a failure is one `error:` line on stderr, with no panic or backtrace.
+fn assert_one_error_line(output: &Output) {
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A spawned `ember` that is killed if the test ends before it does, so a failing test never
+/// leaves a long training behind.
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for the process to exit; a hang past `limit` fails the test instead of hanging it.
+fn exit_within(child: &mut Spawned, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ember still running after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

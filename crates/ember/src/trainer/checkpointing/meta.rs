@@ -1,0 +1,166 @@
+//! A checkpoint's `meta` section: the run's position, counters and identity as `key=value`
+//! lines, written exactly and read back with the field that is wrong named.
+
+use super::{EpochTotals, Identity, Position};
+use crate::trainer::run_state::RunState;
+use crate::trainer::types::EpochReport;
+
+/// `key=value` lines; numbers in decimal, floats as the hex of their bits (exact), absent
+/// options as `-`.
+pub(super) fn encode_meta(
+    position: &Position,
+    steps: usize,
+    optimizer_steps: usize,
+    state: &RunState,
+    identity: &Identity,
+) -> String {
+    let float = |x: f64| format!("{:016x}", x.to_bits());
+    let opt_f = |x: Option<f64>| x.map_or("-".into(), float);
+    let opt_n = |x: Option<usize>| x.map_or("-".into(), |n| n.to_string());
+    let t = &position.totals;
+    let mut lines = vec![
+        format!("devices={}", identity.devices),
+        format!("ranks={}", identity.ranks),
+        format!("grad_accumulation={}", identity.grad_accumulation),
+        format!("reduction={}", identity.reduction),
+        format!("model={}", identity.model),
+        format!("epoch={}", position.epoch),
+        format!("epoch_done={}", position.epoch_done),
+        format!("step_in_epoch={}", position.step_in_epoch),
+        format!("steps={steps}"),
+        format!("optimizer_steps={optimizer_steps}"),
+        format!("loss_sum={}", float(t.loss_sum)),
+        format!("loss_count={}", t.loss_count),
+        format!("examples={}", t.examples),
+        format!("correct={}", t.correct),
+        format!("judged={}", t.judged),
+        format!("latest_train_loss={}", opt_f(state.latest_train_loss)),
+        format!("learning_rate={}", opt_f(state.learning_rate)),
+        format!("batch_size={}", opt_n(state.batch_size)),
+        format!("train_examples={}", opt_n(state.train_examples)),
+        format!("valid_examples={}", opt_n(state.valid_examples)),
+        format!("summary_errors={}", state.report.summary_errors),
+    ];
+    for e in &state.report.epochs {
+        lines.push(format!(
+            "epoch_report={} {} {} {} {} {}",
+            e.epoch,
+            float(e.train_loss),
+            opt_f(e.train_accuracy),
+            opt_f(e.valid_loss),
+            opt_f(e.valid_accuracy),
+            float(e.examples_per_second)
+        ));
+    }
+    lines.join("\n")
+}
+
+/// The meta section's fields.
+pub(super) struct Fields<'a> {
+    pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Fields<'a> {
+    pub(super) fn parse(text: &'a str) -> Self {
+        Self {
+            pairs: text.lines().filter_map(|l| l.split_once('=')).collect(),
+        }
+    }
+
+    pub(super) fn text(&self, key: &str) -> Result<&'a str, String> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| format!("no `{key}`"))
+    }
+
+    pub(super) fn all(&self, key: &str) -> impl Iterator<Item = &'a str> + '_ {
+        let key = key.to_owned();
+        self.pairs
+            .iter()
+            .filter(move |(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    pub(super) fn usize(&self, key: &str) -> Result<usize, String> {
+        let text = self.text(key)?;
+        text.parse().map_err(|_| format!("`{key}={text}`"))
+    }
+
+    pub(super) fn opt_usize(&self, key: &str) -> Result<Option<usize>, String> {
+        match self.text(key)? {
+            "-" => Ok(None),
+            _ => self.usize(key).map(Some),
+        }
+    }
+
+    pub(super) fn float(&self, key: &str) -> Result<f64, String> {
+        parse_float(self.text(key)?).ok_or_else(|| format!("`{key}`"))
+    }
+
+    pub(super) fn opt_float(&self, key: &str) -> Result<Option<f64>, String> {
+        parse_opt_float(self.text(key)?).ok_or_else(|| format!("`{key}`"))
+    }
+}
+
+pub(super) fn parse_float(text: &str) -> Option<f64> {
+    u64::from_str_radix(text, 16).ok().map(f64::from_bits)
+}
+
+pub(super) fn parse_opt_float(text: &str) -> Option<Option<f64>> {
+    match text {
+        "-" => Some(None),
+        _ => parse_float(text).map(Some),
+    }
+}
+
+pub(super) fn decode_meta(
+    fields: &Fields<'_>,
+) -> Result<(Position, usize, usize, RunState), String> {
+    let position = Position {
+        epoch: fields.usize("epoch")?,
+        epoch_done: fields.text("epoch_done")? == "true",
+        step_in_epoch: fields.usize("step_in_epoch")?,
+        totals: EpochTotals {
+            loss_sum: fields.float("loss_sum")?,
+            loss_count: fields.usize("loss_count")?,
+            examples: fields.usize("examples")?,
+            correct: fields.usize("correct")?,
+            judged: fields.usize("judged")?,
+        },
+    };
+    let mut state = RunState {
+        latest_train_loss: fields.opt_float("latest_train_loss")?,
+        learning_rate: fields.opt_float("learning_rate")?,
+        batch_size: fields.opt_usize("batch_size")?,
+        train_examples: fields.opt_usize("train_examples")?,
+        valid_examples: fields.opt_usize("valid_examples")?,
+        ..RunState::default()
+    };
+    state.report.summary_errors = fields
+        .text("summary_errors")?
+        .parse()
+        .map_err(|_| "`summary_errors`".to_string())?;
+    for line in fields.all("epoch_report") {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let bad = || format!("`epoch_report={line}`");
+        let [epoch, loss, accuracy, valid_loss, valid_accuracy, speed] = parts.as_slice() else {
+            return Err(bad());
+        };
+        state.report.epochs.push(EpochReport {
+            epoch: epoch.parse().map_err(|_| bad())?,
+            train_loss: parse_float(loss).ok_or_else(bad)?,
+            train_accuracy: parse_opt_float(accuracy).ok_or_else(bad)?,
+            valid_loss: parse_opt_float(valid_loss).ok_or_else(bad)?,
+            valid_accuracy: parse_opt_float(valid_accuracy).ok_or_else(bad)?,
+            examples_per_second: parse_float(speed).ok_or_else(bad)?,
+        });
+    }
+    Ok((
+        position,
+        fields.usize("steps")?,
+        fields.usize("optimizer_steps")?,
+        state,
+    ))
+}
