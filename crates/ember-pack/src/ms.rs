@@ -1,8 +1,6 @@
 //! MindInsight's encoding of each value kind, as mindspore 2.10's `_summary_adapter.py` and
 //! `_lineage_adapter.py` pack them.
-//!
-//! This file runs past 600 lines on purpose: it is all of MindInsight's layout, one function per
-//! value kind, each beside the MindSpore source it follows.
+//! One function per value kind, each beside the MindSpore source it follows.
 
 use std::borrow::Cow;
 

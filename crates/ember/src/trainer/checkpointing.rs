@@ -313,6 +313,17 @@ impl Checkpointer {
     }
 }
 
+impl Drop for Checkpointer {
+    /// A run that ends in an error (a failed step, a poisoned loader) still finishes the
+    /// checkpoint it had begun: the file is whole or absent either way, and a resume that comes
+    /// at once, in this process or the next, must find it.
+    fn drop(&mut self) {
+        if let Err(error) = self.wait() {
+            log::warn!("the last checkpoint was not written: {error}");
+        }
+    }
+}
+
 /// Flushes the summaries and records the log's lengths: the log's position at this
 /// checkpoint (the fsync is the caller's, on whichever thread may wait for the disk).
 fn flushed_snapshot(
