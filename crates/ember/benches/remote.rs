@@ -30,7 +30,7 @@ fn main() {
     let triples: usize = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
-        .unwrap_or(20);
+        .unwrap_or(40);
     let dir = tempfile::tempdir().expect("temp dir");
     let mut local = SummaryRecord::new(dir.path()).expect("local summary record");
     let mut remote = SummaryRecord::new(&url).expect("summary record in the store");
