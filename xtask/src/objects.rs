@@ -317,12 +317,13 @@ fn mindinsight(check: &Check, target: &Path, endpoint: &str) -> anyhow::Result<(
 
 /// Killed with SIGKILL mid-run: only whole records in the bucket, no step missing.
 fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+    // Far longer than the six seconds it gets, on any machine: the kill lands mid-run.
     let mut train = check.ember(
         endpoint,
         &[
             "train",
             "--epochs",
-            "200",
+            "5000",
             "--subset",
             "400",
             "--devices",
