@@ -356,7 +356,8 @@ fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
 /// kill until the replay is done, as a store's endpoint is down until the store is back. The
 /// uploads of that time fail, are tried again, and the run's log in the bucket is whole.
 fn restarted(check: &Check) -> anyhow::Result<()> {
-    const ARGS: &[&str] = &["train", "--epochs", "100", "--devices", "2"];
+    // About 35 s on a quiet machine: still running when the server is back, some 9 s in.
+    const ARGS: &[&str] = &["train", "--epochs", "300", "--devices", "2"];
     let local = check.train_locally(ARGS, "local-restart")?;
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
