@@ -114,6 +114,11 @@ pub(crate) struct TrainArgs {
     /// since a first step on a GPU may compile kernels for long.
     #[arg(long, value_parser = parse_seconds)]
     step_timeout: Option<std::time::Duration>,
+    /// Threads of each worker's own compute pool (CPU backends). By default every worker uses
+    /// the process's one pool over all cores; `1` gives each worker a core of its own, the CPU
+    /// stand-in for one device each.
+    #[arg(long, value_name = "N")]
+    worker_threads: Option<std::num::NonZeroUsize>,
     /// Under mpirun: end the whole job when a rank waits longer than this many seconds for
     /// the others in one round (a rank hung or gone). Rounds come once a step, so this bounds
     /// the slowest rank's step and each epoch's validation.
@@ -304,6 +309,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             epochs,
             histogram_every: Some(50),
             step_timeout: args.step_timeout,
+            worker_threads: args.worker_threads,
             checkpoints: checkpointing.then(|| CheckpointConfig {
                 dir: checkpoints.clone(),
                 every: Some(args.checkpoint_every as usize),

@@ -1,5 +1,6 @@
 //! The pool: dispatching one step to every worker and collecting every answer.
 
+use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -19,12 +20,26 @@ pub struct PoolOptions {
     /// fresh worker on the same device, up to [`DevicePool::max_abandoned_workers`].
     /// `None` (the default) waits as long as the step takes.
     pub step_timeout: Option<Duration>,
+    /// Threads of each worker's own compute pool (rayon), or `None` (the default) to let every
+    /// worker's step use the process's global rayon pool, as one device alone would.
+    ///
+    /// A CPU backend (Burn's flex) runs its large matrix products on the current rayon pool:
+    /// with the global pool, every worker's products spread over every core and the workers
+    /// fight for them. One thread per worker gives each worker a core of its own, the CPU
+    /// stand-in for one device each. GPU backends do their work on the device and ignore it.
+    pub worker_threads: Option<NonZeroUsize>,
 }
 
 impl PoolOptions {
     /// Sets the step timeout.
     pub fn step_timeout(mut self, timeout: Duration) -> Self {
         self.step_timeout = Some(timeout);
+        self
+    }
+
+    /// Gives each worker a compute pool of its own with `threads` threads.
+    pub fn worker_threads(mut self, threads: NonZeroUsize) -> Self {
+        self.worker_threads = Some(threads);
         self
     }
 }
@@ -113,11 +128,17 @@ impl<M: StepModel> DevicePool<M> {
         let (answer_sender, answers) = crossbeam_channel::unbounded();
         let mut workers = Vec::with_capacity(devices.len());
         for (index, device) in devices.iter().enumerate() {
-            let worker = WorkerHandle::spawn(index, device.clone(), 0, answer_sender.clone())
-                .map_err(|source| SpawnError {
-                    device: index,
-                    source,
-                })?;
+            let worker = WorkerHandle::spawn(
+                index,
+                device.clone(),
+                0,
+                options.worker_threads,
+                answer_sender.clone(),
+            )
+            .map_err(|source| SpawnError {
+                device: index,
+                source,
+            })?;
             workers.push(worker);
         }
         let exhausted = vec![false; devices.len()];
@@ -392,6 +413,7 @@ impl<M: StepModel> DevicePool<M> {
                 device,
                 self.devices[device].clone(),
                 generation,
+                self.options.worker_threads,
                 self.answer_sender.clone(),
             )
             .unwrap_or_else(|_| WorkerHandle::missing(generation))

@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::cell::Cell;
+use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -47,14 +48,27 @@ impl<M: StepModel> WorkerHandle<M> {
         device_index: usize,
         device: M::Device,
         generation: u64,
+        threads: Option<NonZeroUsize>,
         answers: Sender<Answer<M::Output>>,
     ) -> std::io::Result<Self> {
+        let compute = match threads {
+            Some(threads) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads.get())
+                    .thread_name(move |thread| {
+                        format!("ember-device-{device_index}-compute-{thread}")
+                    })
+                    .build()
+                    .map_err(std::io::Error::other)?,
+            ),
+            None => None,
+        };
         // One job at a time is the pool's invariant (a worker is sent a job only once its last
         // answer is in, or after it was replaced), so one slot is all the inbox needs.
         let (jobs, inbox) = crossbeam_channel::bounded(1);
         let thread = std::thread::Builder::new()
             .name(format!("ember-device-{device_index}"))
-            .spawn(move || run(device_index, device, generation, inbox, answers))?;
+            .spawn(move || run(device_index, device, generation, compute, inbox, answers))?;
         Ok(Self {
             generation,
             jobs: Some(jobs),
@@ -101,6 +115,7 @@ fn run<M: StepModel>(
     device_index: usize,
     device: M::Device,
     generation: u64,
+    compute: Option<rayon::ThreadPool>,
     inbox: Receiver<Job<M>>,
     answers: Sender<Answer<M::Output>>,
 ) {
@@ -113,9 +128,14 @@ fn run<M: StepModel>(
     while let Ok(job) = inbox.recv() {
         guard.step.set(job.step);
         let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let model = job.model.fork(&device);
-            model.step(job.input)
+        let Job { step, model, input } = job;
+        let step_device = device.clone();
+        let run_step = move || model.fork(&step_device).step(input);
+        // rayon's `install` runs the step on the compute pool's thread and resumes its panic
+        // here, inside the guard.
+        let result = catch_unwind(AssertUnwindSafe(|| match &compute {
+            Some(compute) => compute.install(run_step),
+            None => run_step(),
         }));
         let outcome = match result {
             Ok(output) => Outcome::Output {
@@ -127,7 +147,7 @@ fn run<M: StepModel>(
         let answer = Answer {
             device: device_index,
             generation,
-            step: job.step,
+            step,
             outcome,
         };
         if answers.send(answer).is_err() {
@@ -194,7 +214,7 @@ mod tests {
     fn a_busy_worker_holds_one_job_and_refuses_more_without_blocking() {
         let (answers, answered) = crossbeam_channel::unbounded();
         let (release, released) = crossbeam_channel::bounded::<()>(0);
-        let worker = WorkerHandle::<Blocking>::spawn(0, (), 0, answers).unwrap();
+        let worker = WorkerHandle::<Blocking>::spawn(0, (), 0, None, answers).unwrap();
         let job = |step| Job {
             step,
             model: Blocking {

@@ -21,6 +21,7 @@ use burn::tensor::Bytes;
 use ember_pool::step::burn::Reduction;
 use ember_write::LogSnapshot;
 
+use super::optimizer_shards::OptimizerShards;
 use super::types::CheckpointConfig;
 use super::{RunState, TrainError};
 use crate::SummaryRecord;
@@ -135,7 +136,7 @@ impl Identity {
 /// A resumed run's starting point, read from a checkpoint.
 pub(super) struct Resumed<M> {
     pub(super) model: M,
-    pub(super) optimizer: ModuleOptimizer,
+    pub(super) optimizer: OptimizerShards,
     pub(super) scheduler: ModuleLrScheduler,
     pub(super) position: Position,
     pub(super) steps: usize,
@@ -193,7 +194,7 @@ impl Checkpointer {
         optimizer_steps: usize,
         state: &RunState,
         identity: &Identity,
-        parts: (&M, &ModuleOptimizer, &ModuleLrScheduler),
+        parts: (&M, &OptimizerShards, &ModuleLrScheduler),
         log: Option<(&LogPlace, &mut SummaryRecord)>,
     ) -> Result<(), TrainError> {
         if self.last == Some((steps, position.epoch_done)) {
@@ -205,7 +206,11 @@ impl Checkpointer {
         // part of the work, is the checkpoint thread's.
         let (model, optimizer, scheduler) = parts;
         let model = model.clone().into_record();
-        let optimizer = optimizer.to_record();
+        let optimizer: Vec<_> = optimizer
+            .shards()
+            .iter()
+            .map(ModuleOptimizer::to_record)
+            .collect();
         let scheduler = scheduler.to_record();
         let meta = encode_meta(position, steps, optimizer_steps, state, identity);
         let build = move || -> Result<Checkpoint, CheckpointError> {
@@ -225,20 +230,21 @@ impl Checkpointer {
                 }
             };
             let bytes = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
-            Ok(Checkpoint::new()
-                .with("meta", meta.into_bytes())
-                .with(
-                    "model",
-                    bytes(model.into_bytes().map_err(record_err("save the model"))?),
-                )
-                .with(
-                    "optimizer",
+            let mut checkpoint = Checkpoint::new().with("meta", meta.into_bytes()).with(
+                "model",
+                bytes(model.into_bytes().map_err(record_err("save the model"))?),
+            );
+            for (shard, record) in optimizer.into_iter().enumerate() {
+                checkpoint = checkpoint.with(
+                    &optimizer_section(shard),
                     bytes(
-                        optimizer
+                        record
                             .into_bytes()
                             .map_err(record_err("save the optimizer state"))?,
                     ),
-                )
+                );
+            }
+            Ok(checkpoint
                 .with(
                     "scheduler",
                     bytes(
@@ -344,7 +350,7 @@ pub(super) fn load<M: Module>(
     dir: &Path,
     identity: &Identity,
     model: M,
-    optimizer: ModuleOptimizer,
+    mut optimizer: OptimizerShards,
     scheduler: ModuleLrScheduler,
 ) -> Result<Option<(Resumed<M>, Loaded)>, CheckpointError> {
     // Across ranks, every rank reads the same directory before any writes to it, so each
@@ -390,9 +396,22 @@ pub(super) fn load<M: Module>(
     let model = model
         .try_load_record(record)
         .map_err(record_err("its model does not fit this one"))?;
-    let optimizer = optimizer
-        .from_bytes(bytes("optimizer")?)
-        .map_err(record_err("its optimizer state"))?;
+    // A checkpoint holds one optimizer section per shard; one written by a single optimizer
+    // holds every parameter's state, which serves each shard as well, since a shard only reads
+    // the state of the parameters it owns.
+    for shard in 0..optimizer.len() {
+        let name = optimizer_section(shard);
+        let name = if loaded.checkpoint.section(&name).is_some() {
+            name
+        } else {
+            optimizer_section(0)
+        };
+        let stepped = optimizer.shards()[shard]
+            .clone()
+            .from_bytes(bytes(&name)?)
+            .map_err(record_err("its optimizer state"))?;
+        optimizer.set_shard(shard, stepped);
+    }
     let scheduler = scheduler.load_record(
         LrSchedulerRecord::from_bytes(bytes("scheduler")?)
             .map_err(record_err("its scheduler state"))?,
@@ -509,5 +528,14 @@ mod tests {
                 .unwrap()
                 .contains("the model changed")
         );
+    }
+}
+
+/// The checkpoint section of optimizer shard `shard`: `optimizer` for the first (and for a
+/// single optimizer, as before shards), `optimizer.<shard>` for the others.
+fn optimizer_section(shard: usize) -> String {
+    match shard {
+        0 => "optimizer".to_owned(),
+        shard => format!("optimizer.{shard}"),
     }
 }

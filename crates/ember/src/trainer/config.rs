@@ -17,6 +17,7 @@ use crate::collective::{Communicator, Ranks};
 use crate::{SummaryError, SummaryRecord};
 
 use super::Trainer;
+use super::optimizer_shards::OptimizerShards;
 use super::types::{EpochReport, StepReport, TrainerConfig, TrainingItem};
 
 impl<M, O, V> Trainer<M>
@@ -37,6 +38,8 @@ where
         scheduler: impl Into<ModuleLrScheduler>,
         config: TrainerConfig,
     ) -> Self {
+        // One optimizer shard per device: the step's serial part shrinks as devices are added.
+        let optimizer = OptimizerShards::new(optimizer, devices.len());
         Self {
             devices,
             config,

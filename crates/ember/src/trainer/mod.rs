@@ -11,7 +11,6 @@ use std::sync::atomic::AtomicBool;
 
 use burn::data::dataloader::DataLoader;
 use burn::module::{Module, ModuleDisplay};
-use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
@@ -21,9 +20,11 @@ use ember_write::pack::{Format, HParams, SessionStatus};
 use crate::collective::Ranks;
 use crate::faults::SummaryFaults;
 use crate::{SummaryError, SummaryRecord};
+use optimizer_shards::OptimizerShards;
 
 mod checkpointing;
 mod config;
+mod optimizer_shards;
 mod run;
 mod run_state;
 mod steps;
@@ -72,7 +73,7 @@ use types::{EpochHook, StepHook, UpdateHook};
 pub struct Trainer<M: TrainStep + Module> {
     devices: Vec<Device>,
     config: TrainerConfig,
-    optimizer: ModuleOptimizer,
+    optimizer: OptimizerShards,
     scheduler: ModuleLrScheduler,
     hparams: HParams,
     on_step: Option<StepHook>,

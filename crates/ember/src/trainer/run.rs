@@ -50,6 +50,7 @@ where
         }
         let options = PoolOptions {
             step_timeout: self.config.step_timeout,
+            worker_threads: self.config.worker_threads,
         };
         let mut driver = Driver::new(
             &self.devices,

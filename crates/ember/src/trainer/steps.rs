@@ -5,12 +5,12 @@
 use burn::data::dataloader::DataLoader;
 use burn::module::Module;
 use burn::optim::GradientsParams;
-use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Tensor;
 use burn::train::{InferenceStep, TrainStep};
 
 use super::checkpointing::{Checkpointer, Identity, Position};
+use super::optimizer_shards::OptimizerShards;
 use super::run_state::RunState;
 use super::types::{TrainError, TrainingItem, UpdateHook};
 use crate::SummaryRecord;
@@ -43,7 +43,7 @@ pub(super) fn checkpoint<M: Module + Clone>(
 /// model it owns, and, when asked, each parameter's reduced gradient for histograms.
 pub(super) struct Stepper<'a, M> {
     pub(super) model: M,
-    pub(super) optimizer: &'a mut ModuleOptimizer,
+    pub(super) optimizer: &'a mut OptimizerShards,
     pub(super) scheduler: &'a mut ModuleLrScheduler,
     /// Whether the next optimizer step keeps the gradients for histograms.
     pub(super) want_gradients: bool,

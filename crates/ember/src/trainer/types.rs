@@ -1,6 +1,7 @@
 //! What the Trainer takes and gives: the output items it reads, its configuration, its reports
 //! and its errors.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -69,6 +70,10 @@ pub struct TrainerConfig {
     /// Give up on a device step after this long (counted from when its batch was sent): the
     /// worker is reported as timed out, abandoned and replaced. Off by default.
     pub step_timeout: Option<Duration>,
+    /// Threads of each device worker's own compute pool (see
+    /// [`PoolOptions::worker_threads`](crate::PoolOptions::worker_threads)); `None` (the
+    /// default) lets every worker use the process's global pool.
+    pub worker_threads: Option<NonZeroUsize>,
     /// How many hung workers may be abandoned before training fails
     /// (`StepError::TooManyAbandonedWorkers`); each still holds a model copy and device memory
     /// until its step returns. `None` for no limit.
@@ -117,6 +122,7 @@ impl Default for TrainerConfig {
             grad_accumulation: 1,
             histogram_every: Some(50),
             step_timeout: None,
+            worker_threads: None,
             max_abandoned_workers: Some(ember_pool::DEFAULT_MAX_ABANDONED_WORKERS),
             checkpoints: None,
         }

@@ -1,0 +1,274 @@
+//! The optimizer step split across threads by parameter, ZeRO-1 style: each shard owns the
+//! optimizer state of a fixed set of whole parameters and steps only those, all shards at once.
+//!
+//! Burn's `ModuleOptimizer` steps each parameter on its own (its state, learning rate and
+//! gradient clipping are per parameter), so stepping disjoint sets of parameters in parallel
+//! and gathering the results gives the bits a single optimizer gives. With one worker per
+//! device, the optimizer step was the largest serial part of a data-parallel step (an Adam step
+//! reads and writes every parameter a dozen times): split over as many threads as there are
+//! devices, it shrinks with them instead of capping the speed-up.
+//!
+//! The split is by whole parameters (a parameter is never cut, so optimizers that look at a
+//! parameter as a whole, such as LAMB's trust ratio or Muon, stay exact), balanced by element
+//! count: each parameter, largest first, goes to the shard holding the fewest elements so far.
+//! A model whose elements sit in one parameter gains little.
+
+use std::collections::HashMap;
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::tensor::Tensor;
+
+/// One optimizer per shard, and which shard owns each parameter.
+#[derive(Clone)]
+pub(crate) struct OptimizerShards {
+    shards: Vec<ModuleOptimizer>,
+    /// Filled from the model at the first step; the same model gives the same split.
+    owners: Option<HashMap<ParamId, usize>>,
+}
+
+impl std::fmt::Debug for OptimizerShards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OptimizerShards")
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
+
+impl OptimizerShards {
+    /// `count` shards (at least one), each starting as `optimizer`.
+    pub(crate) fn new(optimizer: ModuleOptimizer, count: usize) -> Self {
+        Self {
+            shards: vec![optimizer; count.max(1)],
+            owners: None,
+        }
+    }
+
+    /// How many shards step the model.
+    pub(crate) fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Each shard's optimizer, for its checkpoint record.
+    pub(crate) fn shards(&self) -> &[ModuleOptimizer] {
+        &self.shards
+    }
+
+    /// Replaces shard `index`'s optimizer (its state read from a checkpoint).
+    pub(crate) fn set_shard(&mut self, index: usize, optimizer: ModuleOptimizer) {
+        if let Some(shard) = self.shards.get_mut(index) {
+            *shard = optimizer;
+        }
+    }
+
+    /// Steps `module` with `grads` at learning rate `lr`: every shard steps its own parameters
+    /// on a thread of its own (the first on the caller's), then the stepped parameters are
+    /// gathered into one module.
+    pub(crate) fn step<M: Module>(
+        &mut self,
+        lr: impl Into<ModuleLearningRate>,
+        module: M,
+        mut grads: GradientsParams,
+    ) -> M {
+        let lr = lr.into();
+        if self.shards.len() == 1 {
+            return self.shards[0].step(lr, module, grads);
+        }
+        let count = self.shards.len();
+        let owners = self
+            .owners
+            .get_or_insert_with(|| split_by_elements(&module, count));
+        let mut parts: Vec<GradientsParams> = (0..count).map(|_| GradientsParams::new()).collect();
+        module.visit(&mut SplitGradients {
+            owners,
+            from: &mut grads,
+            into: &mut parts,
+        });
+        let (first, rest) = self.shards.split_first_mut().expect("at least one shard");
+        let mut parts = parts.into_iter();
+        let first_part = parts.next().unwrap_or_default();
+        let mut stepped: Vec<M> = std::thread::scope(|scope| {
+            let handles: Vec<_> = rest
+                .iter_mut()
+                .zip(parts)
+                .map(|(shard, part)| {
+                    let (lr, module) = (lr.clone(), module.clone());
+                    scope.spawn(move || shard.step(lr, module, part))
+                })
+                .collect();
+            let mut stepped = vec![first.step(lr, module.clone(), first_part)];
+            for handle in handles {
+                match handle.join() {
+                    Ok(module) => stepped.push(module),
+                    // A panicking optimizer step panics the caller, as one optimizer's would.
+                    Err(payload) => std::panic::resume_unwind(payload),
+                }
+            }
+            stepped
+        });
+        let mut gathered = GradientsParams::new();
+        for (index, shard_module) in stepped.iter().enumerate().skip(1) {
+            shard_module.visit(&mut CollectOwned {
+                owners,
+                shard: index,
+                into: &mut gathered,
+            });
+        }
+        let first_module = stepped.swap_remove(0);
+        first_module.map(&mut PlaceOwned {
+            from: &mut gathered,
+        })
+    }
+}
+
+/// Each parameter, largest first (ties in visit order), to the shard with the fewest elements.
+fn split_by_elements<M: Module>(module: &M, count: usize) -> HashMap<ParamId, usize> {
+    let mut sizes = ParamSizes(Vec::new());
+    module.visit(&mut sizes);
+    let mut order: Vec<usize> = (0..sizes.0.len()).collect();
+    order.sort_by_key(|&index| std::cmp::Reverse(sizes.0[index].1));
+    let mut load = vec![0usize; count];
+    let mut owners = HashMap::with_capacity(sizes.0.len());
+    for index in order {
+        let (id, elements) = sizes.0[index];
+        let shard = (0..count)
+            .min_by_key(|&shard| (load[shard], shard))
+            .unwrap_or(0);
+        load[shard] += elements;
+        owners.insert(id, shard);
+    }
+    owners
+}
+
+struct ParamSizes(Vec<(ParamId, usize)>);
+
+impl ModuleVisitor for ParamSizes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0.push((param.id, param.val().shape().num_elements()));
+    }
+}
+
+/// Moves every parameter's gradient into the part of the shard that owns it.
+struct SplitGradients<'a> {
+    owners: &'a HashMap<ParamId, usize>,
+    from: &'a mut GradientsParams,
+    into: &'a mut [GradientsParams],
+}
+
+impl ModuleVisitor for SplitGradients<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.from.remove::<D>(param.id) {
+            let shard = self.owners.get(&param.id).copied().unwrap_or(0);
+            self.into[shard].register::<D>(param.id, grad);
+        }
+    }
+}
+
+/// Takes the parameters shard `shard` owns (and so stepped) out of that shard's module.
+struct CollectOwned<'a> {
+    owners: &'a HashMap<ParamId, usize>,
+    shard: usize,
+    into: &'a mut GradientsParams,
+}
+
+impl ModuleVisitor for CollectOwned<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if self.owners.get(&param.id) == Some(&self.shard) {
+            self.into.register::<D>(param.id, param.val());
+        }
+    }
+}
+
+/// Puts the gathered parameters in place of the ones the first shard left as they were.
+struct PlaceOwned<'a> {
+    from: &'a mut GradientsParams,
+}
+
+impl ModuleMapper for PlaceOwned<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        match self.from.remove::<D>(param.id) {
+            Some(stepped) => {
+                let (id, _, mapper) = param.consume();
+                Param::from_mapped_value(id, stepped, mapper)
+            }
+            None => param,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::module::ParamGroup;
+    use burn::optim::grad_clipping::GradientClipping;
+    use burn::optim::{AdamConfig, GradientsParams, SgdConfig};
+    use burn::tensor::Device;
+    use ember_tests::{Mlp, XyBatch, parameters, seeded_mlp};
+
+    use super::*;
+
+    fn gradients(model: &Mlp, seed: u64, device: &Device) -> GradientsParams {
+        let batch = XyBatch::synthetic(seed, 16, device);
+        let output = model.forward(batch.x);
+        let loss = (output - batch.y).powf_scalar(2.0).mean();
+        GradientsParams::from_grads(loss.backward(), model)
+    }
+
+    /// Ten steps of `optimizer` split over `shards`, from the same model and gradients.
+    fn train(optimizer: ModuleOptimizer, shards: usize) -> Vec<f32> {
+        let device = Device::flex().autodiff();
+        let mut model = seeded_mlp(24, 7, &device);
+        let mut optimizer = OptimizerShards::new(optimizer, shards);
+        for step in 0..10 {
+            let grads = gradients(&model, step, &device);
+            model = optimizer.step(0.01, model, grads);
+        }
+        parameters(&model)
+    }
+
+    fn bits(values: &[f32]) -> Vec<u32> {
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn sharded_steps_give_the_bits_of_one_optimizer() {
+        let adam = || -> ModuleOptimizer { AdamConfig::new().init() };
+        let one = train(adam(), 1);
+        assert_ne!(bits(&one), bits(&train(SgdConfig::new().init(), 1)));
+        for shards in [2, 3, 4, 7] {
+            assert_eq!(bits(&train(adam(), shards)), bits(&one), "{shards} shards");
+        }
+    }
+
+    #[test]
+    fn groups_and_clipping_follow_each_parameter_into_its_shard() {
+        // The second layer on SGD with clipping, the rest on Adam: a shard must step each
+        // parameter with its own group's optimizer, as one optimizer does.
+        let grouped = || -> ModuleOptimizer {
+            let optimizer: ModuleOptimizer = AdamConfig::new().init();
+            optimizer.with_group(
+                ParamGroup::from_predicate("l2"),
+                SgdConfig::new().build(),
+                Some(GradientClipping::Value(0.001)),
+            )
+        };
+        let one = train(grouped(), 1);
+        assert_ne!(bits(&one), bits(&train(AdamConfig::new().init(), 1)));
+        assert_eq!(bits(&train(grouped(), 2)), bits(&one));
+    }
+
+    #[test]
+    fn parameters_are_split_by_elements_largest_first() {
+        let device = Device::flex().autodiff();
+        // l1: weight 2x24 (48) and bias 24; l2: weight 24x1 (24) and bias 1.
+        let model = Mlp::new(24, &device);
+        let owners = split_by_elements(&model, 2);
+        let mut load = [0usize; 2];
+        let mut sizes = ParamSizes(Vec::new());
+        model.visit(&mut sizes);
+        for (id, elements) in sizes.0 {
+            load[owners[&id]] += elements;
+        }
+        assert_eq!(load, [48 + 1, 24 + 24]);
+    }
+}
