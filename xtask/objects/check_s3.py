@@ -27,7 +27,7 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 
 
 def timing(tag):
-    return tag.endswith("step_seconds") or tag.endswith("examples_per_second")
+    return tag.endswith("_seconds") or tag.endswith("examples_per_second")
 
 
 def accumulator(path):

@@ -23,7 +23,7 @@ def fail(message):
 
 
 def timing(tag):
-    return "step_seconds" in tag or "examples_per_second" in tag
+    return "_seconds" in tag or "examples_per_second" in tag
 
 
 def load(base, jobs):

@@ -39,7 +39,7 @@ def fail(message):
 
 
 def timing(tag):
-    return tag.endswith("step_seconds") or tag.endswith("examples_per_second")
+    return tag.endswith("_seconds") or tag.endswith("examples_per_second")
 
 
 def python_series(path):

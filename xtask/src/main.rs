@@ -26,6 +26,8 @@
 //! - `resume`: kills `ember train` with SIGKILL at seeded random moments, resumes each run, and
 //!   checks its model and its log (in ember inspect, TensorBoard's loaders, tbparse, rustboard
 //!   and MindInsight) against an uninterrupted run's.
+//! - `scaling [--rounds R] [--quick]`: examples per second at 1 and 2 workers, ember against
+//!   burn-train's own strategies, side by side, into `target/bench/scaling.md`.
 
 mod bench;
 mod browser;
@@ -42,6 +44,7 @@ mod objects;
 mod objects_bench;
 mod process;
 mod resume;
+mod scaling;
 
 use std::path::PathBuf;
 
@@ -61,9 +64,10 @@ fn main() -> anyhow::Result<()> {
         Some("mpi") => mpi::run(&root, &args[1..]),
         Some("objects") => objects::run(&root, &args[1..]),
         Some("resume") => resume::run(&root),
+        Some("scaling") => scaling::run(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md, and no module cycle inside ember-pack or ember-write\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, and ember train on 1..N GPUs (--epochs E)\n  layers   check the crate layering against docs/architecture.md, and no module cycle inside ember-pack or ember-write\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader\n  scaling  examples/s of 1 and 2 workers, ember against burn-train's own strategies, into target/bench/scaling.md (--rounds R; --quick: one small round, as CI runs it)"
             );
             Ok(())
         }

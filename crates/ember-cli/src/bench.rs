@@ -3,6 +3,8 @@
 //! `ember bench memory`, a plain read pass over the histogram workload's input, the memory
 //! bound `cargo xtask bench` sets the histogram figure against.
 
+pub(crate) mod scaling;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;

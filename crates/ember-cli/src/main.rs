@@ -57,6 +57,9 @@ enum BenchCommand {
     /// Time plain read passes over the histogram workload's input (the memory bound) and print
     /// one JSON line.
     Memory(bench::MemoryArgs),
+    /// One data-parallel training run, by ember or by one of burn-train's strategies, as one
+    /// JSON line (`cargo xtask scaling` runs the sides against one another).
+    Scaling(bench::scaling::ScalingArgs),
 }
 
 /// The event file format to write.
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
         Command::Pull(args) => pull::run(args),
         Command::Bench(BenchCommand::Write(args)) => bench::write(args),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory(args),
+        Command::Bench(BenchCommand::Scaling(args)) => bench::scaling::scaling(args),
     };
     match result {
         Ok(code) => code,

@@ -50,13 +50,13 @@ use command::{given_args, resumed_args, save_command};
 use records::{record_embedding, record_pr_curves, record_samples};
 
 /// The seed of the train/test split and of the training shuffle.
-const SPLIT_SEED: u64 = 1998;
+pub(crate) const SPLIT_SEED: u64 = 1998;
 
 /// The seed of the weight initialisation.
 const INIT_SEED: u64 = 42;
 
 /// The share of the data held out for testing.
-const TEST_FRACTION: f64 = 0.2;
+pub(crate) const TEST_FRACTION: f64 = 0.2;
 
 /// Test digits shown with their predictions each epoch.
 const SAMPLES: usize = 16;

@@ -129,13 +129,14 @@ fn run<M: StepModel>(
         guard.step.set(job.step);
         let started = Instant::now();
         let Job { step, model, input } = job;
-        let step_device = device.clone();
-        let run_step = move || model.fork(&step_device).step(input);
-        // rayon's `install` runs the step on the compute pool's thread and resumes its panic
-        // here, inside the guard.
+        // rayon's `install` runs the step on the compute pool's thread (with a clone of the
+        // device, which need not be `Sync`) and resumes its panic here, inside the guard.
         let result = catch_unwind(AssertUnwindSafe(|| match &compute {
-            Some(compute) => compute.install(run_step),
-            None => run_step(),
+            Some(compute) => {
+                let device = device.clone();
+                compute.install(move || model.fork(&device).step(input))
+            }
+            None => model.fork(&device).step(input),
         }));
         let outcome = match result {
             Ok(output) => Outcome::Output {

@@ -22,7 +22,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
@@ -64,6 +64,21 @@ pub(crate) struct StepDone<O> {
     pub(crate) items: Vec<DeviceItem<O>>,
     /// The learning rate, when this step closed an accumulation window and the model stepped.
     pub(crate) learning_rate: Option<f64>,
+    /// Where the step's wall time went on the calling thread.
+    pub(crate) timing: StepTiming,
+}
+
+/// Where one step's wall time went on the calling thread: waiting for the devices (from the
+/// first batch sent to the last answer), adding their gradients into the window, and the
+/// round across ranks with the optimizer step, when the window closed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StepTiming {
+    /// Pulling batches, sending them and waiting for every device's answer.
+    pub(crate) devices: Duration,
+    /// Moving the devices' gradients to the main device and adding them up.
+    pub(crate) reduce: Duration,
+    /// The round across ranks (if any) and the optimizer step (if the window closed).
+    pub(crate) optimize: Duration,
 }
 
 /// A training step that failed, with where.
@@ -286,6 +301,7 @@ where
         }
         self.step += 1;
         let model = optimizer.model();
+        let started = Instant::now();
         let outputs = match self
             .pool
             .step(self.sources.as_mut_slice(), &BurnStep(model.clone()))
@@ -306,6 +322,7 @@ where
                 });
             }
         };
+        let devices_done = Instant::now();
         let mut items = Vec::with_capacity(outputs.outputs.len());
         for output in outputs.outputs {
             self.window.add(output.output.grads, self.main, &model);
@@ -316,6 +333,7 @@ where
             });
         }
         self.window_steps += 1;
+        let reduced = Instant::now();
         let learning_rate = if self.window_steps >= self.accumulation {
             self.window_steps = 0;
             if self.ranks.is_some() {
@@ -330,6 +348,11 @@ where
             step: self.step,
             items,
             learning_rate,
+            timing: StepTiming {
+                devices: devices_done - started,
+                reduce: reduced - devices_done,
+                optimize: reduced.elapsed(),
+            },
         }))
     }
 

@@ -14,6 +14,7 @@ use ember_pool::{DEFAULT_MAX_ABANDONED_WORKERS, DevicePool, PoolOptions};
 
 mod abandoned;
 mod answers;
+mod compute_pools;
 mod epochs;
 mod order_and_drop;
 mod panics;

@@ -203,7 +203,7 @@ mod tests {
     use burn::optim::grad_clipping::GradientClipping;
     use burn::optim::{AdamConfig, GradientsParams, SgdConfig};
     use burn::tensor::Device;
-    use ember_tests::{Mlp, XyBatch, parameters, seeded_mlp};
+    use ember_tests::{Mlp, XyBatch, parameters};
 
     use super::*;
 
@@ -214,10 +214,17 @@ mod tests {
         GradientsParams::from_grads(loss.backward(), model)
     }
 
-    /// Ten steps of `optimizer` split over `shards`, from the same model and gradients.
-    fn train(optimizer: ModuleOptimizer, shards: usize) -> Vec<f32> {
+    /// A model whose parameters are drawn once: every run starts from a clone of it, whatever
+    /// other tests draw from the device's generator meanwhile.
+    fn model() -> Mlp {
+        let model = Mlp::new(24, &Device::flex().autodiff());
+        parameters(&model);
+        model
+    }
+
+    /// Ten steps of `optimizer` split over `shards` from `model`, on the same gradients.
+    fn train(optimizer: ModuleOptimizer, shards: usize, mut model: Mlp) -> Vec<f32> {
         let device = Device::flex().autodiff();
-        let mut model = seeded_mlp(24, 7, &device);
         let mut optimizer = OptimizerShards::new(optimizer, shards);
         for step in 0..10 {
             let grads = gradients(&model, step, &device);
@@ -233,10 +240,19 @@ mod tests {
     #[test]
     fn sharded_steps_give_the_bits_of_one_optimizer() {
         let adam = || -> ModuleOptimizer { AdamConfig::new().init() };
-        let one = train(adam(), 1);
-        assert_ne!(bits(&one), bits(&train(SgdConfig::new().init(), 1)));
+        let start = model();
+        let one = train(adam(), 1, start.clone());
+        assert_ne!(one, parameters(&start));
+        assert_ne!(
+            bits(&one),
+            bits(&train(SgdConfig::new().init(), 1, start.clone()))
+        );
         for shards in [2, 3, 4, 7] {
-            assert_eq!(bits(&train(adam(), shards)), bits(&one), "{shards} shards");
+            assert_eq!(
+                bits(&train(adam(), shards, start.clone())),
+                bits(&one),
+                "{shards} shards"
+            );
         }
     }
 
@@ -252,16 +268,19 @@ mod tests {
                 Some(GradientClipping::Value(0.001)),
             )
         };
-        let one = train(grouped(), 1);
-        assert_ne!(bits(&one), bits(&train(AdamConfig::new().init(), 1)));
-        assert_eq!(bits(&train(grouped(), 2)), bits(&one));
+        let start = model();
+        let one = train(grouped(), 1, start.clone());
+        assert_ne!(
+            bits(&one),
+            bits(&train(AdamConfig::new().init(), 1, start.clone()))
+        );
+        assert_eq!(bits(&train(grouped(), 2, start)), bits(&one));
     }
 
     #[test]
     fn parameters_are_split_by_elements_largest_first() {
-        let device = Device::flex().autodiff();
         // l1: weight 2x24 (48) and bias 24; l2: weight 24x1 (24) and bias 1.
-        let model = Mlp::new(24, &device);
+        let model = model();
         let owners = split_by_elements(&model, 2);
         let mut load = [0usize; 2];
         let mut sizes = ParamSizes(Vec::new());

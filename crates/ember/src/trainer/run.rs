@@ -16,7 +16,7 @@ use ember_write::pack::{Format, SessionPart, Value};
 use super::Trainer;
 use super::checkpointing::{self, Checkpointer, EpochTotals, Identity, Position};
 use super::run_state::RunState;
-use super::steps::{Stepper, checkpoint, scalar, step_error, step_seconds_tag, validate};
+use super::steps::{Stepper, checkpoint, device_times, scalar, step_error, step_times, validate};
 use super::types::{EpochReport, StepReport, TrainError, TrainingItem};
 use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
@@ -252,12 +252,8 @@ where
                 if let Some(summary) = summary.as_deref_mut()
                     && !lead
                 {
-                    for output in &done.items {
-                        faults.check(summary.add_value(
-                            crate::Plugin::Scalar,
-                            &step_seconds_tag(rank, output.device),
-                            output.elapsed.as_secs_f64(),
-                        ))?;
+                    for (tag, seconds) in device_times(rank, &done) {
+                        faults.check(summary.add_value(crate::Plugin::Scalar, &tag, seconds))?;
                     }
                     faults.check(summary.record(global_step))?;
                 } else if let Some(summary) = summary.as_deref_mut() {
@@ -272,11 +268,11 @@ where
                             Value::Scalar(examples as f64 / elapsed),
                         ),
                     ];
-                    for output in &done.items {
-                        values.push((
-                            step_seconds_tag(rank, output.device),
-                            Value::Scalar(output.elapsed.as_secs_f64()),
-                        ));
+                    for (tag, seconds) in device_times(rank, &done) {
+                        values.push((tag, Value::Scalar(seconds)));
+                    }
+                    for (tag, seconds) in step_times(&done) {
+                        values.push((tag.into(), Value::Scalar(seconds)));
                     }
                     if let Some(lr) = done.learning_rate {
                         values.push(("train/learning_rate".into(), Value::Scalar(lr)));
@@ -303,6 +299,14 @@ where
                         loss: step_loss / device_count as f64,
                         examples,
                         examples_per_second: examples as f64 / elapsed,
+                        devices_seconds: done.timing.devices.as_secs_f64(),
+                        device_seconds: done
+                            .items
+                            .iter()
+                            .map(|output| output.elapsed.as_secs_f64())
+                            .collect(),
+                        reduce_seconds: done.timing.reduce.as_secs_f64(),
+                        optimizer_seconds: done.timing.optimize.as_secs_f64(),
                     });
                 }
                 // Across ranks only at epoch ends: a rank whose shard is done joins the others'

@@ -15,7 +15,7 @@ use super::run_state::RunState;
 use super::types::{TrainError, TrainingItem, UpdateHook};
 use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
-use crate::driver::{self, Optimize, StepFailure, StepFailureSource, ValidationError};
+use crate::driver::{self, Optimize, StepDone, StepFailure, StepFailureSource, ValidationError};
 use crate::model_info::named_gradients;
 
 /// Takes a checkpoint at `position` of the run as `stepper` and `state` have it.
@@ -55,11 +55,42 @@ pub(super) struct Stepper<'a, M> {
 
 /// The tag of a device's step time: per rank across ranks, so that each rank's devices have
 /// series of their own in the run.
-pub(super) fn step_seconds_tag(rank: Option<usize>, device: usize) -> String {
+pub(super) fn device_tag(rank: Option<usize>, device: usize, name: &str) -> String {
     match rank {
-        Some(rank) => format!("rank/{rank}/device/{device}/step_seconds"),
-        None => format!("device/{device}/step_seconds"),
+        Some(rank) => format!("rank/{rank}/device/{device}/{name}"),
+        None => format!("device/{device}/{name}"),
     }
+}
+
+/// Each device's scalars of a step: its own step (fork, forward and backward) and how long it
+/// then waited for the slowest device.
+pub(super) fn device_times(
+    rank: Option<usize>,
+    done: &StepDone<impl Sized>,
+) -> impl Iterator<Item = (String, f64)> + '_ {
+    done.items.iter().flat_map(move |output| {
+        let wait = done.timing.devices.saturating_sub(output.elapsed);
+        [
+            (
+                device_tag(rank, output.device, "step_seconds"),
+                output.elapsed.as_secs_f64(),
+            ),
+            (
+                device_tag(rank, output.device, "wait_seconds"),
+                wait.as_secs_f64(),
+            ),
+        ]
+    })
+}
+
+/// The step's own scalars: the devices' part of it, the gradients' reduction and the
+/// optimizer step (with the round across ranks).
+pub(super) fn step_times(done: &StepDone<impl Sized>) -> [(&'static str, f64); 3] {
+    [
+        ("step/devices_seconds", done.timing.devices.as_secs_f64()),
+        ("step/reduce_seconds", done.timing.reduce.as_secs_f64()),
+        ("step/optimizer_seconds", done.timing.optimize.as_secs_f64()),
+    ]
 }
 
 pub(super) fn step_error(epoch: usize, failure: StepFailure) -> TrainError {

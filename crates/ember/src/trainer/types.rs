@@ -161,6 +161,17 @@ pub struct StepReport {
     pub examples: usize,
     /// Training examples per second so far in this epoch.
     pub examples_per_second: f64,
+    /// The devices' part of the step on the training thread: pulling the batches, sending
+    /// them and waiting for the last device's answer.
+    pub devices_seconds: f64,
+    /// Each device's own step (placing the model on the device, forward and backward), in
+    /// device order; `devices_seconds` less a device's own is how long it waited for the
+    /// slowest.
+    pub device_seconds: Vec<f64>,
+    /// Moving the devices' gradients to the main device and adding them up.
+    pub reduce_seconds: f64,
+    /// The round across ranks and the optimizer step (0 when the step closed no window).
+    pub optimizer_seconds: f64,
 }
 
 /// The hook run after every optimizer step.
