@@ -620,3 +620,84 @@ fn a_full_log_disk_does_not_stop_training_and_the_counts_match_the_files() {
     assert_eq!(summary_writer.records_written, events_in_files);
     assert!(summary_writer.failed);
 }
+
+/// [`Mlp`], whose train step on device 1's worker takes 40 ms longer: a straggler.
+#[derive(burn::module::Module, Debug)]
+struct SlowOnDeviceOne {
+    inner: Mlp,
+}
+
+impl burn::train::TrainStep for SlowOnDeviceOne {
+    type Input = ember_tests::XyBatch;
+    type Output = burn::train::RegressionOutput;
+
+    fn step(&self, batch: Self::Input) -> burn::train::TrainOutput<Self::Output> {
+        // The pool names each worker thread (and its compute pool's) after its device.
+        let thread = std::thread::current();
+        if thread
+            .name()
+            .is_some_and(|name| name.starts_with("ember-device-1"))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(40));
+        }
+        burn::train::TrainStep::step(&self.inner, batch)
+    }
+}
+
+impl burn::train::InferenceStep for SlowOnDeviceOne {
+    type Input = ember_tests::XyBatch;
+    type Output = burn::train::RegressionOutput;
+
+    fn step(&self, batch: Self::Input) -> Self::Output {
+        burn::train::InferenceStep::step(&self.inner, batch)
+    }
+}
+
+#[test]
+fn a_slowed_device_is_named_the_straggler_in_the_reports_the_log_and_the_table() {
+    let device = Device::flex().autodiff();
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    let reported = Arc::new(std::sync::Mutex::new(ember::StepTimes::new()));
+    let seen = reported.clone();
+    Trainer::new(
+        vec![device.clone(), device.clone()],
+        SgdConfig::new().init(),
+        0.05,
+        TrainerConfig {
+            epochs: 1,
+            histogram_every: None,
+            ..TrainerConfig::default()
+        },
+    )
+    .on_step(move |step| seen.lock().unwrap().add_report(step))
+    .fit(
+        SlowOnDeviceOne {
+            inner: Mlp::new(4, &device),
+        },
+        regression_loader(1, 64, 8, &device),
+        None,
+        Some(&mut summary),
+    )
+    .unwrap();
+    summary.close().unwrap();
+
+    // 64 rows in batches of 8 over 2 workers: 4 steps, device 1 the last to answer in each.
+    let reported = reported.lock().unwrap().clone();
+    assert_eq!(reported.steps(), 4);
+    assert_eq!(reported.straggler(), Some((1, 4)));
+    let recorded = ember::StepTimes::from_scalars(&ember::read::scalars(dir.path()).unwrap())
+        .expect("the run recorded its step times");
+    assert_eq!(recorded.straggler(), Some((1, 4)));
+    let table = recorded.to_string();
+    assert!(
+        table.contains("device 1: own step") && table.contains("slowest in 4 of 4 steps"),
+        "{table}"
+    );
+    assert!(table.contains("device 0: own step"), "{table}");
+    assert!(table.contains("slowest in 0 of 4 steps"), "{table}");
+    // Device 0 waited for device 1 about as long as device 1 was slowed.
+    let waits = ember::read::scalars(dir.path()).unwrap()["device/0/wait_seconds"].clone();
+    assert_eq!(waits.len(), 4);
+    assert!(waits.iter().all(|p| p.value >= 0.03), "{waits:?}");
+}

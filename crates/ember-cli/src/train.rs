@@ -19,8 +19,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -299,6 +299,8 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     }
 
     let step_bar = bar.clone();
+    let step_times = Arc::new(Mutex::new(ember::StepTimes::new()));
+    let step_times_seen = step_times.clone();
     let epoch_bar = bar.clone();
     let sample_device = main.clone();
     let trainer = Trainer::new(
@@ -329,6 +331,9 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             .with("test_examples", test_len as i64),
     )
     .on_step(move |step| {
+        if let Ok(mut times) = step_times_seen.lock() {
+            times.add_report(step);
+        }
         step_bar.set_prefix(format!("epoch {}/{epochs}", step.epoch));
         step_bar.set_message(format!(
             "loss {:.4} {:.0} ex/s",
@@ -433,6 +438,9 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         .context("no test accuracy: the test set is empty; use a larger --subset")?;
     let seconds = started.elapsed().as_secs_f64();
     print_device_memory(&opened);
+    if let Ok(times) = step_times.lock() {
+        eprint!("{times}");
+    }
     crate::out(format!(
         "test accuracy: {:.2}% ({test_len} held-out digits) after {epochs} epoch(s), \
          {} steps, {seconds:.1} s",

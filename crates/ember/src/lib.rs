@@ -58,6 +58,7 @@ mod model_info;
 #[cfg(feature = "burn")]
 mod module_summary;
 pub mod read;
+mod step_times;
 mod summary;
 #[cfg(feature = "burn")]
 mod trainer;
@@ -66,6 +67,7 @@ pub use convert::{ToScalar, ToTensorValue};
 #[cfg(feature = "burn")]
 pub use driver::ValidationError;
 pub use error::SummaryError;
+pub use step_times::StepTimes;
 pub use summary::{Mode, Plugin, RankLayout, SummaryRecord, SummaryRecordBuilder, SummaryTap};
 #[cfg(feature = "burn")]
 pub use trainer::{

@@ -1,5 +1,6 @@
 //! The text output: per run, its projector config and files with their problems, then its
-//! tags by kind with counts, steps and each kind's figures; a last line of totals.
+//! tags by kind with counts, steps and each kind's figures, and, for a Trainer's run, where its
+//! step time went; a last line of totals.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,11 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
                 crate::out(line);
             }
         }
+        if let Some(times) = step_times(run) {
+            for line in times.to_string().lines() {
+                crate::out(format!("  {line}"));
+            }
+        }
     }
     crate::out(format!(
         "{} run(s), {files} file(s), {records} valid record(s), {errors} error(s), \
@@ -107,4 +113,29 @@ fn print_problems(problems: &[Problem]) {
         };
         crate::out(format!("    {level}: {}", problem.message));
     }
+}
+
+/// Where the run's step time went, from the step-time series a Trainer records; `None` for a
+/// run without them.
+fn step_times(run: &RunReport) -> Option<ember::StepTimes> {
+    let scalars = run
+        .tags
+        .iter()
+        .filter(|((kind, _), _)| kind == "scalar")
+        .map(|((_, tag), stats)| {
+            let points = stats
+                .series
+                .iter()
+                .filter_map(|&(step, wall_time, value)| {
+                    Some(ember::read::ScalarPoint {
+                        step: step?,
+                        wall_time,
+                        value,
+                    })
+                })
+                .collect();
+            (tag.clone(), points)
+        })
+        .collect();
+    ember::StepTimes::from_scalars(&scalars)
 }
