@@ -451,6 +451,15 @@ pub(super) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<LogSnapshot, C
     Ok(LogSnapshot::decode(text)?)
 }
 
+/// The checkpoint section of optimizer shard `shard`: `optimizer` for the first (and for a
+/// single optimizer, as before shards), `optimizer.<shard>` for the others.
+fn optimizer_section(shard: usize) -> String {
+    match shard {
+        0 => "optimizer".to_owned(),
+        shard => format!("optimizer.{shard}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,14 +537,5 @@ mod tests {
                 .unwrap()
                 .contains("the model changed")
         );
-    }
-}
-
-/// The checkpoint section of optimizer shard `shard`: `optimizer` for the first (and for a
-/// single optimizer, as before shards), `optimizer.<shard>` for the others.
-fn optimizer_section(shard: usize) -> String {
-    match shard {
-        0 => "optimizer".to_owned(),
-        shard => format!("optimizer.{shard}"),
     }
 }
