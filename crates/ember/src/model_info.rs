@@ -17,6 +17,16 @@ pub(crate) fn named_parameters<M: Module>(module: &M) -> Vec<(String, ParamId, V
     visitor.params
 }
 
+/// Every float parameter of `module` as `(path, shape)`, without reading its values.
+pub(crate) fn named_shapes<M: Module>(module: &M) -> Vec<(String, Vec<usize>)> {
+    let mut visitor = Walk {
+        shapes_only: true,
+        ..Walk::default()
+    };
+    module.visit(&mut visitor);
+    visitor.shapes
+}
+
 /// The gradient of each named parameter that has one.
 pub(crate) fn named_gradients<M: Module>(
     module: &M,
@@ -39,7 +49,10 @@ pub(crate) fn named_gradients<M: Module>(
 /// or, for a field of the root that has none (an activation such as `Relu`), the field's type
 /// from the root's display content; a deeper module without fields is a plain `Module`.
 pub(crate) fn module_graph<M: Module + ModuleDisplay>(module: &M, root: &str) -> Graph {
-    let mut visitor = Walk::default();
+    let mut visitor = Walk {
+        shapes_only: true,
+        ..Walk::default()
+    };
     module.visit(&mut visitor);
     let field_types: HashMap<String, String> = module
         .content(Content::new(DisplaySettings::new()))
@@ -115,6 +128,9 @@ struct Walk<'a> {
     shapes: Vec<(String, Vec<usize>)>,
     grads: Option<&'a GradientsParams>,
     grad_values: Vec<(String, Vec<f32>)>,
+    /// Names and shapes only: no parameter's values are read (copying a large model's
+    /// parameters out of the device costs a pass over all of them).
+    shapes_only: bool,
 }
 
 impl ModuleVisitor for Walk<'_> {
@@ -144,6 +160,9 @@ impl ModuleVisitor for Walk<'_> {
         self.modules.retain(|module| module != &name);
         let tensor = param.val();
         self.shapes.push((name.clone(), tensor.dims().to_vec()));
+        if self.shapes_only {
+            return;
+        }
         match self.grads {
             Some(grads) => {
                 if let Some(grad) = grads.get::<D>(param.id) {

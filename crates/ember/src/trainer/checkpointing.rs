@@ -26,7 +26,7 @@ use super::types::CheckpointConfig;
 use super::{RunState, TrainError};
 use crate::SummaryRecord;
 use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded, LogPlace};
-use crate::model_info::named_parameters;
+use crate::model_info::named_shapes;
 
 mod meta;
 
@@ -74,9 +74,9 @@ impl Identity {
         grad_accumulation: usize,
         reduction: Reduction,
     ) -> Self {
-        let model = named_parameters(model)
+        let model = named_shapes(model)
             .iter()
-            .map(|(name, _, values)| format!("{name}:{}", values.len()))
+            .map(|(name, shape)| format!("{name}:{}", shape.iter().product::<usize>()))
             .collect::<Vec<_>>()
             .join(",");
         Self {
