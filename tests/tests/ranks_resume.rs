@@ -85,7 +85,9 @@ fn series(dir: &Path) -> BTreeMap<String, Vec<(i64, f64)>> {
         .scalars
         .into_iter()
         .map(|(tag, points)| {
-            let timed = tag.ends_with("_seconds") || tag.ends_with("examples_per_second");
+            let timed = tag.ends_with("_seconds")
+                || tag.ends_with("examples_per_second")
+                || tag.starts_with("system/");
             let points = points
                 .iter()
                 .map(|p| (p.step, if timed { 0.0 } else { p.value }))

@@ -701,3 +701,49 @@ fn a_slowed_device_is_named_the_straggler_in_the_reports_the_log_and_the_table()
     assert_eq!(waits.len(), 4);
     assert!(waits.iter().all(|p| p.value >= 0.03), "{waits:?}");
 }
+
+#[test]
+fn system_scalars_are_sampled_off_the_training_thread_and_recorded_with_a_step() {
+    let device = Device::flex().autodiff();
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    Trainer::new(
+        vec![device.clone(), device.clone()],
+        SgdConfig::new().init(),
+        0.05,
+        TrainerConfig {
+            epochs: 2,
+            histogram_every: None,
+            system_every: Some(std::time::Duration::from_millis(20)),
+            ..TrainerConfig::default()
+        },
+    )
+    .fit(
+        // 40 ms a step on device 1: 8 steps last long enough for several samples.
+        SlowOnDeviceOne {
+            inner: Mlp::new(4, &device),
+        },
+        regression_loader(1, 64, 8, &device),
+        None,
+        Some(&mut summary),
+    )
+    .unwrap();
+    summary.close().unwrap();
+
+    let scalars = ember::read::scalars(dir.path()).unwrap();
+    let resident = &scalars["system/resident_bytes"];
+    let cpu = &scalars["system/cpu_percent"];
+    assert!(resident.len() >= 2, "{resident:?}");
+    assert_eq!(resident.len(), cpu.len());
+    // Recorded with a training step, at most once a step.
+    let steps: BTreeSet<i64> = resident.iter().map(|p| p.step).collect();
+    assert_eq!(steps.len(), resident.len());
+    assert!(steps.iter().all(|step| (1..=8).contains(step)), "{steps:?}");
+    assert!(resident.iter().all(|p| p.value > 1e6), "{resident:?}");
+    assert!(
+        cpu.iter().all(|p| p.value.is_finite() && p.value >= 0.0),
+        "{cpu:?}"
+    );
+    // flex keeps no count of its memory: no device series.
+    assert!(!scalars.keys().any(|tag| tag.starts_with("system/device/")));
+}

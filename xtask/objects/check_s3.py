@@ -27,7 +27,11 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 
 
 def timing(tag):
-    return tag.endswith("_seconds") or tag.endswith("examples_per_second")
+    return (
+        tag.endswith("_seconds")
+        or tag.endswith("examples_per_second")
+        or tag.startswith("system/")
+    )
 
 
 def accumulator(path):

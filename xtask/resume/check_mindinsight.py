@@ -23,7 +23,7 @@ def fail(message):
 
 
 def timing(tag):
-    return "_seconds" in tag or "examples_per_second" in tag
+    return "_seconds" in tag or "examples_per_second" in tag or "system/" in tag
 
 
 def load(base, jobs):

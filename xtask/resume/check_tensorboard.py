@@ -39,7 +39,11 @@ def fail(message):
 
 
 def timing(tag):
-    return tag.endswith("_seconds") or tag.endswith("examples_per_second")
+    return (
+        tag.endswith("_seconds")
+        or tag.endswith("examples_per_second")
+        or tag.startswith("system/")
+    )
 
 
 def python_series(path):

@@ -490,7 +490,10 @@ pub(crate) fn same_values(
         for run in v["runs"].as_array().into_iter().flatten() {
             for tag in run["tags"].as_array().into_iter().flatten() {
                 let name = tag["tag"].as_str().unwrap_or_default();
-                if name.ends_with("_seconds") || name.ends_with("examples_per_second") {
+                if name.ends_with("_seconds")
+                    || name.ends_with("examples_per_second")
+                    || name.starts_with("system/")
+                {
                     continue;
                 }
                 // A resumed MindInsight run starts a lineage file of its own, which MindInsight

@@ -119,6 +119,10 @@ pub(crate) struct TrainArgs {
     /// stand-in for one device each.
     #[arg(long, value_name = "N")]
     worker_threads: Option<std::num::NonZeroUsize>,
+    /// Sample the process's CPU use and memory (and each device's, where the backend counts
+    /// it) this often, off the training thread, recorded as `system/…` scalars.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
+    system_every: std::time::Duration,
     /// Under mpirun: end the whole job when a rank waits longer than this many seconds for
     /// the others in one round (a rank hung or gone). Rounds come once a step, so this bounds
     /// the slowest rank's step and each epoch's validation.
@@ -312,6 +316,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             histogram_every: Some(50),
             step_timeout: args.step_timeout,
             worker_threads: args.worker_threads,
+            system_every: Some(args.system_every),
             checkpoints: checkpointing.then(|| CheckpointConfig {
                 dir: checkpoints.clone(),
                 every: Some(args.checkpoint_every as usize),

@@ -28,6 +28,7 @@ mod optimizer_shards;
 mod run;
 mod run_state;
 mod steps;
+mod system;
 #[cfg(test)]
 mod tests;
 mod types;

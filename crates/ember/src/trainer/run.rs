@@ -17,6 +17,7 @@ use super::Trainer;
 use super::checkpointing::{self, Checkpointer, EpochTotals, Identity, Position};
 use super::run_state::RunState;
 use super::steps::{Stepper, checkpoint, device_times, scalar, step_error, step_times, validate};
+use super::system::SystemSampler;
 use super::types::{EpochReport, StepReport, TrainError, TrainingItem};
 use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
@@ -170,6 +171,15 @@ where
         };
         let rank = self.ranks.as_ref().map(Ranks::rank);
         let histogram_every = self.config.histogram_every.filter(|every| *every > 0);
+        // A sampler that cannot start costs the run its system/… scalars, nothing else.
+        let system = match self.config.system_every {
+            Some(every) if lead && summary.is_some() && !every.is_zero() => {
+                SystemSampler::start(every, &self.devices)
+                    .inspect_err(|error| log::warn!("no system/… scalars: {error}"))
+                    .ok()
+            }
+            _ => None,
+        };
         let first_epoch = start
             .as_ref()
             .map_or(1, |p| p.epoch + usize::from(p.epoch_done));
@@ -273,6 +283,14 @@ where
                     }
                     for (tag, seconds) in step_times(&done) {
                         values.push((tag.into(), Value::Scalar(seconds)));
+                    }
+                    for (tag, value) in system
+                        .as_ref()
+                        .and_then(SystemSampler::take)
+                        .into_iter()
+                        .flatten()
+                    {
+                        values.push((tag, Value::Scalar(value)));
                     }
                     if let Some(lr) = done.learning_rate {
                         values.push(("train/learning_rate".into(), Value::Scalar(lr)));

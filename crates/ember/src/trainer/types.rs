@@ -74,6 +74,11 @@ pub struct TrainerConfig {
     /// [`PoolOptions::worker_threads`](crate::PoolOptions::worker_threads)); `None` (the
     /// default) lets every worker use the process's global pool.
     pub worker_threads: Option<NonZeroUsize>,
+    /// Sample the process's CPU use and resident memory and each device's memory in use this
+    /// often, on a thread of its own, and record them with the next step as `system/…`
+    /// scalars (the run's lead only, and only with a summary record). `None` (the default):
+    /// not sampled.
+    pub system_every: Option<Duration>,
     /// How many hung workers may be abandoned before training fails
     /// (`StepError::TooManyAbandonedWorkers`); each still holds a model copy and device memory
     /// until its step returns. `None` for no limit.
@@ -123,6 +128,7 @@ impl Default for TrainerConfig {
             histogram_every: Some(50),
             step_timeout: None,
             worker_threads: None,
+            system_every: None,
             max_abandoned_workers: Some(ember_pool::DEFAULT_MAX_ABANDONED_WORKERS),
             checkpoints: None,
         }
