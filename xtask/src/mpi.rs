@@ -96,7 +96,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Finds what rsmpi needs, installing it when this process may; `Err` says what is missing.
-fn ensure_mpi() -> Result<(), String> {
+pub(crate) fn ensure_mpi() -> Result<(), String> {
     ensure_installed(TASK, PACKAGES, missing)
 }
 

@@ -20,6 +20,11 @@
 //! whole step: placing the model, waiting for the slowest device, reducing, the optimizer).
 //! The report goes to `target/bench/scaling.md` and `scaling.json`.
 //!
+//! `--mpi` builds `ember-cli` with its `mpi` feature (Open MPI from Debian, installed as for
+//! `cargo xtask mpi`) and adds ember's Trainer as 1 and 2 ranks under `mpirun` of one worker
+//! each (`ember-mpi`), pinned by `--bind-to core`, the job's examples per second reported by
+//! rank 0; burn-train has no multi-process strategy to set beside it.
+//!
 //! `--quick` (CI) runs one round of small models on a subset: it checks that every side still
 //! runs and reports, not how fast.
 
@@ -70,6 +75,10 @@ struct Sizes {
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
+    let with_mpi = args.iter().any(|a| a == "--mpi");
+    if with_mpi {
+        crate::mpi::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
+    }
     let rounds: usize = match args.iter().position(|a| a == "--rounds") {
         Some(at) => args
             .get(at + 1)
@@ -101,7 +110,14 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     if !pin {
         eprintln!("{TASK}: no taskset: workers are not pinned to cores (the pinned rows are not)");
     }
-    build(root, &["build", "--release", "-p", "ember-cli"])?;
+    if with_mpi {
+        build(
+            root,
+            &["build", "--release", "-p", "ember-cli", "--features", "mpi"],
+        )?;
+    } else {
+        build(root, &["build", "--release", "-p", "ember-cli"])?;
+    }
     let target = target_dir(root);
     let ember = target.join("release/ember");
     let out = target.join("bench");
@@ -110,7 +126,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let scratch = out.join("scaling-runs");
     std::fs::create_dir_all(&scratch)?;
 
-    let configs = configs();
+    let configs = configs(with_mpi);
     let mut runs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for round in 0..rounds {
         let mut order: Vec<&Config> = configs.iter().collect();
@@ -156,7 +172,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn configs() -> Vec<Config> {
+fn configs(with_mpi: bool) -> Vec<Config> {
     let mut configs = Vec::new();
     for model in ["digits", "deep"] {
         let config = |side, workers, pinned, summaries| Config {
@@ -177,6 +193,10 @@ fn configs() -> Vec<Config> {
         configs.push(config("ember", 1, true, true));
         configs.push(config("ember", 2, true, true));
         configs.push(config("burn-multi", 2, true, true));
+        if with_mpi {
+            configs.push(config("ember-mpi", 1, true, false));
+            configs.push(config("ember-mpi", 2, true, false));
+        }
     }
     configs
 }
@@ -192,7 +212,16 @@ fn run_one(
         "digits" => (sizes.digits_width, sizes.digits_epochs),
         _ => (sizes.deep_width, sizes.deep_epochs),
     };
-    let mut command = if config.pinned && pin {
+    let mut command = if config.side == "ember-mpi" {
+        let mut command = Command::new("mpirun");
+        command.args(["-n", &config.workers.to_string()]);
+        command.args(["--bind-to", if config.pinned { "core" } else { "none" }]);
+        if crate::process::is_root() {
+            command.arg("--allow-run-as-root");
+        }
+        command.arg(ember);
+        command
+    } else if config.pinned && pin {
         let cores = if config.workers == 1 { "0" } else { "0,1" };
         let mut command = Command::new("taskset");
         command.args(["-c", cores]).arg(ember);
@@ -200,11 +229,16 @@ fn run_one(
     } else {
         Command::new(ember)
     };
+    let (side, workers) = match config.side {
+        // Each rank one worker; the job's workers are its ranks.
+        "ember-mpi" => ("ember", 1),
+        side => (side, config.workers),
+    };
     command
-        .args(["bench", "scaling", "--side", config.side])
+        .args(["bench", "scaling", "--side", side])
         .args([
             "--workers".to_string(),
-            config.workers.to_string(),
+            workers.to_string(),
             "--model".into(),
             config.model.into(),
             "--width".into(),
@@ -215,7 +249,7 @@ fn run_one(
     if let Some(subset) = sizes.subset {
         command.args(["--subset".to_string(), subset.to_string()]);
     }
-    if config.pinned && config.side == "ember" {
+    if config.pinned && side == "ember" {
         command.args(["--worker-threads", "1"]);
     }
     let logdir = scratch.join(config.key().replace(' ', "_"));
@@ -309,7 +343,7 @@ fn report(
             .and_then(Value::as_u64)
             .unwrap_or(0);
         md.push_str(&format!(
-            "\n## {model}: width {width}, {parameters} parameters\n\n| side | workers | cores | summaries | examples/s | efficiency | outside | optimizer | reduce |\n|---|---:|---|---|---:|---:|---:|---:|---:|\n"
+            "\n## {model}: width {width}, {parameters} parameters\n\n| side | workers (ranks for ember-mpi) | cores | summaries | examples/s | efficiency | outside | optimizer | reduce |\n|---|---:|---|---|---:|---:|---:|---:|---:|\n"
         ));
         for config in configs.iter().filter(|c| c.model == model) {
             let Some(lines) = runs.get(&config.key()) else {
@@ -403,6 +437,13 @@ fn ratios(model: &'static str, runs: &BTreeMap<String, Vec<Value>>) -> String {
             .map(|(median, ..)| median)
     };
     let mut text = String::from("\n");
+    if let (Some(one), Some(two)) = (eps("ember-mpi", 1, true), eps("ember-mpi", 2, true)) {
+        text.push_str(&format!(
+            "- ember under mpirun, 2 ranks over 1: {:.2}× ({:.0}% efficiency)\n",
+            two / one,
+            50.0 * two / one
+        ));
+    }
     for workers in [1u16, 2] {
         let ember = eps("ember", workers, true);
         let fastest = ["burn-single", "burn-multi", "burn-sharded", "burn-ddp"]
@@ -443,7 +484,7 @@ mod tests {
                    "examples_per_second": eps, "outside_share": 0.25})
         };
         let mut runs = BTreeMap::new();
-        let configs: Vec<Config> = configs()
+        let configs: Vec<Config> = configs(false)
             .into_iter()
             .filter(|c| c.model == "digits")
             .collect();

@@ -70,6 +70,13 @@ impl Job {
         }
     }
 
+    /// The job's communicator, for a trainer of another model than `ember train`'s (a job of
+    /// one has none).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn take_comm(&mut self) -> Option<ember::MpiComm> {
+        self.comm.take()
+    }
+
     /// Makes `trainer` this process's rank of the job.
     pub(crate) fn join(&mut self, trainer: ember::Trainer<DigitMlp>) -> ember::Trainer<DigitMlp> {
         #[cfg(feature = "mpi")]

@@ -222,6 +222,9 @@ impl StepTotals {
 }
 
 pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
+    // Under mpirun (the `mpi` feature), this process is one rank of the job: every rank trains
+    // its shard of the digits on its workers, and rank 0 reports the job's examples per second.
+    let mut job = crate::job::Job::start(std::time::Duration::from_secs(300))?;
     let listed = match args.device.clone() {
         Some(DeviceList(listed)) => listed,
         None => default_devices()?,
@@ -297,6 +300,7 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
                     steps.add(report);
                 }
             });
+            let trainer = joined(trainer, &mut job);
             let result = trainer
                 .fit(model, train_loader, Some(valid_loader), summary.as_mut())
                 .map(drop)
@@ -310,6 +314,10 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
                 .map(|mut steps| std::mem::take(&mut *steps));
             result
         }
+        side if job.size() > 1 => Err(anyhow::anyhow!(
+            "{} runs in one process; only ember's side runs under mpirun",
+            side.name()
+        )),
         side => burn_train(
             side,
             devices,
@@ -334,6 +342,7 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
         "examples": examples,
         "summaries": args.summaries.is_some(),
         "worker_threads": args.worker_threads.map(NonZeroUsize::get),
+        "ranks": job.size(),
     });
     match outcome {
         Ok(()) => {
@@ -349,8 +358,23 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
         }
         Err(error) => line["error"] = json!(format!("{error:#}")),
     }
-    println!("{line}");
+    // Every rank trained the job's examples together; rank 0 reports them.
+    if job.lead() {
+        println!("{line}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `trainer` as this process's rank of the job `mpirun` started (the `mpi` feature), or as
+/// it is.
+fn joined(trainer: Trainer<ScalingMlp>, job: &mut crate::job::Job) -> Trainer<ScalingMlp> {
+    #[cfg(feature = "mpi")]
+    if let Some(comm) = job.take_comm() {
+        return trainer.communicator(comm);
+    }
+    #[cfg(not(feature = "mpi"))]
+    let _ = job;
+    trainer
 }
 
 /// One of burn-train's own strategies, as a Burn user starts it: `SupervisedTraining` with
