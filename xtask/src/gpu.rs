@@ -9,6 +9,11 @@
 //!    and prints, per device count: examples per second, seconds per step, test accuracy and
 //!    each device's memory at the end (its pools' reserved bytes, their high-water mark).
 //!    The table goes to `target/bench/gpu.md`.
+//! 4. The scaling table of `cargo xtask scaling` on the GPUs: `ember bench scaling` (the deep
+//!    model, 8.5 M parameters) on 1..N of them by ember's Trainer and by burn-train's `multi`
+//!    (main device, sharded) and `ddp` strategies (CUDA has the collectives DDP needs; a side
+//!    that fails is a row with its error), `--rounds R` rounds (default 1), examples/s with
+//!    the scaling efficiency against the same side on one GPU, appended to `gpu.md`.
 
 use std::path::Path;
 use std::process::Command;
@@ -21,6 +26,14 @@ use crate::process::{build, expect_success, run_limited};
 const TASK: &str = "gpu";
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let rounds: usize = match args.iter().position(|a| a == "--rounds") {
+        Some(at) => args
+            .get(at + 1)
+            .context("--rounds needs a number")?
+            .parse()
+            .context("--rounds needs a number")?,
+        None => 1,
+    };
     let epochs: usize = match args.iter().position(|a| a == "--epochs") {
         Some(at) => args
             .get(at + 1)
@@ -105,10 +118,102 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         eprint!("{line}");
         md.push_str(&line);
     }
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        for n in 1..=gpus {
+            let list: Vec<String> = (0..n).map(|i| format!("cuda:{i}")).collect();
+            let mut sides = vec!["ember", "burn-multi", "burn-sharded", "burn-ddp"];
+            if round % 2 == 1 {
+                sides.reverse();
+            }
+            for side in sides {
+                let mut command = Command::new(&ember);
+                command
+                    .args(["bench", "scaling", "--side", side, "--model", "deep"])
+                    .args(["--workers", &n.to_string(), "--device"])
+                    .arg(list.join(","));
+                let what = format!("ember bench scaling --side {side} on {n} GPU(s)");
+                let ran = run_limited(command, &what, &out.join(format!("gpu-scaling-{n}.log")))?;
+                expect_success(&ran, &what)?;
+                let line = ran
+                    .output
+                    .lines()
+                    .rev()
+                    .find(|l| l.starts_with('{'))
+                    .with_context(|| format!("{what}: no JSON line:\n{}", ran.output))?;
+                runs.push(serde_json::from_str(line).with_context(|| format!("{what}: {line}"))?);
+            }
+        }
+    }
+    md.push_str(&scaling_table(&runs));
     std::fs::write(out.join("gpu.md"), &md)?;
     print!("{md}");
     eprintln!("{TASK}: wrote {}", out.join("gpu.md").display());
     Ok(())
+}
+
+/// The scaling runs as a table: per GPU count and side, the median examples/s of its rounds,
+/// the scaling efficiency against the same side on one GPU, and ember's share of a step outside
+/// forward/backward; a side that failed shows its error.
+fn scaling_table(runs: &[serde_json::Value]) -> String {
+    use std::collections::BTreeMap;
+    let mut cells: BTreeMap<(u64, String), Vec<&serde_json::Value>> = BTreeMap::new();
+    for run in runs {
+        let gpus = run["workers"].as_u64().unwrap_or(0);
+        let side = run["side"].as_str().unwrap_or("?").to_string();
+        cells.entry((gpus, side)).or_default().push(run);
+    }
+    let median = |values: &mut Vec<f64>| -> Option<f64> {
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        (n > 0).then(|| {
+            if n % 2 == 1 {
+                values[n / 2]
+            } else {
+                (values[n / 2 - 1] + values[n / 2]) / 2.0
+            }
+        })
+    };
+    let mut eps: BTreeMap<(u64, String), f64> = BTreeMap::new();
+    for (key, lines) in &cells {
+        let mut values: Vec<f64> = lines
+            .iter()
+            .filter_map(|l| l["examples_per_second"].as_f64())
+            .collect();
+        if let Some(m) = median(&mut values) {
+            eps.insert(key.clone(), m);
+        }
+    }
+    let mut md = String::from(
+        "\n| GPUs | side | examples/s | efficiency | outside forward/backward |\n|---:|---|---:|---:|---:|\n",
+    );
+    for ((gpus, side), lines) in &cells {
+        let key = (*gpus, side.clone());
+        let row = match (
+            eps.get(&key),
+            lines.iter().find_map(|l| l["error"].as_str()),
+        ) {
+            (Some(value), _) => {
+                let efficiency = eps
+                    .get(&(1, side.clone()))
+                    .filter(|one| **one > 0.0)
+                    .map(|one| format!("{:.0}%", 100.0 * value / (*gpus as f64 * one)))
+                    .unwrap_or_else(|| "–".into());
+                let mut outside: Vec<f64> = lines
+                    .iter()
+                    .filter_map(|l| l["outside_share"].as_f64())
+                    .collect();
+                let outside = median(&mut outside)
+                    .map(|share| format!("{:.0}%", share * 100.0))
+                    .unwrap_or_else(|| "–".into());
+                format!("| {gpus} | {side} | {value:.0} | {efficiency} | {outside} |\n")
+            }
+            (None, Some(error)) => format!("| {gpus} | {side} | error: {error} | | |\n"),
+            (None, None) => format!("| {gpus} | {side} | – | | |\n"),
+        };
+        md.push_str(&row);
+    }
+    md
 }
 
 fn count_gpus() -> usize {
@@ -179,7 +284,29 @@ impl Figures {
 
 #[cfg(test)]
 mod tests {
-    use super::Figures;
+    use super::{Figures, scaling_table};
+
+    #[test]
+    fn the_scaling_table_has_medians_efficiency_and_errors() {
+        let run = |side: &str, workers: u64, eps: f64| {
+            serde_json::json!({"side": side, "workers": workers, "examples_per_second": eps,
+                               "outside_share": 0.125})
+        };
+        let runs = [
+            run("ember", 1, 1000.0),
+            run("ember", 1, 1200.0),
+            run("ember", 1, 1100.0),
+            run("ember", 2, 2000.0),
+            run("burn-multi", 1, 900.0),
+            run("burn-multi", 2, 1350.0),
+            serde_json::json!({"side": "burn-ddp", "workers": 2, "error": "no NCCL"}),
+        ];
+        let md = scaling_table(&runs);
+        assert!(md.contains("| 1 | ember | 1100 | 100% | 12% |"), "{md}");
+        assert!(md.contains("| 2 | ember | 2000 | 91% | 12% |"), "{md}");
+        assert!(md.contains("| 2 | burn-multi | 1350 | 75% | 12% |"), "{md}");
+        assert!(md.contains("| 2 | burn-ddp | error: no NCCL | | |"), "{md}");
+    }
 
     #[test]
     fn figures_come_from_ember_trains_own_lines() {

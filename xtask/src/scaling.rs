@@ -234,18 +234,16 @@ fn run_one(
         "ember-mpi" => ("ember", 1),
         side => (side, config.workers),
     };
-    command
-        .args(["bench", "scaling", "--side", side])
-        .args([
-            "--workers".to_string(),
-            workers.to_string(),
-            "--model".into(),
-            config.model.into(),
-            "--width".into(),
-            width.to_string(),
-            "--epochs".into(),
-            epochs.to_string(),
-        ]);
+    command.args(["bench", "scaling", "--side", side]).args([
+        "--workers".to_string(),
+        workers.to_string(),
+        "--model".into(),
+        config.model.into(),
+        "--width".into(),
+        width.to_string(),
+        "--epochs".into(),
+        epochs.to_string(),
+    ]);
     if let Some(subset) = sizes.subset {
         command.args(["--subset".to_string(), subset.to_string()]);
     }
