@@ -21,27 +21,13 @@ use std::process::Command;
 use anyhow::{Context, bail, ensure};
 
 use crate::compat::{cargo, target_dir};
-use crate::process::{build, expect_success, run_limited};
+use crate::process::{build, expect_success, positive_arg, run_limited};
 
 const TASK: &str = "gpu";
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let rounds: usize = match args.iter().position(|a| a == "--rounds") {
-        Some(at) => args
-            .get(at + 1)
-            .context("--rounds needs a number")?
-            .parse()
-            .context("--rounds needs a number")?,
-        None => 1,
-    };
-    let epochs: usize = match args.iter().position(|a| a == "--epochs") {
-        Some(at) => args
-            .get(at + 1)
-            .context("--epochs needs a number")?
-            .parse()
-            .context("--epochs needs a number")?,
-        None => 10,
-    };
+    let rounds = positive_arg(args, "--rounds", 1)?;
+    let epochs = positive_arg(args, "--epochs", 10)?;
     let gpus = count_gpus();
     if gpus == 0 {
         bail!("{TASK}: no CUDA device at hand (`nvidia-smi -L` lists none); nothing to measure");

@@ -32,7 +32,7 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::compat::{cargo, skip_or_fail, target_dir};
-use crate::process::{build, ensure_installed, is_root, on_path};
+use crate::process::{build, ensure_installed, is_root, on_path, positive_arg};
 
 mod bench;
 mod scenarios;
@@ -53,14 +53,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         return skip_or_fail(TASK, &why);
     }
     if args.iter().any(|a| a == "--bench") {
-        let rounds = match args.iter().position(|a| a == "--rounds") {
-            Some(at) => args
-                .get(at + 1)
-                .context("--rounds needs a number")?
-                .parse()
-                .context("--rounds needs a number")?,
-            None => 3,
-        };
+        let rounds = positive_arg(args, "--rounds", 3)?;
         return bench(root, rounds);
     }
     lint(root)?;

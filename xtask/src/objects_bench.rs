@@ -99,14 +99,7 @@ struct Figure {
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let rounds: usize = match args.iter().position(|a| a == "--rounds") {
-        Some(at) => args
-            .get(at + 1)
-            .and_then(|r| r.parse().ok())
-            .filter(|r| *r > 0)
-            .context("--rounds takes a positive number")?,
-        None => 5,
-    };
+    let rounds = crate::process::positive_arg(args, "--rounds", 5)?;
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-bench-venv"), &requirements()) {
         Ok(python) => python,

@@ -36,7 +36,7 @@ use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::compat::target_dir;
-use crate::process::{build, on_path, run_limited};
+use crate::process::{build, on_path, positive_arg, run_limited};
 
 const TASK: &str = "scaling";
 
@@ -79,16 +79,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     if with_mpi {
         crate::mpi::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
     }
-    let rounds: usize = match args.iter().position(|a| a == "--rounds") {
-        Some(at) => args
-            .get(at + 1)
-            .context("--rounds needs a number")?
-            .parse()
-            .context("--rounds needs a number")?,
-        None if quick => 1,
-        None => 5,
-    };
-    ensure!(rounds > 0, "--rounds must be at least 1");
+    let rounds = positive_arg(args, "--rounds", if quick { 1 } else { 5 })?;
     let sizes = if quick {
         Sizes {
             digits_width: 256,
