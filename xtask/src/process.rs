@@ -188,7 +188,7 @@ pub(crate) fn positive_arg(args: &[String], flag: &str, default: usize) -> anyho
 }
 
 #[cfg(test)]
-mod positive_arg_tests {
+mod tests {
     use super::positive_arg;
 
     #[test]
