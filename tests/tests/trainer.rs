@@ -653,11 +653,11 @@ impl burn::train::InferenceStep for SlowOnDeviceOne {
     }
 }
 
-#[test]
-fn a_slowed_device_is_named_the_straggler_in_the_reports_the_log_and_the_table() {
+/// Trains [`SlowOnDeviceOne`] on 2 flex workers, 64 rows in batches of 8 (4 steps an epoch),
+/// recording into `dir`; returns the step times the `on_step` reports gave.
+fn train_with_a_slow_device(dir: &Path, config: TrainerConfig) -> ember::StepTimes {
     let device = Device::flex().autodiff();
-    let dir = tempfile::tempdir().unwrap();
-    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    let mut summary = SummaryRecord::new(dir).unwrap();
     let reported = Arc::new(std::sync::Mutex::new(ember::StepTimes::new()));
     let seen = reported.clone();
     Trainer::new(
@@ -665,9 +665,8 @@ fn a_slowed_device_is_named_the_straggler_in_the_reports_the_log_and_the_table()
         SgdConfig::new().init(),
         0.05,
         TrainerConfig {
-            epochs: 1,
             histogram_every: None,
-            ..TrainerConfig::default()
+            ..config
         },
     )
     .on_step(move |step| seen.lock().unwrap().add_report(step))
@@ -681,9 +680,21 @@ fn a_slowed_device_is_named_the_straggler_in_the_reports_the_log_and_the_table()
     )
     .unwrap();
     summary.close().unwrap();
+    reported.lock().unwrap().clone()
+}
 
-    // 64 rows in batches of 8 over 2 workers: 4 steps, device 1 the last to answer in each.
-    let reported = reported.lock().unwrap().clone();
+#[test]
+fn a_slowed_device_is_named_the_straggler_in_the_reports_the_log_and_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let reported = train_with_a_slow_device(
+        dir.path(),
+        TrainerConfig {
+            epochs: 1,
+            ..TrainerConfig::default()
+        },
+    );
+
+    // 4 steps, device 1 the last to answer in each.
     assert_eq!(reported.steps(), 4);
     assert_eq!(reported.straggler(), Some((1, 4)));
     let recorded = ember::StepTimes::from_scalars(&ember::read::scalars(dir.path()).unwrap())
@@ -704,31 +715,16 @@ fn a_slowed_device_is_named_the_straggler_in_the_reports_the_log_and_the_table()
 
 #[test]
 fn system_scalars_are_sampled_off_the_training_thread_and_recorded_with_a_step() {
-    let device = Device::flex().autodiff();
     let dir = tempfile::tempdir().unwrap();
-    let mut summary = SummaryRecord::new(dir.path()).unwrap();
-    Trainer::new(
-        vec![device.clone(), device.clone()],
-        SgdConfig::new().init(),
-        0.05,
+    // 40 ms a step on device 1: 8 steps last long enough for several samples.
+    train_with_a_slow_device(
+        dir.path(),
         TrainerConfig {
             epochs: 2,
-            histogram_every: None,
             system_every: Some(std::time::Duration::from_millis(20)),
             ..TrainerConfig::default()
         },
-    )
-    .fit(
-        // 40 ms a step on device 1: 8 steps last long enough for several samples.
-        SlowOnDeviceOne {
-            inner: Mlp::new(4, &device),
-        },
-        regression_loader(1, 64, 8, &device),
-        None,
-        Some(&mut summary),
-    )
-    .unwrap();
-    summary.close().unwrap();
+    );
 
     let scalars = ember::read::scalars(dir.path()).unwrap();
     let resident = &scalars["system/resident_bytes"];
