@@ -38,8 +38,16 @@ where
         scheduler: impl Into<ModuleLrScheduler>,
         config: TrainerConfig,
     ) -> Self {
-        // One optimizer shard per device: the step's serial part shrinks as devices are added.
-        let optimizer = OptimizerShards::new(optimizer, devices.len());
+        // One optimizer shard per device on the CPU, where the optimizer step was the largest
+        // serial part of a step. On wgpu two threads stepping shards on one device gave
+        // parameters that did not train (the distinct-device suite), so GPU backends keep
+        // one optimizer.
+        let shards = if devices.iter().all(|device| *device == Device::flex()) {
+            devices.len()
+        } else {
+            1
+        };
+        let optimizer = OptimizerShards::new(optimizer, shards);
         Self {
             devices,
             config,

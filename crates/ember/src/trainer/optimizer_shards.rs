@@ -12,6 +12,10 @@
 //! parameter as a whole, such as LAMB's trust ratio or Muon, stay exact), balanced by element
 //! count: each parameter, largest first, goes to the shard holding the fewest elements so far.
 //! A model whose elements sit in one parameter gains little.
+//!
+//! The Trainer shards on the CPU (flex) only: on wgpu, shards stepped on two threads left
+//! parameters that did not train (`tests/tests/distinct_devices.rs`), which is not yet
+//! understood, so GPU backends keep one optimizer.
 
 use std::collections::HashMap;
 

@@ -98,3 +98,17 @@ fn an_epoch_hook_error_stops_training() {
         Err(TrainError::Summary(SummaryError::Closed))
     ));
 }
+
+#[test]
+fn the_optimizer_is_split_over_the_cpu_workers() {
+    let device = Device::flex().autodiff();
+    for workers in [1, 2, 3] {
+        let trainer = Trainer::<Mlp>::new(
+            vec![device.clone(); workers],
+            SgdConfig::new().init(),
+            0.05,
+            TrainerConfig::default(),
+        );
+        assert_eq!(trainer.optimizer.len(), workers);
+    }
+}
