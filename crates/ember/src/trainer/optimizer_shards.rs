@@ -24,12 +24,18 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
 
+/// Below this many parameter elements the whole model stays in the first shard: starting a
+/// thread costs tens of microseconds, as much as an Adam step over about this many elements.
+const MIN_ELEMENTS_TO_SPLIT: usize = 1 << 18;
+
 /// One optimizer per shard, and which shard owns each parameter.
 #[derive(Clone)]
 pub(crate) struct OptimizerShards {
     shards: Vec<ModuleOptimizer>,
     /// Filled from the model at the first step; the same model gives the same split.
     owners: Option<HashMap<ParamId, usize>>,
+    /// A model with fewer parameter elements is not split.
+    min_elements: usize,
 }
 
 impl std::fmt::Debug for OptimizerShards {
@@ -46,7 +52,15 @@ impl OptimizerShards {
         Self {
             shards: vec![optimizer; count.max(1)],
             owners: None,
+            min_elements: MIN_ELEMENTS_TO_SPLIT,
         }
+    }
+
+    /// Splits models of any size (the tests' small models).
+    #[cfg(test)]
+    fn splitting_any_size(mut self) -> Self {
+        self.min_elements = 0;
+        self
     }
 
     /// How many shards step the model.
@@ -82,7 +96,10 @@ impl OptimizerShards {
         let count = self.shards.len();
         let owners = self
             .owners
-            .get_or_insert_with(|| split_by_elements(&module, count));
+            .get_or_insert_with(|| split_by_elements(&module, count, self.min_elements));
+        if owners.values().all(|shard| *shard == 0) {
+            return self.shards[0].step(lr, module, grads);
+        }
         let mut parts: Vec<GradientsParams> = (0..count).map(|_| GradientsParams::new()).collect();
         module.visit(&mut SplitGradients {
             owners,
@@ -126,10 +143,19 @@ impl OptimizerShards {
     }
 }
 
-/// Each parameter, largest first (ties in visit order), to the shard with the fewest elements.
-fn split_by_elements<M: Module>(module: &M, count: usize) -> HashMap<ParamId, usize> {
+/// Each parameter, largest first (ties in visit order), to the shard with the fewest elements;
+/// every parameter to the first shard for a model of fewer than `min_elements`.
+fn split_by_elements<M: Module>(
+    module: &M,
+    count: usize,
+    min_elements: usize,
+) -> HashMap<ParamId, usize> {
     let mut sizes = ParamSizes(Vec::new());
     module.visit(&mut sizes);
+    let total: usize = sizes.0.iter().map(|(_, elements)| elements).sum();
+    if total < min_elements {
+        return sizes.0.iter().map(|(id, _)| (*id, 0)).collect();
+    }
     let mut order: Vec<usize> = (0..sizes.0.len()).collect();
     order.sort_by_key(|&index| std::cmp::Reverse(sizes.0[index].1));
     let mut load = vec![0usize; count];
@@ -229,7 +255,7 @@ mod tests {
     /// Ten steps of `optimizer` split over `shards` from `model`, on the same gradients.
     fn train(optimizer: ModuleOptimizer, shards: usize, mut model: Mlp) -> Vec<f32> {
         let device = Device::flex().autodiff();
-        let mut optimizer = OptimizerShards::new(optimizer, shards);
+        let mut optimizer = OptimizerShards::new(optimizer, shards).splitting_any_size();
         for step in 0..10 {
             let grads = gradients(&model, step, &device);
             model = optimizer.step(0.01, model, grads);
@@ -285,7 +311,7 @@ mod tests {
     fn parameters_are_split_by_elements_largest_first() {
         // l1: weight 2x24 (48) and bias 24; l2: weight 24x1 (24) and bias 1.
         let model = model();
-        let owners = split_by_elements(&model, 2);
+        let owners = split_by_elements(&model, 2, 0);
         let mut load = [0usize; 2];
         let mut sizes = ParamSizes(Vec::new());
         model.visit(&mut sizes);
@@ -293,5 +319,9 @@ mod tests {
             load[owners[&id]] += elements;
         }
         assert_eq!(load, [48 + 1, 24 + 24]);
+        // Under the size worth a thread, the whole model stays in the first shard.
+        let owners = split_by_elements(&model, 2, 1000);
+        assert!(owners.values().all(|shard| *shard == 0));
+        assert_eq!(owners.len(), 4);
     }
 }
