@@ -11,7 +11,8 @@
 //! The split is by whole parameters (a parameter is never cut, so optimizers that look at a
 //! parameter as a whole, such as LAMB's trust ratio or Muon, stay exact), balanced by element
 //! count: each parameter, largest first, goes to the shard holding the fewest elements so far.
-//! A model whose elements sit in one parameter gains little.
+//! A model whose elements sit in one parameter gains little, and one of fewer than 2^18
+//! elements is not split at all: a thread's start costs what its Adam step does.
 //!
 //! The Trainer shards on the CPU (flex) only: on wgpu, shards stepped on two threads left
 //! parameters that did not train (`tests/tests/distinct_devices.rs`), which is not yet
