@@ -166,12 +166,21 @@ pub fn parameters<M: Module>(module: &M) -> Vec<f32> {
     collect.0
 }
 
-/// The largest absolute difference between two parameter lists of the same length.
+/// The largest absolute difference between two parameter lists of the same length; infinite
+/// where a value is NaN on either side.
 pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "parameter counts differ");
     a.iter()
         .zip(b)
-        .map(|(x, y)| (x - y).abs())
+        // A NaN on either side is as different as values get: `f32::max` would pass over it.
+        .map(|(x, y)| {
+            let difference = (x - y).abs();
+            if difference.is_nan() {
+                f32::INFINITY
+            } else {
+                difference
+            }
+        })
         .fold(0.0, f32::max)
 }
 
@@ -523,4 +532,17 @@ pub fn classification_loader(
         .batch_size(batch_size)
         .set_device(device.clone())
         .build(InMemDataset::new(items))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_nan_is_an_infinite_difference() {
+        assert_eq!(super::max_difference(&[1.0, 2.0], &[1.0, 2.5]), 0.5);
+        assert_eq!(
+            super::max_difference(&[f32::NAN, 2.0], &[1.0, 2.0]),
+            f32::INFINITY
+        );
+        assert_eq!(super::max_difference(&[1.0], &[f32::NAN]), f32::INFINITY);
+    }
 }
