@@ -39,9 +39,8 @@ where
         config: TrainerConfig,
     ) -> Self {
         // One optimizer shard per device on the CPU, where the optimizer step was the largest
-        // serial part of a step. On wgpu two threads stepping shards on one device gave
-        // parameters that did not train (the distinct-device suite), so GPU backends keep
-        // one optimizer.
+        // serial part of a step. On wgpu, shards stepped on other threads left NaN parameters
+        // (the distinct-device suite), so GPU backends keep one optimizer.
         let shards = if devices.iter().all(|device| *device == Device::flex()) {
             devices.len()
         } else {

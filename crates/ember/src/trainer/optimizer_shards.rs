@@ -14,9 +14,10 @@
 //! A model whose elements sit in one parameter gains little, and one of fewer than 2^18
 //! elements is not split at all: a thread's start costs what its Adam step does.
 //!
-//! The Trainer shards on the CPU (flex) only: on wgpu, shards stepped on two threads left
-//! parameters that did not train (`tests/tests/distinct_devices.rs`), which is not yet
-//! understood, so GPU backends keep one optimizer.
+//! The Trainer shards on the CPU (flex) only: on wgpu, shards stepped on threads other than
+//! the one that made the gradients left NaN parameters (`tests/tests/distinct_devices.rs`;
+//! the same shards stepped one after another on the calling thread train like one
+//! optimizer), so GPU backends keep one optimizer until that is understood.
 
 use std::collections::HashMap;
 
