@@ -53,8 +53,8 @@ pub(super) struct Stepper<'a, M> {
     pub(super) on_update: Option<&'a mut UpdateHook<M>>,
 }
 
-/// The tag of a device's step time: per rank across ranks, so that each rank's devices have
-/// series of their own in the run.
+/// The tag of a device's series `name` (its step time, its wait): per rank across ranks, so
+/// that each rank's devices have series of their own in the run.
 pub(super) fn device_tag(rank: Option<usize>, device: usize, name: &str) -> String {
     match rank {
         Some(rank) => format!("rank/{rank}/device/{device}/{name}"),
