@@ -25,6 +25,10 @@
 //! each (`ember-mpi`), pinned by `--bind-to core`, the job's examples per second reported by
 //! rank 0; burn-train has no multi-process strategy to set beside it.
 //!
+//! `--wgpu` builds it with its `wgpu` feature and adds every side on `wgpu:0` and on
+//! `wgpu:0,wgpu:1` (two logical devices; Mesa's lavapipe where there is no GPU), DDP included,
+//! which wgpu's collectives may allow.
+//!
 //! `--quick` (CI) runs one round of small models on a subset: it checks that every side still
 //! runs and reports, not how fast.
 
@@ -49,17 +53,20 @@ struct Config {
     /// One core per worker (pinned, ember with a one-thread compute pool per worker) or not.
     pinned: bool,
     summaries: bool,
+    /// On `wgpu:0` (and `wgpu:1`) instead of the flex CPU backend.
+    wgpu: bool,
 }
 
 impl Config {
     fn key(&self) -> String {
         format!(
-            "{} {} x{} {}{}",
+            "{} {} x{} {}{}{}",
             self.model,
             self.side,
             self.workers,
             if self.pinned { "pinned" } else { "free" },
-            if self.summaries { " summaries" } else { "" }
+            if self.summaries { " summaries" } else { "" },
+            if self.wgpu { " wgpu" } else { "" }
         )
     }
 }
@@ -76,6 +83,7 @@ struct Sizes {
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let with_mpi = args.iter().any(|a| a == "--mpi");
+    let with_wgpu = args.iter().any(|a| a == "--wgpu");
     if with_mpi {
         crate::mpi::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
     }
@@ -101,14 +109,16 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     if !pin {
         eprintln!("{TASK}: no taskset: workers are not pinned to cores (the pinned rows are not)");
     }
-    if with_mpi {
-        build(
-            root,
-            &["build", "--release", "-p", "ember-cli", "--features", "mpi"],
-        )?;
-    } else {
-        build(root, &["build", "--release", "-p", "ember-cli"])?;
+    let features: Vec<&str> = [(with_mpi, "mpi"), (with_wgpu, "wgpu")]
+        .into_iter()
+        .filter_map(|(on, feature)| on.then_some(feature))
+        .collect();
+    let features = features.join(",");
+    let mut cargo_args = vec!["build", "--release", "-p", "ember-cli"];
+    if !features.is_empty() {
+        cargo_args.extend(["--features", &features]);
     }
+    build(root, &cargo_args)?;
     let target = target_dir(root);
     let ember = target.join("release/ember");
     let out = target.join("bench");
@@ -117,7 +127,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let scratch = out.join("scaling-runs");
     std::fs::create_dir_all(&scratch)?;
 
-    let configs = configs(with_mpi);
+    let configs = configs(with_mpi, with_wgpu);
     let mut runs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for round in 0..rounds {
         let mut order: Vec<&Config> = configs.iter().collect();
@@ -163,7 +173,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn configs(with_mpi: bool) -> Vec<Config> {
+fn configs(with_mpi: bool, with_wgpu: bool) -> Vec<Config> {
     let mut configs = Vec::new();
     for model in ["digits", "deep"] {
         let config = |side, workers, pinned, summaries| Config {
@@ -172,6 +182,7 @@ fn configs(with_mpi: bool) -> Vec<Config> {
             workers,
             pinned,
             summaries,
+            wgpu: false,
         };
         for workers in [1, 2] {
             configs.push(config("ember", workers, true, false));
@@ -187,6 +198,20 @@ fn configs(with_mpi: bool) -> Vec<Config> {
         if with_mpi {
             configs.push(config("ember-mpi", 1, true, false));
             configs.push(config("ember-mpi", 2, true, false));
+        }
+        if with_wgpu {
+            // lavapipe computes on llvmpipe's own threads: nothing to pin.
+            let on_wgpu = |side, workers| Config {
+                wgpu: true,
+                ..config(side, workers, false, false)
+            };
+            for workers in [1, 2] {
+                for side in ["ember", "burn-multi", "burn-sharded"] {
+                    configs.push(on_wgpu(side, workers));
+                }
+            }
+            configs.push(on_wgpu("burn-single", 1));
+            configs.push(on_wgpu("burn-ddp", 2));
         }
     }
     configs
@@ -237,6 +262,17 @@ fn run_one(
     ]);
     if let Some(subset) = sizes.subset {
         command.args(["--subset".to_string(), subset.to_string()]);
+    }
+    if config.wgpu {
+        let devices = if config.workers == 1 {
+            "wgpu:0"
+        } else {
+            "wgpu:0,wgpu:1"
+        };
+        // Mesa's device-select layer prints about a missing Wayland session otherwise.
+        command
+            .args(["--device", devices])
+            .env("NODEVICE_SELECT", "1");
     }
     if config.pinned && side == "ember" {
         command.args(["--worker-threads", "1"]);
@@ -338,7 +374,9 @@ fn report(
             let Some(lines) = runs.get(&config.key()) else {
                 continue;
             };
-            let cores = if config.pinned {
+            let cores = if config.wgpu {
+                "wgpu (lavapipe)".into()
+            } else if config.pinned {
                 format!("{} pinned", config.workers)
             } else {
                 "all, free".into()
@@ -412,19 +450,21 @@ fn report(
 /// ember's examples/s over the fastest burn-train strategy's, at each worker count, summaries
 /// off and pinned; and ember's 2 pinned workers over its 1 free worker.
 fn ratios(model: &'static str, runs: &BTreeMap<String, Vec<Value>>) -> String {
-    let eps = |side: &'static str, workers: u16, pinned: bool| {
+    let on = |side: &'static str, workers: u16, pinned: bool, wgpu: bool| {
         let key = Config {
             model,
             side,
             workers,
             pinned,
             summaries: false,
+            wgpu,
         }
         .key();
         runs.get(&key)
             .and_then(|lines| figure(lines, "examples_per_second"))
             .map(|(median, ..)| median)
     };
+    let eps = |side, workers, pinned| on(side, workers, pinned, false);
     let mut text = String::from("\n");
     if let (Some(one), Some(two)) = (eps("ember-mpi", 1, true), eps("ember-mpi", 2, true)) {
         text.push_str(&format!(
@@ -442,6 +482,19 @@ fn ratios(model: &'static str, runs: &BTreeMap<String, Vec<Value>>) -> String {
         if let (Some(ember), Some((side, burn))) = (ember, fastest) {
             text.push_str(&format!(
                 "- {workers} worker(s): ember {:.2}× burn-train's fastest ({side})\n",
+                ember / burn
+            ));
+        }
+    }
+    for workers in [1u16, 2] {
+        let ember = on("ember", workers, false, true);
+        let fastest = ["burn-single", "burn-multi", "burn-sharded", "burn-ddp"]
+            .into_iter()
+            .filter_map(|side| on(side, workers, false, true).map(|e| (side, e)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let (Some(ember), Some((side, burn))) = (ember, fastest) {
+            text.push_str(&format!(
+                "- wgpu, {workers} device(s): ember {:.2}× burn-train's fastest ({side})\n",
                 ember / burn
             ));
         }
@@ -473,7 +526,7 @@ mod tests {
                    "examples_per_second": eps, "outside_share": 0.25})
         };
         let mut runs = BTreeMap::new();
-        let configs: Vec<Config> = configs(false)
+        let configs: Vec<Config> = configs(false, false)
             .into_iter()
             .filter(|c| c.model == "digits")
             .collect();
