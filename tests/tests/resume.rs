@@ -63,8 +63,19 @@ fn fit(
     resume: bool,
     seed: u64,
 ) -> Result<(Mlp, TrainReport), TrainError> {
+    fit_hidden(run, crash_at, resume, seed, 4)
+}
+
+/// [`fit`] with an [`Mlp`] of `hidden` units.
+fn fit_hidden(
+    run: &Path,
+    crash_at: Option<usize>,
+    resume: bool,
+    seed: u64,
+    hidden: usize,
+) -> Result<(Mlp, TrainReport), TrainError> {
     let device = Device::flex().autodiff();
-    let model = seeded_mlp(4, seed, &device);
+    let model = seeded_mlp(hidden, seed, &device);
     let checkpoints = run.join("checkpoints");
     let mut trainer = trainer(&checkpoints, crash_at);
     if resume {
@@ -181,6 +192,43 @@ fn a_run_resumed_after_a_crash_at_any_step_ends_bit_identical_with_one_log() {
         assert_eq!(series(&run), expected_series, "{context}");
         assert_eq!(session_parts(&run), session_parts(&whole), "{context}");
     }
+}
+
+#[test]
+fn a_run_whose_optimizer_is_split_over_its_workers_resumes_bit_identical_from_its_sections() {
+    // 4 × 70,000 + 1 parameter elements: past the size at which the Trainer splits its
+    // optimizer over its 2 workers, so each checkpoint holds one optimizer section a shard.
+    const HIDDEN: usize = 70_000;
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let (model, _) = fit_hidden(&whole, None, false, 1, HIDDEN).unwrap();
+    let expected = parameters(&model);
+    let checkpoint = std::fs::read_dir(whole.join("checkpoints"))
+        .unwrap()
+        .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
+        .find(|bytes| bytes.len() > 1000)
+        .expect("the run wrote a checkpoint");
+    assert!(
+        checkpoint.windows(11).any(|w| w == b"optimizer.1"),
+        "the checkpoint holds no second optimizer shard"
+    );
+
+    let run = dir.path().join("crash");
+    let crashed = catch_unwind(AssertUnwindSafe(|| {
+        fit_hidden(&run, Some(7), false, 1, HIDDEN)
+    }));
+    assert!(crashed.is_err());
+    let (model, report) = fit_hidden(&run, None, true, 2, HIDDEN).unwrap();
+    assert!(report.resumed_from.is_some(), "{report:?}");
+    let got = parameters(&model);
+    assert!(
+        got.iter()
+            .zip(&expected)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "parameters differ by {}",
+        ember_tests::max_difference(&got, &expected)
+    );
+    assert_eq!(series(&run), series(&whole));
 }
 
 #[test]
