@@ -106,17 +106,28 @@ fn written_by_ember(relative: &Path) -> bool {
         || name == PROJECTOR_CONFIG
 }
 
-/// The rank an event file's name gives: TensorBoard's `.rank<r>` segment, or the field after
-/// the time in MindInsight's `…summary.<secs>.<rank>.<host>…`.
+/// The rank an event file's name gives: TensorBoard's `.rank<r>` segment after the pid and
+/// counter, or the field after the time in MindInsight's `…out.events.summary.<secs>.<rank>.<host>…`.
+/// Host names keep their dots, so a segment is a rank only where the layout puts one: in
+/// `events.out.tfevents.<secs>.rank3.cluster.<pid>.<counter>` the host is not rank 3.
 fn rank_of(name: &str) -> Option<u32> {
     let segments: Vec<&str> = name.split('.').collect();
-    if name.contains("tfevents") {
-        return segments
-            .iter()
-            .find_map(|s| s.strip_prefix("rank").and_then(|r| r.parse().ok()));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some(tfevents) = segments.iter().position(|s| *s == "tfevents") {
+        // secs, at least one host segment, pid, counter, then the rank: the last segment so
+        // placed (a host's own `rank<d>` segments come before its pid and counter).
+        let first = tfevents + 5;
+        return (first..segments.len()).rev().find_map(|at| {
+            let rank = segments[at].strip_prefix("rank").filter(|r| digits(r))?;
+            (digits(segments[at - 1]) && digits(segments[at - 2]))
+                .then(|| rank.parse().ok())
+                .flatten()
+        });
     }
-    let at = segments.iter().position(|s| *s == "summary")?;
-    segments.get(at + 2)?.parse().ok()
+    let at = segments.windows(5).position(|w| {
+        w[0] == "out" && w[1] == "events" && w[2] == "summary" && digits(w[3]) && digits(w[4])
+    })?;
+    segments[at + 4].parse().ok()
 }
 
 /// What a log directory held at one moment; see the module docs.
@@ -277,7 +288,7 @@ impl LogSnapshot {
                 }
             }
         }
-        self.restore_projector_config(log_dir, &mut restored, &mut changed_dirs)?;
+        self.restore_projector_config(log_dir, ownership, &mut restored, &mut changed_dirs)?;
         // Deepest first, so that a new directory's new subdirectories go before it.
         found_dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
         for dir in found_dirs {
@@ -307,9 +318,14 @@ impl LogSnapshot {
     fn restore_projector_config(
         &self,
         log_dir: &Path,
+        ownership: Ownership,
         restored: &mut Restored,
         changed_dirs: &mut BTreeSet<PathBuf>,
     ) -> Result<(), RollbackError> {
+        // Another rank's config (rank 0's, in a shared directory): never this rank's to touch.
+        if !ownership.owns(Path::new(PROJECTOR_CONFIG)) {
+            return Ok(());
+        }
         let path = log_dir.join(PROJECTOR_CONFIG);
         let now = match fs::read(&path) {
             Ok(bytes) => Some(bytes),
@@ -539,6 +555,57 @@ mod tests {
         assert!(rank(0).owns(Path::new("export_1/a.npy")));
         assert!(!rank(1).owns(Path::new("export_1/a.npy")));
         assert!(Ownership::ALONE.owns(tb1));
+        // A rank-tagged suffix and hosts that look like rank tags.
+        let tb1 = Path::new("events.out.tfevents.0000000001.h.7.0.rank1.v2");
+        assert!(rank(1).owns(tb1) && !rank(0).owns(tb1));
+        for name in [
+            "events.out.tfevents.0000000001.rank3.cluster.7.0.rank0",
+            "events.out.tfevents.0000000001.rank1.7.0.rank0",
+            "events.out.tfevents.0000000001.a.12.34.rank1.7.0.rank0",
+        ] {
+            let ranks: Vec<u32> = (0..4).filter(|&r| rank(r).owns(Path::new(name))).collect();
+            assert!(ranks.is_empty() || ranks == [0], "{name}: {ranks:?}");
+            let owner = |r: u32| Ownership {
+                rank: r,
+                world_size: 4,
+            };
+            assert!(owner(0).owns(Path::new(name)), "{name}");
+            assert!(!owner(1).owns(Path::new(name)) && !owner(3).owns(Path::new(name)));
+        }
+        let ms = Path::new("events.out.events.summary.1.1.rank0.cluster_MS");
+        assert!(rank(1).owns(ms) && !rank(0).owns(ms));
+    }
+
+    #[test]
+    fn a_rank_other_than_0_leaves_the_shared_projector_config_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let config = root.join(PROJECTOR_CONFIG);
+        let rank1 = Ownership {
+            rank: 1,
+            world_size: 2,
+        };
+        // Rank 1 took its snapshot before rank 0 wrote the config: it must not remove it.
+        let snapshot = LogSnapshot::take(root, &[], rank1).unwrap();
+        write(&config, b"embeddings { tensor_name: \"a\" }");
+        snapshot.restore(root, &[], &[], rank1).unwrap();
+        assert_eq!(
+            fs::read(&config).unwrap(),
+            b"embeddings { tensor_name: \"a\" }"
+        );
+        // Rank 0's own rollback does remove it.
+        LogSnapshot::default()
+            .restore(
+                root,
+                &[],
+                &[],
+                Ownership {
+                    rank: 0,
+                    world_size: 2,
+                },
+            )
+            .unwrap();
+        assert!(!config.exists());
     }
 
     #[test]
