@@ -13,7 +13,9 @@ use burn::optim::AdamConfig;
 use burn::tensor::Device;
 use ember::collective::{Communicator, LocalGroup};
 use ember::read::Summaries;
-use ember::{CheckpointConfig, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
+use ember::{
+    CheckpointConfig, RankLayout, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig,
+};
 use ember_tests::{PoisonedLoader, parameters, regression_loader, seeded_mlp};
 
 /// One rank's part of the job in `dir`: 3 epochs on 2 workers; `fail_in` poisons a batch of
@@ -21,14 +23,17 @@ use ember_tests::{PoisonedLoader, parameters, regression_loader, seeded_mlp};
 fn rank(
     comm: ember::collective::LocalComm,
     dir: &Path,
+    layout: RankLayout,
     fail_in: Option<usize>,
     resume: bool,
 ) -> Result<(Vec<f32>, TrainReport), TrainError> {
     let device = Device::flex().autodiff();
     let rank = comm.rank();
+    let world = comm.size();
     let checkpoints = dir.join("checkpoints");
     let mut summary = SummaryRecord::builder(dir.join("log"))
-        .rank(rank as u32, 2)
+        .rank(rank as u32, world as u32)
+        .rank_layout(layout)
         .build()
         .unwrap();
     let rows = regression_loader(1, 64, 4, &device);
@@ -64,14 +69,26 @@ fn rank(
 
 fn job(
     dir: PathBuf,
+    layout: RankLayout,
     fail_in: Option<usize>,
     resume: bool,
 ) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
-    let handles: Vec<_> = LocalGroup::ranks(2, Duration::from_secs(60))
+    job_of(2, dir, layout, fail_in, resume)
+}
+
+/// [`job`] of `ranks` ranks.
+fn job_of(
+    ranks: usize,
+    dir: PathBuf,
+    layout: RankLayout,
+    fail_in: Option<usize>,
+    resume: bool,
+) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
+    let handles: Vec<_> = LocalGroup::ranks(ranks, Duration::from_secs(60))
         .into_iter()
         .map(|comm| {
             let dir = dir.clone();
-            thread::spawn(move || rank(comm, &dir, fail_in, resume))
+            thread::spawn(move || rank(comm, &dir, layout, fail_in, resume))
         })
         .collect();
     handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -80,10 +97,16 @@ fn job(
 /// Every scalar series of both ranks' files; of the wall-time-derived ones (each rank's
 /// device step times, the speed), the steps alone.
 fn series(dir: &Path) -> BTreeMap<String, Vec<(i64, f64)>> {
-    Summaries::read_dir(dir.join("log"))
-        .unwrap()
-        .scalars
-        .into_iter()
+    let log = dir.join("log");
+    let mut dirs = vec![log.clone()];
+    for rank in 0..2 {
+        let own = log.join(format!("rank_{rank}"));
+        if own.is_dir() {
+            dirs.push(own);
+        }
+    }
+    dirs.iter()
+        .flat_map(|dir| Summaries::read_dir(dir).unwrap().scalars)
         .map(|(tag, points)| {
             let timed = tag.ends_with("_seconds")
                 || tag.ends_with("examples_per_second")
@@ -99,9 +122,20 @@ fn series(dir: &Path) -> BTreeMap<String, Vec<(i64, f64)>> {
 
 #[test]
 fn a_job_resumed_after_a_rank_failed_ends_as_one_that_never_failed() {
+    resumed_after_a_rank_failed(RankLayout::FileName);
+}
+
+/// Before: with a directory a rank, rank 1 owned nothing in its own and was never rolled back,
+/// so its series repeated after a resume.
+#[test]
+fn a_job_with_a_directory_a_rank_is_rolled_back_on_every_rank() {
+    resumed_after_a_rank_failed(RankLayout::Directory);
+}
+
+fn resumed_after_a_rank_failed(layout: RankLayout) {
     let root = tempfile::tempdir().unwrap();
     let whole = root.path().join("whole");
-    let results = job(whole.clone(), None, false);
+    let results = job(whole.clone(), layout, None, false);
     let (expected, report) = results[0].as_ref().unwrap().clone();
     assert_eq!(results[1].as_ref().unwrap().0, expected);
     // Across ranks, a checkpoint at each epoch's end: rank 0's and rank 1's part.
@@ -109,7 +143,7 @@ fn a_job_resumed_after_a_rank_failed_ends_as_one_that_never_failed() {
     let expected_series = series(&whole);
 
     let failed = root.path().join("failed");
-    let results = job(failed.clone(), Some(3), false);
+    let results = job(failed.clone(), layout, Some(3), false);
     assert!(results.iter().all(Result::is_err), "the job must fail");
     assert!(
         results[1]
@@ -127,7 +161,22 @@ fn a_job_resumed_after_a_rank_failed_ends_as_one_that_never_failed() {
         "{parts:?}"
     );
 
-    let results = job(failed.clone(), None, true);
+    // Resumed by a job of more ranks: refused on every rank, before anything is changed.
+    let files = tree(&failed);
+    for result in job_of(3, failed.clone(), layout, None, true) {
+        let error = result.unwrap_err().to_string();
+        assert!(
+            error.contains("taken by a job of 2 rank(s), this one has 3"),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        tree(&failed),
+        files,
+        "a refused resume changed the job's files"
+    );
+
+    let results = job(failed.clone(), layout, None, true);
     for (rank, result) in results.iter().enumerate() {
         let (params, report) = result.as_ref().unwrap();
         assert!(
@@ -145,4 +194,22 @@ fn a_job_resumed_after_a_rank_failed_ends_as_one_that_never_failed() {
     }
     assert!(expected_series.contains_key("rank/1/device/1/step_seconds"));
     assert_eq!(series(&failed), expected_series);
+}
+
+/// Every file under `dir` and its bytes, the lock files aside: a record opened on a directory
+/// writes its pid into its lock file.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if !path.parent().unwrap().ends_with(".ember") {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
 }

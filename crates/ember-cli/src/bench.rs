@@ -261,7 +261,8 @@ fn size_under(dir: &Path) -> std::io::Result<u64> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let kind = entry.file_type()?;
-        if kind.is_dir() {
+        // The lock a record holds on the directory is not output.
+        if kind.is_dir() && entry.path() != ember::DirLock::locks_dir(dir) {
             total += size_under(&entry.path())?;
         } else if kind.is_file() {
             total += entry.metadata()?.len();

@@ -97,6 +97,7 @@ pub mod framing;
 mod free_space;
 mod guard;
 mod ledger;
+pub mod lock;
 pub mod naming;
 mod options;
 mod pool;
@@ -116,6 +117,7 @@ pub use ember_pack as pack;
 pub use builder::WriterPoolBuilder;
 pub use error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors, kind_name};
 pub use free_space::{FreeSpace, FreeSpaceSource, SystemFreeSpace};
+pub use lock::{DirLock, LockError};
 pub use options::{
     DEFAULT_MAX_QUEUED_BYTES, Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions,
 };

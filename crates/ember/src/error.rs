@@ -26,6 +26,9 @@ pub enum SummaryError {
         "`{0}` cannot name a sub-run directory (empty, `.`, `..`, or holding `/`, `\\` or NUL)"
     )]
     SubRunName(String),
+    /// Another writer (a live run, another record) holds the log directory.
+    #[error(transparent)]
+    Locked(#[from] ember_write::LockError),
     /// The log directory path is empty.
     #[error("the log directory path is empty")]
     EmptyLogDir,

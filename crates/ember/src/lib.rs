@@ -105,6 +105,6 @@ pub use ember_write::pack::{
 };
 #[doc(inline)]
 pub use ember_write::{
-    Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy, PoolStats,
-    SizePolicy, WriteError, WriteErrors, WriterOptions, is_remote,
+    DirLock, Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy,
+    LockError, PoolStats, SizePolicy, WriteError, WriteErrors, WriterOptions, is_remote,
 };

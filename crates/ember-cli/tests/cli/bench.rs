@@ -40,7 +40,9 @@ fn bench_write_prints_one_json_line_for_every_workload() {
         assert!((per_second * seconds - 5.0).abs() < 1e-6);
         let on_disk: u64 = std::fs::read_dir(&out)
             .unwrap()
-            .map(|e| e.unwrap().metadata().unwrap().len())
+            .map(|e| e.unwrap().metadata().unwrap())
+            .filter(|meta| meta.is_file())
+            .map(|meta| meta.len())
             .sum();
         assert_eq!(line["bytes"].as_u64().unwrap(), on_disk);
         assert!(on_disk > 0);

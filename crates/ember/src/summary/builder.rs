@@ -149,8 +149,12 @@ impl SummaryRecordBuilder {
         self
     }
 
-    /// Creates the log directory (mode 0700) if missing and starts the writer pool. Files are
-    /// created on their first record.
+    /// Creates the log directory (mode 0700) if missing, locks it for this rank and starts the
+    /// writer pool. Files are created on their first record. The lock (`.ember/rank<r>.lock`,
+    /// see [`ember_write::lock`]) is held until the record is closed or dropped, and released
+    /// by the operating system if the process dies: a second record on the directory, in this
+    /// process or another, fails with [`SummaryError::Locked`] naming the holder's pid, before
+    /// it writes anything.
     pub fn build(self) -> Result<SummaryRecord, SummaryError> {
         let mut options = self.options;
         if options.log_dir.as_os_str().is_empty() {
@@ -201,6 +205,12 @@ impl SummaryRecordBuilder {
         };
         let packer = Arc::new(Packer::new(options.pack.clone()));
         let active = !(self.rank_zero_only && rank != 0);
+        // One writer per directory and rank: taken before anything is written, held until
+        // the record closes.
+        let lock = match active && !is_staging(&options, &log_dir) {
+            true => Some(ember_write::DirLock::acquire(&options.log_dir, rank)?),
+            false => None,
+        };
         let pool = if active {
             Some(WriterPool::new(options)?)
         } else {
@@ -208,6 +218,7 @@ impl SummaryRecordBuilder {
         };
         Ok(SummaryRecord {
             pool,
+            lock,
             log_dir,
             pending: Vec::new(),
             tap: SummaryTap::new(Arc::clone(&packer)),
@@ -219,6 +230,7 @@ impl SummaryRecordBuilder {
             error_policy,
             rank,
             world_size,
+            own_directory: world_size <= 1 || self.rank_layout == RankLayout::Directory,
             wall_time: None,
             children: std::collections::BTreeMap::new(),
             child_options,
@@ -240,4 +252,10 @@ fn rank_from_env() -> Result<(u32, u32), SummaryError> {
     let rank = read("RANK")?.unwrap_or(0);
     let world_size = read("WORLD_SIZE")?.unwrap_or(rank + 1).max(1);
     Ok((rank, world_size))
+}
+
+/// Whether the writers' directory is a remote record's private staging directory (no other
+/// writer can find it: nothing to lock).
+fn is_staging(options: &WriterOptions, log_dir: &std::path::Path) -> bool {
+    options.log_dir != log_dir
 }

@@ -39,6 +39,8 @@ pub use kinds::{Mode, Plugin, RankLayout, SummaryTap};
 #[derive(Debug)]
 pub struct SummaryRecord {
     pool: Option<WriterPool>,
+    /// This record's hold on its directory: one writer per directory and rank.
+    lock: Option<ember_write::DirLock>,
     log_dir: PathBuf,
     pending: Vec<(Tag, Value)>,
     tap: SummaryTap,
@@ -52,6 +54,8 @@ pub struct SummaryRecord {
     error_policy: ErrorPolicy,
     rank: u32,
     world_size: u32,
+    /// Whether this rank's files are in a directory of its own ([`RankLayout::Directory`]).
+    own_directory: bool,
     /// The wall time records carry instead of the clock's, when set.
     wall_time: Option<f64>,
     /// The runs of `add_scalars`, by directory name.
@@ -82,6 +86,20 @@ impl SummaryRecord {
     /// This process's rank and the world size.
     pub fn rank(&self) -> (u32, u32) {
         (self.rank, self.world_size)
+    }
+
+    /// Which files of the log directory are this record's to roll back: in a directory of its
+    /// own (one rank, or [`RankLayout::Directory`]) every file ember writes; in one shared by
+    /// ranks, its rank's.
+    pub(crate) fn ownership(&self) -> ember_write::Ownership {
+        if self.own_directory {
+            ember_write::Ownership::ALONE
+        } else {
+            ember_write::Ownership {
+                rank: self.rank,
+                world_size: self.world_size,
+            }
+        }
     }
 
     /// The format this record writes.
@@ -570,6 +588,7 @@ impl SummaryRecord {
                 not_kept += e.not_kept;
             }
         }
+        self.lock = None;
         #[cfg(feature = "object-store")]
         if let Some(remote) = self.remote.as_mut() {
             // The files are closed: what the mirror ships now is everything.
