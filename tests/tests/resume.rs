@@ -63,14 +63,25 @@ fn fit(
     resume: bool,
     seed: u64,
 ) -> Result<(Mlp, TrainReport), TrainError> {
-    fit_hidden(run, crash_at, resume, seed, 4)
+    let begin = if resume { Begin::Resume } else { Begin::Fresh };
+    fit_hidden(run, crash_at, begin, seed, 4)
 }
 
-/// [`fit`] with an [`Mlp`] of `hidden` units.
+/// How a run in a directory begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    Fresh,
+    /// `Trainer::resume_from`.
+    Resume,
+    /// `Trainer::start_over`.
+    StartOver,
+}
+
+/// [`fit`] with an [`Mlp`] of `hidden` units, begun as `begin` says.
 fn fit_hidden(
     run: &Path,
     crash_at: Option<usize>,
-    resume: bool,
+    begin: Begin,
     seed: u64,
     hidden: usize,
 ) -> Result<(Mlp, TrainReport), TrainError> {
@@ -78,8 +89,10 @@ fn fit_hidden(
     let model = seeded_mlp(hidden, seed, &device);
     let checkpoints = run.join("checkpoints");
     let mut trainer = trainer(&checkpoints, crash_at);
-    if resume {
-        trainer = trainer.resume_from(&checkpoints);
+    match begin {
+        Begin::Fresh => {}
+        Begin::Resume => trainer = trainer.resume_from(&checkpoints),
+        Begin::StartOver => trainer = trainer.start_over(&checkpoints),
     }
     let mut summary = SummaryRecord::new(run).unwrap();
     let result = trainer.fit(
@@ -126,7 +139,7 @@ fn session_parts(run: &Path) -> BTreeMap<String, usize> {
     let mut files: Vec<_> = std::fs::read_dir(run)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
+        .filter(|p| p.is_file() && p.to_string_lossy().contains("tfevents"))
         .collect();
     files.sort();
     for path in files {
@@ -169,14 +182,20 @@ fn a_run_resumed_after_a_crash_at_any_step_ends_bit_identical_with_one_log() {
         let run = dir.path().join(format!("crash-{crash_at}"));
         let crashed = catch_unwind(AssertUnwindSafe(|| fit(&run, Some(crash_at), false, 1)));
         assert!(crashed.is_err(), "the run at {crash_at} did not crash");
-        // Without a checkpoint the run starts again as the user started it, from the same
-        // seed; with one, the model's own initialisation must not matter.
-        let seed = if crash_at > 4 {
-            1000 + crash_at as u64
+        // Crashing before the first checkpoint (at optimizer step 2, pool step 4) leaves
+        // none: a resume refuses, and the run is started over, as the user started it, from
+        // the same seed. With one, the model's own initialisation must not matter.
+        let (begin, seed) = if crash_at > 4 {
+            (Begin::Resume, 1000 + crash_at as u64)
         } else {
-            1
+            let refused = fit(&run, None, true, 1).unwrap_err().to_string();
+            assert!(
+                refused.contains("no checkpoint to resume from"),
+                "{refused}"
+            );
+            (Begin::StartOver, 1)
         };
-        let (model, report) = fit(&run, None, true, seed).unwrap();
+        let (model, report) = fit_hidden(&run, None, begin, seed, 4).unwrap();
         let context = format!("crash at step {crash_at}, {report:?}");
         let got = parameters(&model);
         assert!(
@@ -187,7 +206,6 @@ fn a_run_resumed_after_a_crash_at_any_step_ends_bit_identical_with_one_log() {
             ember_tests::max_difference(&got, &expected)
         );
         assert_eq!(report.steps, STEPS, "{context}");
-        // Crashing before the first checkpoint (at optimizer step 2, pool step 4) leaves none.
         assert_eq!(report.resumed_from.is_some(), crash_at > 4, "{context}");
         assert_eq!(series(&run), expected_series, "{context}");
         assert_eq!(session_parts(&run), session_parts(&whole), "{context}");
@@ -201,7 +219,7 @@ fn a_run_whose_optimizer_is_split_over_its_workers_resumes_bit_identical_from_it
     const HIDDEN: usize = 70_000;
     let dir = tempfile::tempdir().unwrap();
     let whole = dir.path().join("whole");
-    let (model, _) = fit_hidden(&whole, None, false, 1, HIDDEN).unwrap();
+    let (model, _) = fit_hidden(&whole, None, Begin::Fresh, 1, HIDDEN).unwrap();
     let expected = parameters(&model);
     let checkpoint = std::fs::read_dir(whole.join("checkpoints"))
         .unwrap()
@@ -215,10 +233,10 @@ fn a_run_whose_optimizer_is_split_over_its_workers_resumes_bit_identical_from_it
 
     let run = dir.path().join("crash");
     let crashed = catch_unwind(AssertUnwindSafe(|| {
-        fit_hidden(&run, Some(7), false, 1, HIDDEN)
+        fit_hidden(&run, Some(7), Begin::Fresh, 1, HIDDEN)
     }));
     assert!(crashed.is_err());
-    let (model, report) = fit_hidden(&run, None, true, 2, HIDDEN).unwrap();
+    let (model, report) = fit_hidden(&run, None, Begin::Resume, 2, HIDDEN).unwrap();
     assert!(report.resumed_from.is_some(), "{report:?}");
     let got = parameters(&model);
     assert!(
@@ -288,4 +306,152 @@ fn a_checkpoint_of_another_run_shape_is_refused() {
     );
     let error = result.unwrap_err().to_string();
     assert!(error.contains("the model changed"), "{error}");
+}
+
+/// Every file under `dir` and its bytes.
+fn tree(dir: &Path) -> BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn a_resume_that_finds_no_whole_checkpoint_refuses_and_leaves_the_run_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    // Stopped before its first checkpoint: a log, no checkpoint.
+    let early = dir.path().join("early");
+    assert!(catch_unwind(AssertUnwindSafe(|| fit(&early, Some(3), false, 1))).is_err());
+    // Checkpoints written, then the directory gone (moved, unmounted).
+    let gone = dir.path().join("gone");
+    assert!(catch_unwind(AssertUnwindSafe(|| fit(&gone, Some(15), false, 1))).is_err());
+    std::fs::rename(gone.join("checkpoints"), dir.path().join("elsewhere")).unwrap();
+    // Every checkpoint torn.
+    let torn = dir.path().join("torn");
+    assert!(catch_unwind(AssertUnwindSafe(|| fit(&torn, Some(15), false, 1))).is_err());
+    let store = ember::checkpoint::Checkpoints::new(torn.join("checkpoints"), 2);
+    for (_, path) in store.list().unwrap() {
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+    }
+    for (run, why) in [
+        (&early, "it holds no checkpoint file"),
+        (&gone, "the directory does not exist"),
+        (&torn, "passed over: checksum mismatch"),
+    ] {
+        let files = tree(run);
+        let steps = series(run)["train/loss"].len();
+        assert!(steps > 0, "{run:?} logged nothing before it stopped");
+        let error = fit(run, None, true, 1).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(
+                error,
+                TrainError::Checkpoint(ember::checkpoint::CheckpointError::NothingToResume { .. })
+            ),
+            "{run:?}: {message}"
+        );
+        assert!(
+            message.starts_with("no checkpoint to resume from in ") && message.contains(why),
+            "{run:?}: {message}"
+        );
+        assert_eq!(
+            tree(run),
+            files,
+            "{run:?}: the refused resume changed the run"
+        );
+        assert_eq!(series(run)["train/loss"].len(), steps, "{run:?}");
+    }
+}
+
+#[test]
+fn starting_a_run_over_discards_its_checkpoints_and_log_and_ends_as_a_fresh_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let (model, _) = fit(&whole, None, false, 1).unwrap();
+    let run = dir.path().join("run");
+    assert!(catch_unwind(AssertUnwindSafe(|| fit(&run, Some(11), false, 1))).is_err());
+    std::fs::write(run.join("notes.txt"), b"the user's own file").unwrap();
+    let (restarted, report) = fit_hidden(&run, None, Begin::StartOver, 1, 4).unwrap();
+    assert_eq!(report.resumed_from, None);
+    assert_eq!(parameters(&restarted), parameters(&model));
+    assert_eq!(series(&run), series(&whole));
+    assert_eq!(session_parts(&run), session_parts(&whole));
+    assert_eq!(
+        std::fs::read(run.join("notes.txt")).unwrap(),
+        b"the user's own file"
+    );
+    // The old checkpoints went: the newest now is the new run's last, at its end.
+    let (_, report) = fit(&run, None, true, 5).unwrap();
+    assert_eq!(report.steps, STEPS);
+    assert_eq!(series(&run), series(&whole));
+}
+
+#[test]
+fn a_live_run_s_directories_refuse_a_second_writer_and_its_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let checkpoints = run.join("checkpoints");
+    let device = Device::flex().autodiff();
+    let refusals = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = refusals.clone();
+    let (run_in_hook, checkpoints_in_hook) = (run.clone(), checkpoints.clone());
+    let trainer = trainer(&checkpoints, None).on_step(move |report| {
+        if report.step != 6 {
+            return;
+        }
+        // A second record on the live log, and a resume of the live run.
+        let record = SummaryRecord::new(&run_in_hook).map(drop);
+        let device = Device::flex().autodiff();
+        let mut summary = None;
+        let resumed = trainer(&checkpoints_in_hook, None)
+            .resume_from(&checkpoints_in_hook)
+            .fit(
+                seeded_mlp(4, 1, &device),
+                shuffled_loader(96, true, &device),
+                None,
+                summary.as_mut(),
+            )
+            .map(drop);
+        seen.lock().unwrap().extend([
+            record.map_err(|e| e.to_string()),
+            resumed.map_err(|e| e.to_string()),
+        ]);
+    });
+    let mut summary = SummaryRecord::new(&run).unwrap();
+    let (model, _) = trainer
+        .fit(
+            seeded_mlp(4, 1, &device),
+            shuffled_loader(96, true, &device),
+            Some(shuffled_loader(24, false, &device)),
+            Some(&mut summary),
+        )
+        .unwrap();
+    summary.close().unwrap();
+    let me = format!("in use by process {}", std::process::id());
+    let refusals = refusals.lock().unwrap();
+    assert_eq!(refusals.len(), 2);
+    for refusal in refusals.iter() {
+        assert!(
+            refusal.as_ref().is_err_and(|e| e.contains(&me)),
+            "{refusals:?}"
+        );
+    }
+    // The live run was not disturbed: it ends as an undisturbed one does.
+    let whole = dir.path().join("whole");
+    let (expected, _) = fit(&whole, None, false, 1).unwrap();
+    assert_eq!(parameters(&model), parameters(&expected));
+    assert_eq!(series(&run), series(&whole));
+    // Both let go at the end: the directories take a writer again.
+    drop(SummaryRecord::new(&run).unwrap());
 }

@@ -175,6 +175,16 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How a run of a program begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    Fresh,
+    /// From its newest whole checkpoint: refused, changing nothing, when it has none.
+    Resume,
+    /// From its first step, what it wrote discarded.
+    Restart,
+}
+
 /// A program the task kills and resumes.
 enum Program {
     /// `ember train` writing `format`.
@@ -198,25 +208,37 @@ impl Program {
     }
 
     /// The command that starts the run in `run` afresh, or resumes it.
-    fn command(&self, base: &Path, run: &Path, resume: bool) -> Command {
+    fn command(&self, base: &Path, run: &Path, begin: Begin) -> Command {
         let mut command = match self {
             Program::Cli { format, ember } => {
                 let mut c = Command::new(ember);
-                if resume {
-                    c.args(["train", "--resume"]).arg(run);
-                } else {
-                    c.arg("train")
-                        .args(TRAIN_ARGS)
-                        .args(["--format", format, "--logdir"])
-                        .arg(run);
+                match begin {
+                    Begin::Fresh => {
+                        c.arg("train")
+                            .args(TRAIN_ARGS)
+                            .args(["--format", format, "--logdir"])
+                            .arg(run);
+                    }
+                    Begin::Resume => {
+                        c.args(["train", "--resume"]).arg(run);
+                    }
+                    Begin::Restart => {
+                        c.args(["train", "--restart"]).arg(run);
+                    }
                 }
                 c
             }
             Program::Library { mode, example } => {
                 let mut c = Command::new(example);
                 c.arg(mode).arg(run);
-                if resume {
-                    c.arg("--resume");
+                match begin {
+                    Begin::Fresh => {}
+                    Begin::Resume => {
+                        c.arg("--resume");
+                    }
+                    Begin::Restart => {
+                        c.arg("--restart");
+                    }
                 }
                 c
             }
@@ -267,7 +289,7 @@ fn kill_and_resume(
     let name = program.name();
     let reference = dir.join("reference");
     let ran = run_limited(
-        program.command(dir, &reference, false),
+        program.command(dir, &reference, Begin::Fresh),
         &name,
         &dir.join("reference.log"),
     )?;
@@ -280,17 +302,48 @@ fn kill_and_resume(
     for kill in 0..kills {
         let run = dir.join(format!("killed-{kill:02}"));
         let at = duration.mul_f64(rng.unit());
-        let was_killed = start_and_kill(program.command(dir, &run, false), &run, at)?;
-        hits.count(
+        let was_killed = start_and_kill(program.command(dir, &run, Begin::Fresh), &run, at)?;
+        let checkpointed = hits.count(
             &program.checkpoints(&run),
             &program.log_dir(&run),
             was_killed,
         )?;
+        let before = files_of(&run)?;
         let resumed = run_limited(
-            program.command(dir, &run, true),
+            program.command(dir, &run, Begin::Resume),
             &format!("resuming {name}"),
             &run.with_extension("resume.log"),
         )?;
+        let resumed = if !resumed.success && resumed.output.contains("no checkpoint to resume from")
+        {
+            // burn-train's own checkpoints may be torn where ember's snapshots are whole.
+            ensure!(
+                !checkpointed
+                    || matches!(
+                        program,
+                        Program::Library {
+                            mode: "burn-train",
+                            ..
+                        }
+                    ),
+                "{}: --resume found no checkpoint where a whole one was left:\n{}",
+                run.display(),
+                resumed.output
+            );
+            ensure!(
+                files_of(&run)? == before,
+                "{}: the refused resume changed the run's files",
+                run.display()
+            );
+            hits.refused += 1;
+            run_limited(
+                program.command(dir, &run, Begin::Restart),
+                &format!("restarting {name}"),
+                &run.with_extension("restart.log"),
+            )?
+        } else {
+            resumed
+        };
         expect_success(
             &resumed,
             &format!("resuming {} (killed after {at:?})", run.display()),
@@ -347,16 +400,19 @@ struct Hits {
     killed: usize,
     finished_first: usize,
     before_first_checkpoint: usize,
+    /// Resumes refused for want of a whole checkpoint, the run then restarted.
+    refused: usize,
     during_checkpoint: usize,
     torn_summary_tail: usize,
 }
 
 impl Hits {
-    /// Counts what a kill left in the run's checkpoint and log directories.
-    fn count(&mut self, checkpoints: &Path, log: &Path, killed: bool) -> anyhow::Result<()> {
+    /// Counts what a kill left in the run's checkpoint and log directories; returns whether a
+    /// whole checkpoint was left.
+    fn count(&mut self, checkpoints: &Path, log: &Path, killed: bool) -> anyhow::Result<bool> {
         if !killed {
             self.finished_first += 1;
-            return Ok(());
+            return Ok(true);
         }
         self.killed += 1;
         let mut whole = 0;
@@ -396,7 +452,7 @@ impl Hits {
         if summary_tail_torn(log)? {
             self.torn_summary_tail += 1;
         }
-        Ok(())
+        Ok(whole > 0)
     }
 }
 
@@ -404,11 +460,13 @@ impl std::fmt::Display for Hits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} kills ({} runs finished first): {} before the first checkpoint, {} during a \
-             checkpoint write, {} left a torn summary record",
+            "{} kills ({} runs finished first): {} before the first checkpoint ({} resumes \
+             refused, changing nothing, then restarted), {} during a checkpoint write, {} left a \
+             torn summary record",
             self.killed,
             self.finished_first,
             self.before_first_checkpoint,
+            self.refused,
             self.during_checkpoint,
             self.torn_summary_tail
         )
@@ -586,4 +644,32 @@ impl XorShift {
         self.0 ^= self.0 << 17;
         0.12 + 0.73 * (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// Every file under `dir` with its bytes, the lock files aside (they hold the pid of their
+/// last holder, which a library program rewrites when it opens its record).
+fn files_of(dir: &Path) -> anyhow::Result<std::collections::BTreeMap<PathBuf, Vec<u8>>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        let entries = match std::fs::read_dir(&at) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("listing {}", at.display())),
+        };
+        for entry in entries {
+            let path = entry?.path();
+            let locks = path
+                .parent()
+                .is_some_and(|parent| parent.ends_with(".ember"));
+            if path.is_dir() {
+                pending.push(path);
+            } else if !locks {
+                let bytes =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                files.insert(path, bytes);
+            }
+        }
+    }
+    Ok(files)
 }

@@ -16,6 +16,9 @@
 //! each epoch's end), with the command line the run was started with. `ember train --resume
 //! [RUN_DIR]` goes on from the newest whole one, after Ctrl-C or `kill -9` alike, with the
 //! run's own arguments, and rolls the log back to it, so the run's curves show every step once.
+//! A run with no whole checkpoint is refused and left as it is; `ember train --restart
+//! [RUN_DIR]` trains it again from its first step, its log and checkpoints discarded. A log
+//! directory another run is writing is refused at once, naming that run's pid.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,7 +36,9 @@ use clap::Args;
 use ember::checkpoint::Checkpoints;
 use ember::devices::open_devices;
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
-use ember::{CheckpointConfig, EpochReport, SummaryRecord, Trainer, TrainerConfig};
+use ember::{
+    CheckpointConfig, DirLock, EpochReport, LockError, SummaryRecord, Trainer, TrainerConfig,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::FormatArg;
@@ -137,14 +142,32 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     keep_checkpoints: u16,
     /// Write no checkpoints.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with_all = ["resume", "restart"])]
     no_checkpoints: bool,
     /// Go on with the run in RUN_DIR (default: the newest under `runs/`) from its newest whole
     /// checkpoint, with the arguments it was started with; its log is rolled back to the
     /// checkpoint first, so that every step shows once.
+    /// A run without a whole checkpoint is refused, and left as it is.
     #[arg(long, value_name = "RUN_DIR")]
     #[allow(clippy::option_option)]
     resume: Option<Option<PathBuf>>,
+    /// Train the run in RUN_DIR (default: the newest under `runs/`) again from its first step,
+    /// with the arguments it was started with: its checkpoints and the log files it wrote are
+    /// removed first. For a run stopped before its first checkpoint, which --resume refuses.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "resume")]
+    #[allow(clippy::option_option)]
+    restart: Option<Option<PathBuf>>,
+}
+
+/// How `ember train` begins a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    /// A new run.
+    Fresh,
+    /// The run named by --resume, from its newest whole checkpoint.
+    Resume,
+    /// The run named by --restart, from its first step.
+    Restart,
 }
 
 /// A positive, finite number of seconds.
@@ -184,12 +207,16 @@ fn steps_per_epoch(train: usize, workers: usize, batch: usize) -> usize {
 pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let given = given_args();
-    let (args, resume) = match args.resume.clone() {
-        Some(dir) => {
-            let (args, dir) = resumed_args(dir.as_deref(), &given)?;
-            (args, Some(dir))
-        }
-        None => (args, None),
+    let (args, begin) = match (args.resume.clone(), args.restart.clone()) {
+        (Some(dir), _) => (
+            resumed_args("--resume", dir.as_deref(), &given)?.0,
+            Begin::Resume,
+        ),
+        (None, Some(dir)) => (
+            resumed_args("--restart", dir.as_deref(), &given)?.0,
+            Begin::Restart,
+        ),
+        (None, None) => (args, Begin::Fresh),
     };
     let listed = match args.device.clone() {
         Some(DeviceList(listed)) => listed,
@@ -213,6 +240,50 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let mut job = Job::start(collective_timeout)?;
     let lead = job.lead();
 
+    let logdir = match args.logdir.clone() {
+        Some(logdir) => logdir,
+        None => crate::default_logdir_at(job.rank_zero_s(crate::now_secs())?),
+    };
+    // An object-store log directory gets the logs only: checkpoints, the command line and the
+    // trained model are local files, which such a run has no directory for.
+    let remote = logdir.to_str().is_some_and(ember::is_remote);
+    let checkpointing = !args.no_checkpoints && !remote;
+    ensure!(
+        !(remote && begin != Begin::Fresh),
+        "--resume and --restart need a local run directory; {} is an object store",
+        crate::shown(&logdir)
+    );
+    let checkpoints = logdir.join(CHECKPOINTS);
+    // A live run's directory is refused before anything is read into it or changed.
+    let rank = job.rank() as u32;
+    for dir in [&logdir, &checkpoints] {
+        if !remote && let Some(holder) = DirLock::holder(dir, rank) {
+            anyhow::bail!(LockError::Held {
+                dir: dir.clone(),
+                holder
+            });
+        }
+    }
+    match begin {
+        Begin::Resume => {
+            if let Err(error) = Checkpoints::new(&checkpoints, 1).to_resume(job.size()) {
+                anyhow::bail!(
+                    "{error}; nothing was changed. To train the run again from its first step, \
+                     discarding its log: ember train --restart {}",
+                    crate::shown(&logdir)
+                );
+            }
+        }
+        Begin::Fresh => ensure!(
+            !checkpointing || Checkpoints::new(&checkpoints, 1).list()?.is_empty(),
+            "{} holds the checkpoints of another run: go on with it with --resume {0}, or \
+             choose another --logdir",
+            crate::shown(&logdir)
+        ),
+        Begin::Restart => {}
+    }
+    let continues = begin == Begin::Resume;
+
     let subset = args.subset.map(|n| n as usize);
     let (train, test) = digits::split(digits::load()?, SPLIT_SEED, subset, TEST_FRACTION);
     ensure!(
@@ -232,41 +303,13 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let main = devices[0].clone();
     main.seed(INIT_SEED);
 
-    let logdir = match args.logdir.clone() {
-        Some(logdir) => logdir,
-        None => crate::default_logdir_at(job.rank_zero_s(crate::now_secs())?),
-    };
-    // An object-store log directory gets the logs only: checkpoints, the command line and the
-    // trained model are local files, which such a run has no directory for.
-    let remote = logdir.to_str().is_some_and(ember::is_remote);
-    let checkpointing = !args.no_checkpoints && !remote;
-    ensure!(
-        !(remote && resume.is_some()),
-        "--resume needs a local run directory; {} is an object store",
-        crate::shown(&logdir)
-    );
-    let checkpoints = logdir.join(CHECKPOINTS);
-    // Whether the run goes on from a checkpoint (rather than from its start, when it was
-    // stopped before its first).
-    let continues = match &resume {
-        Some(_) => Checkpoints::new(&checkpoints, 1).latest()?.is_some(),
-        None => {
-            ensure!(
-                !checkpointing || Checkpoints::new(&checkpoints, 1).list()?.is_empty(),
-                "{} holds the checkpoints of another run: go on with it with --resume {0}, or \
-                 choose another --logdir",
-                crate::shown(&logdir)
-            );
-            false
-        }
-    };
     let format = args.format.format();
     let mut summary = SummaryRecord::builder(&logdir)
         .format(format)
         .rank(job.rank() as u32, job.size() as u32)
         .build()
         .with_context(|| format!("cannot create log dir {}", crate::shown(&logdir)))?;
-    if resume.is_none() && lead && checkpointing {
+    if begin == Begin::Fresh && lead && checkpointing {
         save_command(&checkpoints, &given, &logdir)?;
     }
 
@@ -366,8 +409,10 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let mut trainer = job.join(trainer);
-    if resume.is_some() {
-        trainer = trainer.resume_from(&checkpoints);
+    match begin {
+        Begin::Resume => trainer = trainer.resume_from(&checkpoints),
+        Begin::Restart => trainer = trainer.start_over(&checkpoints),
+        Begin::Fresh => {}
     }
     // A run that goes on from a checkpoint has its layout in the log already.
     if lead && format == Format::TensorBoard && !continues {

@@ -205,3 +205,101 @@ fn resume_refuses_what_would_make_another_run() {
         text(&output.stderr)
     );
 }
+
+/// Every file under `dir` and its bytes.
+fn tree(dir: &Path) -> BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn a_resume_without_a_checkpoint_refuses_in_one_line_and_restart_trains_the_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = uninterrupted(dir.path());
+    let (code, _) = stopped_train(dir.path(), "-KILL");
+    assert_eq!(code, None, "killed by a signal");
+    let run = dir.path().join("run");
+    for entry in std::fs::read_dir(run.join("checkpoints")).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("ckpt-")
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let before = tree(&run);
+    let output = ember(&["train", "--resume", "run"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert_eq!(printed.lines().count(), 1, "{printed}");
+    assert!(
+        printed.starts_with("error: no checkpoint to resume from in run/checkpoints")
+            && printed.contains("ember train --restart run"),
+        "{printed}"
+    );
+    assert_eq!(tree(&run), before, "the refused resume changed the run");
+
+    let output = ember(&["train", "--restart", "run"], dir.path());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(model(&run), model(&whole));
+    assert_eq!(series(&run), series(&whole));
+}
+
+#[test]
+fn a_second_run_on_a_live_log_directory_is_refused_at_once_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(["train", "--epochs", "300", "--logdir", "live"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the ember binary runs");
+    let mut live = Spawned(live);
+    let pid = live.0.id();
+    let lock = dir.path().join("live").join(".ember").join("rank0.lock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&lock).ok().as_deref() != Some(&format!("{pid}\n")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the live run never locked"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for args in [
+        &["train", "--resume", "live"][..],
+        &["train", "--logdir", "live", "--epochs", "1"],
+    ] {
+        let started = std::time::Instant::now();
+        let output = ember(args, dir.path());
+        let took = started.elapsed();
+        let printed = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {printed}");
+        assert_eq!(printed.lines().count(), 1, "{args:?}: {printed}");
+        assert!(
+            printed.contains(&format!("live is in use by process {pid}")),
+            "{args:?}: {printed}"
+        );
+        assert!(took < Duration::from_secs(1), "{args:?} took {took:?}");
+    }
+    assert!(
+        live.0.try_wait().unwrap().is_none(),
+        "the live run stopped when the second was refused"
+    );
+}

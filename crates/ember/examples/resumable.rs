@@ -1,7 +1,10 @@
 //! A training program that can be killed at any moment and started again with `--resume`:
 //! what `cargo xtask resume` kills with SIGKILL, for the two ways a library user trains.
 //!
-//! `cargo run -p ember --example resumable -- <trainer|burn-train> <run dir> [--resume]`
+//! `cargo run -p ember --example resumable -- <trainer|burn-train> <run dir> [--resume|--restart]`
+//!
+//! A run killed before its first checkpoint has nothing to resume from: `--resume` refuses it
+//! (exit code 3, the run left as it was), and `--restart` trains it again from its first step.
 //!
 //! - `trainer`: ember's Trainer on 2 workers with gradient accumulation over 2 steps, a
 //!   shuffling loader, Adam and a linear learning-rate schedule, validation and histograms,
@@ -34,24 +37,49 @@ use ember_tests::{parameters, seeded_mlp, shuffled_loader};
 
 const EPOCHS: usize = 4;
 
+/// The exit code of a `--resume` that found nothing to go on from.
+const NOTHING_TO_RESUME: i32 = 3;
+
+/// How the run begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    Fresh,
+    Resume,
+    Restart,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, run) = match args.as_slice() {
         [mode, run, ..] => (mode.as_str(), PathBuf::from(run)),
         _ => return Err("usage: resumable <trainer|burn-train> <run dir> [--resume]".into()),
     };
-    let resume = args.iter().any(|a| a == "--resume");
-    let params = match mode {
-        "trainer" => trainer(&run, resume)?,
-        "burn-train" => burn_train(&run, resume)?,
+    let begin = if args.iter().any(|a| a == "--resume") {
+        Begin::Resume
+    } else if args.iter().any(|a| a == "--restart") {
+        Begin::Restart
+    } else {
+        Begin::Fresh
+    };
+    let trained = match mode {
+        "trainer" => trainer(&run, begin),
+        "burn-train" => burn_train(&run, begin),
         other => return Err(format!("unknown mode {other}").into()),
+    };
+    let params = match trained {
+        Ok(params) => params,
+        Err(error) if error.to_string().contains("no checkpoint to resume from") => {
+            eprintln!("error: {error}");
+            std::process::exit(NOTHING_TO_RESUME);
+        }
+        Err(error) => return Err(error),
     };
     let bytes: Vec<u8> = params.iter().flat_map(|p| p.to_le_bytes()).collect();
     std::fs::write(run.join("params.bin"), bytes)?;
     Ok(())
 }
 
-fn trainer(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
+fn trainer(run: &Path, begin: Begin) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
     let device = Device::flex().autodiff();
     let checkpoints = run.join("checkpoints");
     let mut trainer = Trainer::new(
@@ -66,8 +94,10 @@ fn trainer(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::Err
             ..TrainerConfig::default()
         },
     );
-    if resume {
-        trainer = trainer.resume_from(&checkpoints);
+    match begin {
+        Begin::Fresh => {}
+        Begin::Resume => trainer = trainer.resume_from(&checkpoints),
+        Begin::Restart => trainer = trainer.start_over(&checkpoints),
     }
     let mut summary = SummaryRecord::new(run.join("log"))?;
     let (model, _) = trainer.fit(
@@ -80,21 +110,26 @@ fn trainer(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::Err
     Ok(parameters(&model))
 }
 
-fn burn_train(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
+fn burn_train(run: &Path, begin: Begin) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
     let device = Device::flex().autodiff();
     let artifacts = run.join("burn");
     let checkpoints = artifacts.join("checkpoint");
-    let record = SummaryRecord::new(run.join("log"))?;
-    let from = if resume {
-        resumable_epoch(&checkpoints)
-    } else {
-        None
+    let from = match begin {
+        Begin::Resume => Some(resumable_epoch(&checkpoints).ok_or_else(|| {
+            format!(
+                "no checkpoint to resume from in {}: no epoch whose burn checkpoints load and \
+                 whose log snapshot was kept",
+                checkpoints.display()
+            )
+        })?),
+        // Epoch 0 is the start: the logger discards what the log holds.
+        Begin::Restart => Some(0),
+        Begin::Fresh => None,
     };
-    let logger = match (resume, from) {
-        (true, epoch) => {
-            SummaryLogger::new(record).resume_from(&checkpoints, epoch.unwrap_or(0))?
-        }
-        (false, _) => SummaryLogger::new(record).checkpointed(&checkpoints),
+    let record = SummaryRecord::new(run.join("log"))?;
+    let logger = match from {
+        Some(epoch) => SummaryLogger::new(record).resume_from(&checkpoints, epoch)?,
+        None => SummaryLogger::new(record).checkpointed(&checkpoints),
     };
     let mut training = SupervisedTraining::new(
         &artifacts,
@@ -112,7 +147,7 @@ fn burn_train(run: &Path, resume: bool) -> Result<Vec<f32>, Box<dyn std::error::
         vec![device.clone(); 2],
         Reduction::Mean,
     ))));
-    if let Some(epoch) = from {
+    if let Some(epoch) = from.filter(|epoch| *epoch > 0) {
         training = training.checkpoint(epoch);
     }
     let result = training.launch(Learner::new(

@@ -77,6 +77,22 @@ pub enum CheckpointError {
         /// What differs.
         reason: String,
     },
+    /// A resume found nothing to go on from: the directory is missing or holds no whole
+    /// checkpoint of this job. Nothing was changed; starting the run over is a choice of its
+    /// own ([`Trainer::start_over`](crate::Trainer::start_over)).
+    #[error("no checkpoint to resume from in {}: {why}", dir.display())]
+    NothingToResume {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// Why: the directory is missing, empty, or each checkpoint in it was passed over (and
+        /// why).
+        why: String,
+        /// Every checkpoint file found, and why it was passed over; empty when there was none.
+        passed_over: Vec<(PathBuf, String)>,
+    },
+    /// Another run holds the checkpoint directory.
+    #[error(transparent)]
+    Locked(#[from] ember_write::LockError),
     /// The log directory could not be rolled back to the checkpoint.
     #[error("cannot roll the log directory back to the checkpoint: {0}")]
     Rollback(#[from] ember_write::RollbackError),
@@ -276,6 +292,21 @@ impl Checkpoints {
     /// [`latest`](Self::latest) for a job of `ranks` ranks: a checkpoint counts only when
     /// the part of every other rank is there and whole too.
     pub fn latest_of_job(&self, ranks: usize) -> Result<Option<Loaded>, CheckpointError> {
+        Ok(self.newest_whole(ranks)?.ok())
+    }
+
+    /// The checkpoint a resume of a job of `ranks` ranks goes on from: the newest whole one,
+    /// or [`CheckpointError::NothingToResume`] saying why there is none.
+    pub fn to_resume(&self, ranks: usize) -> Result<Loaded, CheckpointError> {
+        self.newest_whole(ranks)?
+            .map_err(|passed_over| self.nothing_to_resume(passed_over))
+    }
+
+    /// The newest whole checkpoint, or every file passed over and why.
+    fn newest_whole(
+        &self,
+        ranks: usize,
+    ) -> Result<Result<Loaded, Vec<(PathBuf, String)>>, CheckpointError> {
         let mut skipped = Vec::new();
         for (seq, path) in self.list()? {
             let bytes = fs::read(&path).map_err(io_err("read", &path))?;
@@ -291,7 +322,7 @@ impl Checkpoints {
             });
             match whole {
                 Ok(checkpoint) => {
-                    return Ok(Some(Loaded {
+                    return Ok(Ok(Loaded {
                         path,
                         seq,
                         checkpoint,
@@ -307,7 +338,54 @@ impl Checkpoints {
                 }
             }
         }
-        Ok(None)
+        Ok(Err(skipped))
+    }
+
+    /// The error a resume gives when no checkpoint is whole, saying why: no directory, no
+    /// checkpoint file, or each file passed over and why.
+    fn nothing_to_resume(&self, passed_over: Vec<(PathBuf, String)>) -> CheckpointError {
+        let why = if !self.dir.is_dir() {
+            "the directory does not exist (moved, removed, or not mounted)".to_owned()
+        } else if passed_over.is_empty() {
+            "it holds no checkpoint file".to_owned()
+        } else {
+            passed_over
+                .iter()
+                .map(|(path, reason)| {
+                    let name = path.file_name().unwrap_or(path.as_os_str());
+                    format!("{} passed over: {reason}", name.to_string_lossy())
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        CheckpointError::NothingToResume {
+            dir: self.dir.clone(),
+            why,
+            passed_over,
+        }
+    }
+
+    /// Removes every checkpoint of the directory, whole or not, with the ranks' parts: a run
+    /// started over from its beginning must not find them on its next resume.
+    pub fn remove_all(&self) -> Result<(), CheckpointError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("list", &self.dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(PREFIX) && (name.ends_with(SUFFIX) || name.ends_with(TMP)) {
+                let path = entry.path();
+                match fs::remove_file(&path) {
+                    // Every rank of a job starting over removes them: another was first.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    removed => removed.map_err(io_err("remove", &path))?,
+                }
+            }
+        }
+        sync_dir(&self.dir)
     }
 
     /// The sequence number the next checkpoint gets: past every file there, whole or not.
@@ -421,12 +499,11 @@ pub(crate) struct LogPlace {
 impl LogPlace {
     pub(crate) fn of(summary: &SummaryRecord, checkpoints: &Path) -> Self {
         let dir = summary.log_dir().to_path_buf();
-        let (rank, world_size) = summary.rank();
         let exclude = relative_to(checkpoints, &dir).into_iter().collect();
         Self {
             dir,
             exclude,
-            ownership: Ownership { rank, world_size },
+            ownership: summary.ownership(),
         }
     }
 

@@ -1,4 +1,5 @@
-//! The run's command line, kept beside its checkpoints and parsed again by `--resume`.
+//! The run's command line, kept beside its checkpoints and parsed again by `--resume` and
+//! `--restart`.
 
 use std::path::{Path, PathBuf};
 
@@ -9,20 +10,21 @@ use super::*;
 /// The file in it that holds the run's command line, for `--resume`.
 const COMMAND_FILE: &str = "command.json";
 
-/// The arguments of the run `--resume` names (or the newest under `runs/`), as it was started,
-/// and its directory. Other flags given with `--resume` are refused: a resumed run must be the
-/// run it continues.
+/// The arguments of the run `flag` (`--resume` or `--restart`) names (or the newest under
+/// `runs/`), as it was started, and its directory. Other flags given with it are refused: a
+/// resumed or restarted run must be the run it continues.
 pub(super) fn resumed_args(
+    flag: &str,
     dir: Option<&Path>,
     given: &[String],
 ) -> anyhow::Result<(TrainArgs, PathBuf)> {
     let others: Vec<&String> = given
         .iter()
-        .filter(|a| a.starts_with("--") && !a.starts_with("--resume"))
+        .filter(|a| a.starts_with("--") && !a.starts_with(flag))
         .collect();
     ensure!(
         others.is_empty(),
-        "--resume goes on with the arguments the run was started with; leave out {}",
+        "{flag} goes on with the arguments the run was started with; leave out {}",
         others
             .iter()
             .map(|a| a.as_str())

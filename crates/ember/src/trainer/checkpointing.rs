@@ -173,10 +173,6 @@ impl Checkpointer {
         })
     }
 
-    pub(super) fn dir(&self) -> &Path {
-        self.store.dir()
-    }
-
     /// Whether a checkpoint is due after optimizer step `updates`.
     pub(super) fn due(&self, updates: usize) -> bool {
         self.every
@@ -344,20 +340,33 @@ fn flushed_snapshot(
 }
 
 /// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,
-/// with `optimizer` and `scheduler` as configured; `None` when `dir` has none. The log is
-/// not touched here.
+/// with `optimizer` and `scheduler` as configured; an error saying why when there is none. The
+/// log is not touched here.
 pub(super) fn load<M: Module>(
     dir: &Path,
     identity: &Identity,
     model: M,
     mut optimizer: OptimizerShards,
     scheduler: ModuleLrScheduler,
-) -> Result<Option<(Resumed<M>, Loaded)>, CheckpointError> {
+) -> Result<(Resumed<M>, Loaded), CheckpointError> {
     // Across ranks, every rank reads the same directory before any writes to it, so each
     // picks the same checkpoint: the newest with every rank's part whole.
-    let Some(loaded) = Checkpoints::new(dir, 1).latest_of_job(identity.ranks)? else {
-        return Ok(None);
-    };
+    let store = Checkpoints::new(dir, 1);
+    let loaded = store.to_resume(identity.ranks).map_err(|error| {
+        // A job of more ranks than took the checkpoints finds none whole (the new ranks'
+        // parts never existed): name the difference rather than each missing part.
+        let taken_by = store.latest_of_job(1).ok().flatten();
+        taken_by
+            .and_then(|loaded| {
+                let meta = std::str::from_utf8(loaded.checkpoint.section("meta")?).ok()?;
+                let reason = identity.mismatch(&Fields::parse(meta))?;
+                Some(CheckpointError::Mismatch {
+                    path: loaded.path,
+                    reason,
+                })
+            })
+            .unwrap_or(error)
+    })?;
     let path = loaded.path.clone();
     let section = |name: &str| {
         loaded
@@ -427,7 +436,7 @@ pub(super) fn load<M: Module>(
         path: loaded.path.clone(),
         seq: loaded.seq,
     };
-    Ok(Some((resumed, loaded)))
+    Ok((resumed, loaded))
 }
 
 /// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,

@@ -16,9 +16,9 @@ use ember_write::pack::HParams;
 use crate::collective::{Communicator, Ranks};
 use crate::{SummaryError, SummaryRecord};
 
-use super::Trainer;
 use super::optimizer_shards::OptimizerShards;
 use super::types::{EpochReport, StepReport, TrainerConfig, TrainingItem};
+use super::{Resume, Trainer};
 
 impl<M, O, V> Trainer<M>
 where
@@ -134,13 +134,28 @@ where
     /// The summary log given to `fit` is first rolled back to the checkpoint: every file of the log
     /// is cut back to its length then, and files made since are removed, so every reader shows each
     /// step once. Newer checkpoints that are torn or damaged are passed over (logged, and listed in
-    /// [`TrainReport::checkpoints_skipped`](crate::TrainReport::checkpoints_skipped)). When `dir`
-    /// holds no whole checkpoint, training starts from the beginning, with the log's files from an
-    /// earlier start removed. A checkpoint of another device count, rank count, accumulation,
-    /// reduction or model is refused with
-    /// [`TrainError::Checkpoint`](crate::TrainError::Checkpoint).
+    /// [`TrainReport::checkpoints_skipped`](crate::TrainReport::checkpoints_skipped)).
+    ///
+    /// `fit` refuses, before it changes anything, with
+    /// [`TrainError::Checkpoint`](crate::TrainError::Checkpoint): when `dir` is missing or holds
+    /// no whole checkpoint of this job
+    /// ([`CheckpointError::NothingToResume`](crate::checkpoint::CheckpointError::NothingToResume),
+    /// naming each file passed over and why), and when the checkpoint was taken with another
+    /// device count, rank count, accumulation, reduction or model
+    /// ([`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)). Starting
+    /// such a run over is [`start_over`](Self::start_over), asked for by name.
     pub fn resume_from(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.resume = Some(dir.into());
+        self.resume = Some(Resume::Continue(dir.into()));
+        self
+    }
+
+    /// Starts the run whose checkpoints are in `dir` again from its first step: its checkpoints
+    /// there are removed and the summary log given to `fit` loses every file this process's
+    /// writers made in it before (files of other ranks and the user's own are left), so that
+    /// readers show the new run's steps once. For a run stopped before its first checkpoint,
+    /// which [`resume_from`](Self::resume_from) refuses.
+    pub fn start_over(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.resume = Some(Resume::StartOver(dir.into()));
         self
     }
 }

@@ -82,8 +82,17 @@ pub struct Trainer<M: TrainStep + Module> {
     on_update: Option<UpdateHook<M>>,
     stop: Option<Arc<AtomicBool>>,
     ranks: Option<Ranks>,
-    resume: Option<PathBuf>,
+    resume: Option<Resume>,
     model: std::marker::PhantomData<M>,
+}
+
+/// How a run begins from a checkpoint directory a run has written before.
+#[derive(Debug, Clone)]
+enum Resume {
+    /// From its newest whole checkpoint ([`Trainer::resume_from`]).
+    Continue(PathBuf),
+    /// From its first step, its checkpoints and log discarded ([`Trainer::start_over`]).
+    StartOver(PathBuf),
 }
 
 impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
@@ -155,6 +164,7 @@ where
                     log::error!("telling the other ranks that this one failed: {round_error}");
                 }
                 if let Some(summary) = summary
+                    && state.began
                     && let Err(summary_error) =
                         self.finish(summary, &state, SessionStatus::Failure, &mut faults)
                 {

@@ -13,12 +13,12 @@ use ember_pool::PoolOptions;
 use ember_pool::step::burn::Reduction;
 use ember_write::pack::{Format, SessionPart, Value};
 
-use super::Trainer;
 use super::checkpointing::{self, Checkpointer, EpochTotals, Identity, Position};
 use super::run_state::RunState;
 use super::steps::{Stepper, checkpoint, device_times, scalar, step_error, step_times, validate};
 use super::system::SystemSampler;
 use super::types::{EpochReport, StepReport, TrainError, TrainingItem};
+use super::{Resume, Trainer};
 use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
 use crate::collective::{Ranks, RoundState};
@@ -82,19 +82,32 @@ where
             self.config.grad_accumulation,
             self.config.reduction,
         );
-        let mut checkpointer = self
+        let resume_dir = self.resume.as_ref().map(|resume| match resume {
+            Resume::Continue(dir) | Resume::StartOver(dir) => dir.clone(),
+        });
+        let checkpoint_dir = self
             .config
             .checkpoints
             .as_ref()
-            .map(Checkpointer::new)
-            .transpose()?;
-        let mut log_place = summary.as_deref().and_then(|summary| {
-            let dir = checkpointer
-                .as_ref()
-                .map(Checkpointer::dir)
-                .or(self.resume.as_deref())?;
-            Some(LogPlace::of(summary, dir))
-        });
+            .map(|config| config.dir.clone())
+            .or(resume_dir);
+        let this_rank = self.ranks.as_ref().map_or(0, Ranks::rank);
+        // Nothing to resume from: refused before anything is made or changed.
+        if let Some(Resume::Continue(dir)) = &self.resume
+            && !dir.is_dir()
+        {
+            crate::checkpoint::Checkpoints::new(dir, 1).to_resume(world)?;
+        }
+        // One run per checkpoint directory and rank, for as long as this one trains.
+        let _lock = checkpoint_dir
+            .as_deref()
+            .map(|dir| ember_write::DirLock::acquire(dir, this_rank as u32))
+            .transpose()
+            .map_err(crate::checkpoint::CheckpointError::from)?;
+        let mut log_place = summary
+            .as_deref()
+            .zip(checkpoint_dir.as_deref())
+            .map(|(summary, dir)| LogPlace::of(summary, dir));
         if self.resume.is_some() && summary.as_deref().is_some_and(SummaryRecord::is_remote) {
             return Err(TrainError::Config(
                 "resuming into an object-store log directory is not supported: the segments \
@@ -103,7 +116,7 @@ where
             ));
         }
         let (model, start) = match self.resume.take() {
-            Some(dir) => self.resume(
+            Some(Resume::Continue(dir)) => self.resume(
                 &dir,
                 model,
                 &identity,
@@ -112,8 +125,19 @@ where
                 &mut log_place,
                 state,
             )?,
+            Some(Resume::StartOver(dir)) => {
+                start_over(&dir, summary.as_deref(), log_place.as_ref())?;
+                (model, None)
+            }
             None => (model, None),
         };
+        state.began = true;
+        let mut checkpointer = self
+            .config
+            .checkpoints
+            .as_ref()
+            .map(Checkpointer::new)
+            .transpose()?;
 
         if lead && let Some(summary) = summary.as_deref_mut() {
             let as_int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
@@ -468,8 +492,8 @@ where
 
     /// Starts a resumed run: reads the newest whole checkpoint of `dir` into the model,
     /// optimizer, scheduler and `state`, rolls the log back to it, and begins the loaders'
-    /// epochs before it. Returns the model and where to go on from (`None`: from the start,
-    /// when `dir` holds no checkpoint).
+    /// epochs before it. Returns the model and where to go on from. Without a whole
+    /// checkpoint it fails before anything is changed.
     #[allow(clippy::too_many_arguments)]
     fn resume(
         &mut self,
@@ -481,23 +505,13 @@ where
         log_place: &mut Option<LogPlace>,
         state: &mut RunState,
     ) -> Result<(M, Option<Position>), TrainError> {
-        let loaded = checkpointing::load(
+        let (resumed, loaded) = checkpointing::load(
             dir,
             identity,
-            model.clone(),
+            model,
             self.optimizer.clone(),
             self.scheduler.clone(),
         )?;
-        let Some((resumed, loaded)) = loaded else {
-            log::warn!(
-                "no whole checkpoint in {}: training from the start",
-                dir.display()
-            );
-            if let (Some(place), Some(summary)) = (log_place.as_ref(), summary) {
-                place.roll_back(&ember_write::LogSnapshot::default(), summary)?;
-            }
-            return Ok((model, None));
-        };
         if let (Some(place), Some(summary)) = (log_place.as_ref(), summary) {
             let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
             place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
@@ -521,4 +535,22 @@ where
         );
         Ok((resumed.model, Some(position)))
     }
+}
+
+/// Discards what a run stopped before wrote, for [`Trainer::start_over`]: its checkpoints in
+/// `dir` and its files in the log.
+fn start_over(
+    dir: &std::path::Path,
+    summary: Option<&SummaryRecord>,
+    log_place: Option<&LogPlace>,
+) -> Result<(), TrainError> {
+    log::warn!(
+        "starting the run over: removing its checkpoints in {} and its log",
+        dir.display()
+    );
+    crate::checkpoint::Checkpoints::new(dir, 1).remove_all()?;
+    if let (Some(place), Some(summary)) = (log_place, summary) {
+        place.roll_back(&ember_write::LogSnapshot::default(), summary)?;
+    }
+    Ok(())
 }

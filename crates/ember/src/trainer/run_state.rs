@@ -21,6 +21,9 @@ pub(super) struct RunState {
     pub(super) train_examples: Option<usize>,
     /// Validation examples of the latest validation.
     pub(super) valid_examples: Option<usize>,
+    /// Whether the run got past its start (resume included) and may have written to the log:
+    /// a run refused before it has nothing to record the end of.
+    pub(super) began: bool,
 }
 
 impl RunState {

@@ -225,9 +225,11 @@ impl TrainReport {
 /// Why training stopped early.
 ///
 /// Whatever the error, a run given a summary record has recorded its hyper-parameters with
-/// status [`SessionStatus::Failure`](crate::pack::SessionStatus::Failure) and the final metrics known so far, and flushed the record
-/// (best effort: the error returned is the training one); closing the record is left to the
-/// caller.
+/// status [`SessionStatus::Failure`](crate::pack::SessionStatus::Failure) and the final metrics
+/// known so far, and flushed the record (best effort: the error returned is the training one);
+/// closing the record is left to the caller. A run refused at its start (a resume with nothing
+/// to go on from, a directory another run holds, a configuration that cannot work) records
+/// nothing: the log is left as it was.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrainError {

@@ -130,6 +130,9 @@ pub(super) fn decode_meta(
             judged: fields.usize("judged")?,
         },
     };
+    if position.epoch == 0 {
+        return Err("`epoch=0`: epochs count from 1".into());
+    }
     let mut state = RunState {
         latest_train_loss: fields.opt_float("latest_train_loss")?,
         learning_rate: fields.opt_float("learning_rate")?,
