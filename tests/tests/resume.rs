@@ -299,7 +299,7 @@ fn a_checkpoint_of_another_run_shape_is_refused() {
     assert!(error.contains("2 device(s), this run has 1"), "{error}");
     // Another model.
     let result = trainer(&checkpoints, None).resume_from(&checkpoints).fit(
-        Mlp::new(5, &device),
+        seeded_mlp(5, 1, &device),
         shuffled_loader(96, true, &device),
         None,
         None,
@@ -454,4 +454,125 @@ fn a_live_run_s_directories_refuse_a_second_writer_and_its_resume() {
     assert_eq!(series(&run), series(&whole));
     // Both let go at the end: the directories take a writer again.
     drop(SummaryRecord::new(&run).unwrap());
+}
+
+#[test]
+fn a_checkpoint_with_a_crafted_position_is_refused_with_a_typed_error_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    assert!(catch_unwind(AssertUnwindSafe(|| fit(&run, Some(15), false, 1))).is_err());
+    let store = ember::checkpoint::Checkpoints::new(run.join("checkpoints"), 2);
+    let newest = store.list().unwrap()[0].1.clone();
+    let original = std::fs::read(&newest).unwrap();
+    let checkpoint = ember::checkpoint::Checkpoint::decode(&original).unwrap();
+    let meta = String::from_utf8(checkpoint.section("meta").unwrap().to_vec()).unwrap();
+    for (changes, expected) in [
+        (&[("epoch", "0")][..], "`epoch=0`: epochs count from 1"),
+        (
+            &[("epoch", "99999999999999999999999")],
+            "`epoch=99999999999999999999999`",
+        ),
+        (
+            &[("epoch", "1125899906842624")],
+            "`epoch=1125899906842624` is past any run's count",
+        ),
+        (&[("epoch", "1000000")], "past this run's 3 epoch(s)"),
+        (
+            &[("epoch_done", "false"), ("step_in_epoch", "1000")],
+            "past this run's 6 steps",
+        ),
+        (
+            &[("examples", "18446744073709551615")],
+            "`examples=18446744073709551615`",
+        ),
+        (&[("correct", "7")], "`correct=7` is more than `judged=0`"),
+        (&[("steps", "-1")], "`steps=-1`"),
+    ] {
+        let crafted: Vec<String> = meta
+            .lines()
+            .map(|line| {
+                let key = line.split_once('=').map_or("", |(k, _)| k);
+                match changes.iter().find(|(k, _)| *k == key) {
+                    Some((k, v)) => format!("{k}={v}"),
+                    None => line.to_owned(),
+                }
+            })
+            .collect();
+        let file = checkpoint
+            .clone()
+            .with("meta", crafted.join("\n").into_bytes())
+            .encode();
+        std::fs::write(&newest, file).unwrap();
+        let result = catch_unwind(AssertUnwindSafe(|| fit(&run, None, true, 1)));
+        let error = match result {
+            Ok(Err(error)) => error,
+            Ok(Ok(_)) => panic!("{changes:?} was resumed from"),
+            Err(_) => panic!("{changes:?} panicked"),
+        };
+        assert!(
+            matches!(error, TrainError::Checkpoint(_)),
+            "{changes:?}: {error}"
+        );
+        assert!(error.to_string().contains(expected), "{changes:?}: {error}");
+        std::fs::write(&newest, &original).unwrap();
+    }
+    // The checkpoint as it was still resumes.
+    let (_, report) = fit(&run, None, true, 1).unwrap();
+    assert_eq!(report.resumed_from, Some(newest));
+}
+
+/// Before: the flush before a checkpoint logged its error and dropped it, so under
+/// `ErrorPolicy::Raise` the checkpoint was taken over a log that had lost records.
+#[test]
+fn a_write_error_met_at_a_checkpoint_is_raised_under_raise_and_no_checkpoint_is_taken() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let checkpoints = run.join("checkpoints");
+    let disk_full = Arc::new(AtomicBool::new(false));
+    let full = disk_full.clone();
+    let mut summary = SummaryRecord::builder(&run)
+        .error_policy(ember::ErrorPolicy::Raise)
+        .writer_options(move |o| {
+            o.free_space = ember::FreeSpaceSource::new(move |_: &Path| {
+                Ok(if full.load(Ordering::SeqCst) {
+                    0
+                } else {
+                    u64::MAX
+                })
+            });
+        })
+        .build()
+        .unwrap();
+    let full = disk_full.clone();
+    let device = Device::flex().autodiff();
+    let result = trainer(&checkpoints, None)
+        .on_epoch(move |_, report, step, summary| {
+            if report.epoch == EPOCHS {
+                // The disk fills with this epoch's values still queued: the flush before the
+                // epoch's checkpoint is where the writer meets it.
+                full.store(true, Ordering::SeqCst);
+                if let Some(summary) = summary {
+                    summary.add_scalar("last/epoch", 1.0, step)?;
+                }
+            }
+            Ok(())
+        })
+        .fit(
+            seeded_mlp(4, 1, &device),
+            shuffled_loader(96, true, &device),
+            None,
+            Some(&mut summary),
+        );
+    let error = result.unwrap_err();
+    assert!(matches!(error, TrainError::Summary(_)), "{error}");
+    let store = ember::checkpoint::Checkpoints::new(&checkpoints, 2);
+    let newest = store.latest().unwrap().unwrap().checkpoint;
+    let meta = std::str::from_utf8(newest.section("meta").unwrap()).unwrap();
+    assert!(
+        !(meta.contains(&format!("\nepoch={EPOCHS}\n")) && meta.contains("epoch_done=true")),
+        "the last epoch's checkpoint was taken over the failed flush:\n{meta}"
+    );
+    drop(summary);
 }

@@ -746,3 +746,39 @@ fn system_scalars_are_sampled_off_the_training_thread_and_recorded_with_a_step()
     // flex keeps no count of its memory: no device series.
     assert!(!scalars.keys().any(|tag| tag.starts_with("system/device/")));
 }
+
+/// `SummaryRecord::flush` under the default `Log` policy: once the writer has died on a full
+/// disk (a 256 KiB tmpfs), `flush` still returns `Ok`, as its doc says, and `stats()` and
+/// `take_errors()` are where the loss shows: nothing pending, the failed records counted, the
+/// writer marked failed, the disk's error kept.
+#[test]
+fn after_a_writer_died_on_a_full_disk_flush_under_log_is_ok_and_stats_tell_the_loss() {
+    let Some(disk) = SmallDisk::mount(256 * 1024) else {
+        return;
+    };
+    let mut summary = SummaryRecord::builder(disk.path().join("run"))
+        .writer_options(|o| o.disk_guard_factor = 0)
+        .build()
+        .unwrap();
+    let values: Vec<f32> = (0..2_000).map(|i| (i as f32).cos()).collect();
+    // About 570 bytes a histogram record: 2,000 of them overflow the disk.
+    for step in 0..2_000 {
+        summary
+            .add_histogram("w", values.as_slice(), step)
+            .expect("under Log an add never fails for the disk");
+    }
+    summary
+        .flush()
+        .expect("under Log a flush is not the disk's error");
+    let stats = summary.stats().unwrap();
+    assert_eq!(stats.records_pending(), 0, "{stats:?}");
+    assert!(stats.records_failed > 0, "{stats:?}");
+    assert!(stats.writer(ember::pack::FileKind::Summary).unwrap().failed);
+    let errors = summary.take_errors();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.to_string().contains("No space left")),
+        "{errors:?}"
+    );
+}

@@ -504,15 +504,14 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
 /// Saves the trained model's parameters as Burn's burnpack file, replacing an earlier one
 /// (a resumed run saves its model again).
 fn save_model(model: &DigitMlp, path: &Path) -> anyhow::Result<()> {
-    let tmp = path.with_extension("bpk.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    model
-        .clone()
-        .into_record()
-        .save(&tmp)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(Into::into))
-        .with_context(|| format!("saving the trained model to {}", crate::shown(path)))
+    ember::durable::replace_with(path, |tmp| {
+        model
+            .clone()
+            .into_record()
+            .save(tmp)
+            .map_err(std::io::Error::other)
+    })
+    .with_context(|| format!("saving the trained model to {}", crate::shown(path)))
 }
 
 /// A flag that the first Ctrl-C (SIGINT) sets, for the trainer to stop after the current step

@@ -90,6 +90,7 @@
 
 mod batch;
 mod builder;
+pub mod durable;
 mod error;
 mod export;
 mod files;

@@ -344,7 +344,9 @@ impl Dir {
     }
 
     /// Replaces `name` with `bytes`: written to a new temporary file, fsynced, then renamed
-    /// over `name`, so a reader (or a crash) sees the old file or the new one, whole.
+    /// over `name` and the directory fsynced, so a reader (or a crash) sees the old file or the
+    /// new one, whole. (What [`crate::durable::replace`] does, through the directory's
+    /// descriptor, so that no planted link is followed.)
     fn replace_file(&self, name: &str, bytes: &[u8], read_only: bool) -> io::Result<()> {
         use rustix::fs::{AtFlags, renameat, unlinkat};
         let tmp = format!(".{name}.{}.tmp", std::process::id());
@@ -360,7 +362,9 @@ impl Dir {
             .write_all(bytes)
             .and_then(|()| file.sync_all())
             .and_then(|()| if read_only { seal(&file) } else { Ok(()) })
-            .and_then(|()| renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(Into::into));
+            .and_then(|()| renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(Into::into))
+            // The rename is the directory's: durable only once the directory is fsynced.
+            .and_then(|()| self.sync());
         if written.is_err() {
             let _ = unlinkat(&self.fd, tmp.as_str(), AtFlags::empty());
         }

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// The projector config, rewritten whole at each embedding: its text is kept, not its length.
@@ -341,16 +341,7 @@ impl LogSnapshot {
                 restored.removed.push(PROJECTOR_CONFIG.into());
             }
             Some(bytes) => {
-                let tmp = log_dir.join(format!("{PROJECTOR_CONFIG}.rollback"));
-                let _ = fs::remove_file(&tmp);
-                let mut file = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&tmp)
-                    .map_err(io_err("create", &tmp))?;
-                file.write_all(bytes).map_err(io_err("write", &tmp))?;
-                file.sync_all().map_err(io_err("fsync", &tmp))?;
-                fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+                crate::durable::replace(&path, bytes).map_err(io_err("replace", &path))?;
                 restored.truncated.push(PROJECTOR_CONFIG.into());
             }
         }
@@ -458,6 +449,8 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
     fn write(path: &Path, bytes: &[u8]) {

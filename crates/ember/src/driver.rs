@@ -249,16 +249,23 @@ where
     }
 
     /// Draws and drops the first `steps` batches of every device's slice, which a resumed
-    /// run trained on before its checkpoint; the next step is then step `steps + 1`.
-    pub(crate) fn skip(&mut self, steps: usize) {
+    /// run trained on before its checkpoint; the next step is then step `steps + 1`. Returns
+    /// the steps the longest slice holds when that is fewer than `steps` (a checkpoint of
+    /// other data), having skipped none of the rest.
+    pub(crate) fn skip(&mut self, steps: usize) -> Result<(), usize> {
+        let mut longest = 0;
         for source in &mut self.sources {
-            for _ in 0..steps {
-                if source.next().is_none() {
-                    break;
-                }
+            let mut skipped = 0;
+            while skipped < steps && source.next().is_some() {
+                skipped += 1;
             }
+            longest = longest.max(skipped);
+        }
+        if longest < steps {
+            return Err(longest);
         }
         self.step += steps;
+        Ok(())
     }
 
     /// Pool steps of this epoch taken so far (skipped ones included).

@@ -97,6 +97,9 @@ pub use ember_pool::step::{BatchSource, DeviceFailures, FailureKind, IterSource,
 #[cfg(feature = "burn")]
 #[doc(inline)]
 pub use ember_pool::{DevicePool, PoolOptions, SpawnError, StepError};
+/// Replacing a file atomically and durably (ember-write's helper, for the files a caller
+/// rewrites whole beside a run: a command line, a model).
+pub use ember_write::durable;
 /// The summary data model and packing (ember-pack, layer L0), re-exported by ember-write.
 pub use ember_write::pack;
 #[doc(inline)]

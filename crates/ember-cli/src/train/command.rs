@@ -78,7 +78,7 @@ pub(super) fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
 
 /// Saves the run's command line for `--resume`, the log directory made explicit.
 pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", crate::shown(dir)))?;
+    ember::durable::create_dir(dir).with_context(|| format!("creating {}", crate::shown(dir)))?;
     let mut saved: Vec<String> = Vec::new();
     let mut rest = given.iter();
     while let Some(arg) = rest.next() {
@@ -91,9 +91,7 @@ pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyho
     saved.push("--logdir".into());
     saved.push(logdir.to_string_lossy().into_owned());
     let path = dir.join(COMMAND_FILE);
-    let tmp = dir.join(format!("{COMMAND_FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_string(&saved)?)
-        .and_then(|()| std::fs::rename(&tmp, &path))
+    ember::durable::replace(&path, serde_json::to_string(&saved)?.as_bytes())
         .with_context(|| format!("writing {}", crate::shown(&path)))
 }
 

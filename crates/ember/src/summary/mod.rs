@@ -522,21 +522,35 @@ impl SummaryRecord {
         )
     }
 
-    /// Returns once every record queued before it has reached the operating system (and the
-    /// disk with [`Durability::Sync`]).
+    /// Returns once every record queued before it has been written to the operating system
+    /// (and the disk with [`Durability::Sync`]) or has failed. Every writer is flushed, the
+    /// `add_scalars` runs' and the main one, before any error is returned.
+    ///
+    /// A record that failed is an error here only under [`ErrorPolicy::Raise`] (the oldest
+    /// error not yet returned). Under the default [`ErrorPolicy::Log`] a writer that has died
+    /// (a full disk) does not make `flush` fail: what it could not write is counted in
+    /// [`stats`](Self::stats) (`records_failed`, its writer's `failed`) and kept for
+    /// [`take_errors`](Self::take_errors), which is where a caller that must know looks.
     pub fn flush(&mut self) -> Result<(), SummaryError> {
         self.ensure_open()?;
+        let mut first_error = None;
         for child in self.children.values() {
-            child.flush()?;
+            if let Err(error) = child.flush() {
+                first_error.get_or_insert(SummaryError::from(error));
+            }
         }
-        if let Some(pool) = &self.pool {
-            pool.flush().map_err(SummaryError::from)?;
+        if let Some(pool) = &self.pool
+            && let Err(error) = pool.flush()
+        {
+            first_error.get_or_insert(SummaryError::from(error));
         }
         #[cfg(feature = "object-store")]
-        if let Some(remote) = &self.remote {
-            remote.ship()?;
+        if let Some(remote) = &self.remote
+            && let Err(error) = remote.ship()
+        {
+            first_error.get_or_insert(error);
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Whether the log directory is an object-store URL (written through a local staging

@@ -26,6 +26,7 @@ use super::types::CheckpointConfig;
 use super::{RunState, TrainError};
 use crate::SummaryRecord;
 use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded, LogPlace};
+use crate::faults::SummaryFaults;
 use crate::model_info::named_shapes;
 
 mod meta;
@@ -192,12 +193,13 @@ impl Checkpointer {
         identity: &Identity,
         parts: (&M, &OptimizerShards, &ModuleLrScheduler),
         log: Option<(&LogPlace, &mut SummaryRecord)>,
+        faults: &mut SummaryFaults,
     ) -> Result<(), TrainError> {
         if self.last == Some((steps, position.epoch_done)) {
             return Ok(());
         }
         self.wait()?;
-        let snapshot = log.map(flushed_snapshot).transpose()?;
+        let snapshot = log.map(|log| flushed_snapshot(log, faults)).transpose()?;
         // The state is read out here, as it is at this step; turning it into bytes, the larger
         // part of the work, is the checkpoint thread's.
         let (model, optimizer, scheduler) = parts;
@@ -277,11 +279,12 @@ impl Checkpointer {
         steps: usize,
         epoch_done: bool,
         log: Option<(&LogPlace, &mut SummaryRecord)>,
+        faults: &mut SummaryFaults,
     ) -> Result<(), TrainError> {
         if self.last == Some((steps, epoch_done)) {
             return Ok(());
         }
-        let snapshot = match log.map(flushed_snapshot).transpose()? {
+        let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
             Some((dir, snapshot)) => {
                 snapshot.sync(&dir).map_err(CheckpointError::from)?;
                 snapshot.encode()
@@ -327,15 +330,17 @@ impl Drop for Checkpointer {
 }
 
 /// Flushes the summaries and records the log's lengths: the log's position at this
-/// checkpoint (the fsync is the caller's, on whichever thread may wait for the disk).
+/// checkpoint (the fsync is the caller's, on whichever thread may wait for the disk). Every
+/// writer has flushed before the lengths are taken; a flush error goes where the record's
+/// policy sends it (raised: no checkpoint; logged: counted, and the snapshot records the files
+/// as the failed writer left them).
 fn flushed_snapshot(
     (place, summary): (&LogPlace, &mut SummaryRecord),
-) -> Result<(PathBuf, LogSnapshot), CheckpointError> {
-    // A flush that fails leaves the file as it is, which the snapshot records.
-    if let Err(error) = summary.flush() {
-        log::warn!("flushing the summaries before a checkpoint: {error}");
-    }
-    let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)?;
+    faults: &mut SummaryFaults,
+) -> Result<(PathBuf, LogSnapshot), TrainError> {
+    faults.check(summary.flush())?;
+    let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
+        .map_err(CheckpointError::from)?;
     Ok((place.dir.clone(), snapshot))
 }
 

@@ -212,7 +212,10 @@ where
             let mut run = driver.epoch(self.ranks.as_mut());
             let mut totals = EpochTotals::default();
             if let Some(position) = start.as_ref().filter(|p| p.epoch == epoch) {
-                run.skip(position.step_in_epoch);
+                run.skip(position.step_in_epoch).map_err(|steps| {
+                    let path = state.report.resumed_from.clone().unwrap_or_default();
+                    past_the_data(&path, position, format!("{steps} steps"))
+                })?;
                 totals = position.totals;
             }
             loop {
@@ -242,6 +245,7 @@ where
                             &stepper,
                             log_place.as_ref(),
                             summary.as_deref_mut(),
+                            faults,
                         )?;
                     }
                     break;
@@ -372,6 +376,7 @@ where
                         &stepper,
                         log_place.as_ref(),
                         summary.as_deref_mut(),
+                        faults,
                     )?;
                 }
             }
@@ -458,6 +463,7 @@ where
                             state.report.steps,
                             true,
                             log_place.as_ref().zip(summary.as_deref_mut()),
+                            faults,
                         )?;
                     }
                     let mut nothing =
@@ -479,6 +485,7 @@ where
                         &stepper,
                         log_place.as_ref(),
                         summary.as_deref_mut(),
+                        faults,
                     )?;
                 }
             }
@@ -512,6 +519,14 @@ where
             self.optimizer.clone(),
             self.scheduler.clone(),
         )?;
+        let position = resumed.position;
+        if position.epoch > self.config.epochs {
+            return Err(past_the_data(
+                &resumed.path,
+                &position,
+                format!("{} epoch(s)", self.config.epochs),
+            ));
+        }
         if let (Some(place), Some(summary)) = (log_place.as_ref(), summary) {
             let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
             place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
@@ -523,7 +538,6 @@ where
         state.report.optimizer_steps = resumed.optimizer_steps;
         state.report.resumed_from = Some(resumed.path);
         state.report.checkpoints_skipped = loaded.skipped;
-        let position = resumed.position;
         // The epoch in progress is begun by the loop; the ones before it, here.
         driver.begin_epochs(position.epoch - usize::from(!position.epoch_done));
         log::info!(
@@ -553,4 +567,17 @@ fn start_over(
         place.roll_back(&ember_write::LogSnapshot::default(), summary)?;
     }
     Ok(())
+}
+
+/// The error of a checkpoint whose position lies past what this run trains (`holds`): a
+/// checkpoint of other data or another run, or a crafted one.
+fn past_the_data(path: &std::path::Path, position: &Position, holds: String) -> TrainError {
+    crate::checkpoint::CheckpointError::Mismatch {
+        path: path.to_path_buf(),
+        reason: format!(
+            "it is at step {} of epoch {}, past this run's {holds}",
+            position.step_in_epoch, position.epoch
+        ),
+    }
+    .into()
 }

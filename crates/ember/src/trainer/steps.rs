@@ -16,9 +16,11 @@ use super::types::{TrainError, TrainingItem, UpdateHook};
 use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
 use crate::driver::{self, Optimize, StepDone, StepFailure, StepFailureSource, ValidationError};
+use crate::faults::SummaryFaults;
 use crate::model_info::named_gradients;
 
 /// Takes a checkpoint at `position` of the run as `stepper` and `state` have it.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn checkpoint<M: Module + Clone>(
     checkpointer: &mut Checkpointer,
     position: &Position,
@@ -27,6 +29,7 @@ pub(super) fn checkpoint<M: Module + Clone>(
     stepper: &Stepper<'_, M>,
     log_place: Option<&LogPlace>,
     summary: Option<&mut SummaryRecord>,
+    faults: &mut SummaryFaults,
 ) -> Result<(), TrainError> {
     checkpointer.save(
         position,
@@ -36,6 +39,7 @@ pub(super) fn checkpoint<M: Module + Clone>(
         identity,
         (&stepper.model, &*stepper.optimizer, &*stepper.scheduler),
         log_place.zip(summary),
+        faults,
     )
 }
 

@@ -5,6 +5,10 @@ use super::{EpochTotals, Identity, Position};
 use crate::trainer::run_state::RunState;
 use crate::trainer::types::EpochReport;
 
+/// The largest count a checkpoint may hold (2^48): more steps or examples than any run takes,
+/// and far from where adding to it could overflow.
+const MAX_COUNT: usize = 1 << 48;
+
 /// `key=value` lines; numbers in decimal, floats as the hex of their bits (exact), absent
 /// options as `-`.
 pub(super) fn encode_meta(
@@ -133,6 +137,25 @@ pub(super) fn decode_meta(
     if position.epoch == 0 {
         return Err("`epoch=0`: epochs count from 1".into());
     }
+    // Counts a run adds to: far past any run's, they could only overflow.
+    let t = &position.totals;
+    for (key, count) in [
+        ("epoch", position.epoch),
+        ("step_in_epoch", position.step_in_epoch),
+        ("loss_count", t.loss_count),
+        ("examples", t.examples),
+        ("judged", t.judged),
+    ] {
+        if count > MAX_COUNT {
+            return Err(format!("`{key}={count}` is past any run's count"));
+        }
+    }
+    if t.correct > t.judged {
+        return Err(format!(
+            "`correct={}` is more than `judged={}`",
+            t.correct, t.judged
+        ));
+    }
     let mut state = RunState {
         latest_train_loss: fields.opt_float("latest_train_loss")?,
         learning_rate: fields.opt_float("learning_rate")?,
@@ -160,10 +183,12 @@ pub(super) fn decode_meta(
             examples_per_second: parse_float(speed).ok_or_else(bad)?,
         });
     }
-    Ok((
-        position,
-        fields.usize("steps")?,
-        fields.usize("optimizer_steps")?,
-        state,
-    ))
+    let steps = fields.usize("steps")?;
+    let optimizer_steps = fields.usize("optimizer_steps")?;
+    if steps > MAX_COUNT || optimizer_steps > MAX_COUNT {
+        return Err(format!(
+            "`steps={steps}` or `optimizer_steps={optimizer_steps}` is past any run's count"
+        ));
+    }
+    Ok((position, steps, optimizer_steps, state))
 }
