@@ -11,6 +11,8 @@ mod inspect;
 mod job;
 #[cfg(feature = "object-store")]
 mod pull;
+#[cfg(feature = "object-store")]
+mod push;
 mod train;
 
 use std::io::Write;
@@ -44,6 +46,10 @@ enum Command {
     /// event file whole again (for MindInsight, which reads local directories only).
     #[cfg(feature = "object-store")]
     Pull(pull::PullArgs),
+    /// Ship what killed writers left in their staging directories to the object store each
+    /// was writing, and remove each once all of it is there.
+    #[cfg(feature = "object-store")]
+    Push(push::PushArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -100,6 +106,8 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         #[cfg(feature = "object-store")]
         Command::Pull(args) => pull::run(args),
+        #[cfg(feature = "object-store")]
+        Command::Push(args) => push::run(args),
         Command::Bench(BenchCommand::Write(args)) => bench::write(args),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory(args),
         Command::Bench(BenchCommand::Scaling(args)) => bench::scaling::scaling(args),

@@ -127,6 +127,27 @@ pub fn name_secs(name: &str) -> Option<u64> {
     segments.next()?.parse().ok()
 }
 
+/// `name` with its creation time (see [`name_secs`]) replaced by `secs`, written as wide as
+/// before at least (TensorBoard's ten digits), or `None` when it has none; for an export
+/// directory (`export_<secs>`), the same. How a name taken in an object store by another
+/// writer moves on to the next second, still sorting after it.
+pub fn with_secs(name: &str, secs: u64) -> Option<String> {
+    if let Some(old) = name.strip_prefix("export_") {
+        old.parse::<u64>().ok()?;
+        return Some(format!("export_{secs}"));
+    }
+    let mut segments: Vec<String> = name.split('.').map(str::to_owned).collect();
+    let at = segments
+        .iter()
+        .position(|s| s == "tfevents" || s == "summary")?
+        + 1;
+    let old = segments.get(at)?;
+    old.parse::<u64>().ok()?;
+    let width = old.len();
+    segments[at] = format!("{secs:0width$}");
+    Some(segments.join("."))
+}
+
 /// The newest creation time among the `kind` event files of `dir`; `None` when it has none
 /// (or cannot be listed: then the new file is named by the clock alone).
 pub(crate) fn newest_secs(dir: &std::path::Path, kind: FileKind) -> Option<u64> {

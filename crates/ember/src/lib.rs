@@ -106,6 +106,10 @@ pub use ember_write::pack;
 pub use ember_write::pack::{
     Format, HParams, HistogramRule, ImageLayout, Record, Tag, TensorValue, Value,
 };
+/// What killed writers left in their staging directories, shipped to their object store
+/// (`ember push`): see [`ember_write::remote::ship_orphans`].
+#[cfg(feature = "object-store")]
+pub use ember_write::remote::{Orphan, ship_orphans};
 #[doc(inline)]
 pub use ember_write::{
     DirLock, Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy,

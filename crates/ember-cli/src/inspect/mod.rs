@@ -300,19 +300,24 @@ pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = args.path.to_str().filter(|p| ember::is_remote(p)) {
         // An object-store log directory: its objects (a file's segments in order) downloaded
         // into a directory of their own, and inspected there.
-        let local = std::env::temp_dir().join(format!("ember-inspect-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&local);
-        let objects = ember::read::download(url, &local)?;
-        eprintln!(
-            "{url}: {objects} object(s), downloaded into {}",
-            crate::shown(&local)
-        );
-        let result = run(InspectArgs {
-            path: local.clone(),
-            ..args
-        });
-        let _ = std::fs::remove_dir_all(&local);
-        return result;
+        #[cfg(feature = "object-store")]
+        {
+            let local = ember::read::download_private(url)?;
+            eprintln!(
+                "{url}: {} object(s), downloaded into {}",
+                local.objects,
+                crate::shown(local.path())
+            );
+            return run(InspectArgs {
+                path: local.path().to_path_buf(),
+                ..args
+            });
+        }
+        #[cfg(not(feature = "object-store"))]
+        {
+            ember::read::download(url, std::path::Path::new(""))?;
+            anyhow::bail!("{url}: this ember was built without the `object-store` feature");
+        }
     }
     let (runs, skipped) = inspect(&args.path, args.values)?;
     let problems = runs.values().flat_map(|r| {

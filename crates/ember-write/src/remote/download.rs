@@ -14,6 +14,10 @@ use super::store::{RemoteError, in_short, open_store};
 /// written as, which every local reader (MindInsight too) reads. Returns how many objects
 /// there were.
 pub fn download(url: &str, into: &Path) -> Result<usize, RemoteError> {
+    super::outside_any_runtime(|| download_here(url, into))
+}
+
+fn download_here(url: &str, into: &Path) -> Result<usize, RemoteError> {
     use futures_util::TryStreamExt;
 
     let (store, prefix) = open_store(url)?;
@@ -71,6 +75,41 @@ pub fn download(url: &str, into: &Path) -> Result<usize, RemoteError> {
         }
         Ok(listed.len())
     })
+}
+
+/// A log directory downloaded into a private temporary directory (mode 0700, a random name),
+/// removed when dropped.
+#[derive(Debug)]
+pub struct Downloaded {
+    dir: tempfile::TempDir,
+    /// How many objects there were.
+    pub objects: usize,
+}
+
+impl Downloaded {
+    /// The local directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// [`download`] into a new private temporary directory: no other user can read the run or
+/// plant files in it, and no name is guessed ahead (nor followed, as a link planted there
+/// would be).
+pub fn download_private(url: &str) -> Result<Downloaded, RemoteError> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("ember-download-");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o700));
+    }
+    let dir = builder.tempdir().map_err(|source| RemoteError::Staging {
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    let objects = download(url, dir.path())?;
+    Ok(Downloaded { dir, objects })
 }
 
 /// The event file a segment object is part of: its name without the segment number.

@@ -50,9 +50,11 @@ use crate::FullQueuePolicy;
 
 mod download;
 mod shipper;
+mod staging;
 
-pub use download::download;
+pub use download::{Downloaded, download, download_private};
 use shipper::Shipper;
+pub use staging::{Orphan, new_staging, ship_orphans, staging_parent};
 
 mod messages;
 mod store;
@@ -61,6 +63,43 @@ use messages::Request;
 pub use messages::{CLOSE_PATIENCE, MirrorStats};
 pub use store::RemoteError;
 use store::{open_store, probe};
+
+/// How long a record blocked by a backlog over its budget waits for the store by default.
+pub const DEFAULT_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
+
+/// How long [`RemoteMirror::admit_within`] may block, and the flag that ends the wait early.
+#[derive(Debug, Clone)]
+pub struct Wait {
+    /// The longest wait.
+    pub deadline: Duration,
+    /// Set (by a Ctrl-C handler, say) to stop waiting at once.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Default for Wait {
+    fn default() -> Self {
+        Self {
+            deadline: DEFAULT_BLOCK_DEADLINE,
+            stop: None,
+        }
+    }
+}
+
+/// Runs `work` on a thread of its own and waits for it: a caller inside a tokio runtime may
+/// neither block on another runtime nor drop one, both of which `work` may do.
+pub(super) fn outside_any_runtime<T: Send>(
+    work: impl FnOnce() -> Result<T, RemoteError> + Send,
+) -> Result<T, RemoteError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return work();
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(work)
+            .join()
+            .map_err(|_| RemoteError::Thread("panicked"))?
+    })
+}
 
 /// How often the mirror ships what the pool has written, unless asked sooner.
 pub const DEFAULT_SHIP_INTERVAL: Duration = Duration::from_secs(2);
@@ -83,12 +122,36 @@ impl RemoteMirror {
     /// Starts mirroring `staging` to `url`, shipping every `interval` and when asked. Tries the
     /// store first (a listing of the prefix): see [`RemoteError`].
     pub fn start(url: &str, staging: &Path, interval: Duration) -> Result<Self, RemoteError> {
-        let (store, prefix) = open_store(url)?;
+        let state = staging::ShipState {
+            url: url.to_owned(),
+            ..staging::ShipState::default()
+        };
+        Self::start_from(state, staging, interval)
+    }
+
+    /// A mirror of the staging directory a writer that was killed left: it goes on from what
+    /// `state` says was shipped, under the names it claimed.
+    fn resume_staging(state: &staging::ShipState, staging: &Path) -> Result<Self, String> {
+        Self::start_from(state.clone(), staging, DEFAULT_SHIP_INTERVAL).map_err(|e| e.to_string())
+    }
+
+    fn start_from(
+        state: staging::ShipState,
+        staging: &Path,
+        interval: Duration,
+    ) -> Result<Self, RemoteError> {
+        let url = state.url.clone();
+        let (store, prefix) = open_store(&url)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|_| RemoteError::Thread("could not start its runtime"))?;
-        runtime.block_on(probe(store.as_ref(), &prefix, url))?;
+        // On a thread of its own: a caller inside a tokio runtime cannot block on another.
+        let runtime = outside_any_runtime(move || {
+            runtime.block_on(probe(store.as_ref(), &prefix, &url))?;
+            Ok((runtime, store, prefix))
+        })?;
+        let (runtime, store, prefix) = runtime;
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(std::sync::Mutex::new(MirrorStats::default()));
         let backlog = Arc::new(AtomicU64::new(0));
@@ -96,8 +159,10 @@ impl RemoteMirror {
             store,
             prefix,
             staging: staging.to_path_buf(),
-            shipped: BTreeMap::new(),
+            url: state.url.clone(),
+            shipped: state.shipped,
             whole: BTreeMap::new(),
+            claimed: state.claimed,
             stats: Arc::clone(&stats),
             backlog: Arc::clone(&backlog),
         };
@@ -106,7 +171,7 @@ impl RemoteMirror {
             .spawn(move || shipper.run(runtime, rx, interval))
             .map_err(|_| RemoteError::Thread("could not start"))?;
         Ok(Self {
-            url: url.to_owned(),
+            url: state.url,
             tx: Some(tx),
             thread: Some(thread),
             stats,
@@ -147,13 +212,47 @@ impl RemoteMirror {
     /// answers no and counts the record, [`Error`](FullQueuePolicy::Error) counts it and returns
     /// [`RemoteError::OverBudget`].
     pub fn admit(&self, policy: FullQueuePolicy, budget: u64) -> Result<bool, RemoteError> {
+        self.admit_within(policy, budget, &Wait::default())
+    }
+
+    /// [`admit`](Self::admit), a blocked wait bounded by `wait`: past its deadline, or once its
+    /// stop flag is set (Ctrl-C), the record is refused with [`RemoteError::Waited`] instead
+    /// of the training thread waiting for a store that may not come back.
+    pub fn admit_within(
+        &self,
+        policy: FullQueuePolicy,
+        budget: u64,
+        wait: &Wait,
+    ) -> Result<bool, RemoteError> {
         let mut backlog = self.backlog();
         if backlog <= budget {
             return Ok(true);
         }
         match policy {
             FullQueuePolicy::Block => {
+                let started = std::time::Instant::now();
                 while backlog > budget && self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+                    let stopped = wait
+                        .stop
+                        .as_ref()
+                        .is_some_and(|stop| stop.load(Ordering::Acquire));
+                    let why = if stopped {
+                        Some("asked to stop")
+                    } else if started.elapsed() >= wait.deadline {
+                        Some("the deadline passed")
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why {
+                        self.count_over_budget();
+                        return Err(RemoteError::Waited {
+                            url: self.url.clone(),
+                            waited: started.elapsed(),
+                            backlog,
+                            budget,
+                            why,
+                        });
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                     backlog = self.backlog();
                 }
@@ -427,5 +526,220 @@ mod tests {
         }
         assert!(crate::is_remote("s3://bucket/run") && crate::is_remote("gs://b/p"));
         assert!(!crate::is_remote("runs/s3:/x") && !crate::is_remote("/tmp/run"));
+    }
+
+    /// Before: two records of one host and rank to one URL in one second staged files of one
+    /// name, and the second writer's PUTs replaced the first's objects.
+    #[test]
+    fn two_writers_to_one_url_in_one_second_both_keep_their_records() {
+        let bucket = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        let name = "events.out.events.summary.1700000000.0.host_MS";
+        let mut streams = Vec::new();
+        let mut mirrors = Vec::new();
+        let stagings: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        for (writer, staging) in stagings.iter().enumerate() {
+            let mut stream = Vec::new();
+            crate::framing::frame_into(&mut stream, format!("writer {writer}").as_bytes());
+            std::fs::write(staging.path().join(name), &stream).unwrap();
+            let export = staging.path().join("export_1700000000");
+            std::fs::create_dir(&export).unwrap();
+            std::fs::write(export.join("w.npy"), format!("tensor of {writer}")).unwrap();
+            let mirror =
+                RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+            mirror.ship().unwrap();
+            streams.push(stream);
+            mirrors.push(mirror);
+        }
+        // The first writer's next segment still goes under the name it claimed.
+        crate::framing::frame_into(&mut streams[0], b"writer 0, later");
+        std::fs::write(stagings[0].path().join(name), &streams[0]).unwrap();
+        for mirror in mirrors {
+            mirror.close().unwrap();
+        }
+        let local = tempfile::tempdir().unwrap();
+        download(&url, local.path()).unwrap();
+        let moved = "events.out.events.summary.1700000001.0.host_MS";
+        assert_eq!(std::fs::read(local.path().join(name)).unwrap(), streams[0]);
+        assert_eq!(std::fs::read(local.path().join(moved)).unwrap(), streams[1]);
+        for (dir, writer) in [("export_1700000000", 0), ("export_1700000001", 1)] {
+            let tensor = std::fs::read_to_string(local.path().join(dir).join("w.npy")).unwrap();
+            assert_eq!(tensor, format!("tensor of {writer}"));
+        }
+    }
+
+    #[test]
+    fn a_name_moves_on_by_its_time_alone() {
+        use crate::naming::with_secs;
+        assert_eq!(
+            with_secs("events.out.tfevents.0000000009.a.b.7.0", 10).unwrap(),
+            "events.out.tfevents.0000000010.a.b.7.0"
+        );
+        assert_eq!(
+            with_secs("events.out.events.summary.9.0.rank3.host_lineage", 10).unwrap(),
+            "events.out.events.summary.10.0.rank3.host_lineage"
+        );
+        assert_eq!(with_secs("export_9", 10).unwrap(), "export_10");
+        assert_eq!(with_secs("projector_config.pbtxt", 10), None);
+    }
+
+    /// Before: a blocked record waited for the store with no deadline, and nothing could end
+    /// the wait (Ctrl-C was never read).
+    #[test]
+    fn a_blocked_record_waits_no_longer_than_its_deadline_or_its_stop() {
+        let staging = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        let prefix = bucket.path().join("run");
+        std::fs::create_dir_all(&prefix).unwrap();
+        let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+        std::fs::remove_dir(&prefix).unwrap();
+        std::fs::write(&prefix, b"").unwrap();
+        let mut stream = Vec::new();
+        crate::framing::frame_into(&mut stream, &[7; 500]);
+        std::fs::write(
+            staging.path().join("events.out.tfevents.0000000001.h.1.0"),
+            &stream,
+        )
+        .unwrap();
+        assert!(mirror.ship().is_err());
+        let deadline = Wait {
+            deadline: Duration::from_millis(200),
+            stop: None,
+        };
+        let started = std::time::Instant::now();
+        let waited = mirror.admit_within(FullQueuePolicy::Block, 10, &deadline);
+        assert!(
+            matches!(
+                waited,
+                Err(RemoteError::Waited {
+                    why: "the deadline passed",
+                    ..
+                })
+            ),
+            "{waited:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = Wait {
+            deadline: Duration::from_secs(3600),
+            stop: Some(Arc::clone(&stop)),
+        };
+        std::thread::scope(|scope| {
+            let blocked =
+                scope.spawn(|| mirror.admit_within(FullQueuePolicy::Block, 10, &stopping));
+            std::thread::sleep(Duration::from_millis(100));
+            stop.store(true, Ordering::Release);
+            let waited = blocked.join().unwrap();
+            assert!(
+                matches!(
+                    waited,
+                    Err(RemoteError::Waited {
+                        why: "asked to stop",
+                        ..
+                    })
+                ),
+                "{waited:?}"
+            );
+        });
+        std::fs::remove_file(&prefix).unwrap();
+        std::fs::create_dir(&prefix).unwrap();
+        assert_eq!(mirror.close().unwrap().records_over_budget, 2);
+    }
+
+    /// Before: `start` and `download` blocked on a runtime of their own, which panics inside
+    /// the caller's tokio runtime.
+    #[test]
+    fn a_mirror_starts_and_a_download_runs_inside_a_tokio_runtime() {
+        let staging = tempfile::tempdir().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mirror =
+                RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+            let mut stream = Vec::new();
+            crate::framing::frame_into(&mut stream, b"from inside a runtime");
+            let name = "events.out.tfevents.0000000001.h.1.0";
+            std::fs::write(staging.path().join(name), &stream).unwrap();
+            mirror.ship().unwrap();
+            let local = download_private(&url).unwrap();
+            assert_eq!(std::fs::read(local.path().join(name)).unwrap(), stream);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(local.path())
+                    .unwrap()
+                    .permissions()
+                    .mode();
+                assert_eq!(mode & 0o777, 0o700, "a download directory is private");
+            }
+            mirror.close().unwrap();
+        });
+    }
+
+    /// A backlog ships as segments of at most the cap, each of whole records, a record larger
+    /// than the cap alone: before, all of it went as one PUT (which S3 refuses past 5 GiB).
+    #[test]
+    fn a_backlog_is_read_a_segment_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.out.tfevents.0000000001.h.1.0");
+        let mut stream = Vec::new();
+        let mut ends = Vec::new();
+        for len in [100usize, 100, 100, 1000, 100] {
+            crate::framing::frame_into(&mut stream, &vec![1; len]);
+            ends.push(stream.len());
+        }
+        std::fs::write(&path, &stream).unwrap();
+        let cap = 2 * 116 + 50;
+        let first = shipper::read_segment(&path, 0, cap).unwrap();
+        assert_eq!(whole_records_of(&first), ends[1]);
+        let from = ends[2] as u64;
+        let big = shipper::read_segment(&path, from, cap).unwrap();
+        assert_eq!(whole_records_of(&big), ends[3] - ends[2]);
+        let last = shipper::read_segment(&path, ends[3] as u64, cap).unwrap();
+        assert_eq!(whole_records_of(&last), ends[4] - ends[3]);
+    }
+
+    fn whole_records_of(bytes: &[u8]) -> usize {
+        shipper::whole_records(bytes)
+    }
+
+    /// A writer killed between passes leaves its staging directory with what it had not
+    /// shipped; `ship_orphans` (`ember push`) ships it, from where the writer got and under the
+    /// names it claimed, and removes the directory.
+    #[test]
+    fn a_killed_writer_s_staging_is_shipped_from_where_it_got() {
+        let bucket = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+        let staging = new_staging().unwrap();
+        let name = "events.out.tfevents.0000000001.h.1.0";
+        let mut stream = Vec::new();
+        crate::framing::frame_into(&mut stream, b"shipped before the kill");
+        std::fs::write(staging.join(name), &stream).unwrap();
+        let mirror = RemoteMirror::start(&url, &staging, Duration::from_secs(3600)).unwrap();
+        mirror.ship().unwrap();
+        // Killed: its thread ships nothing more (SIGKILL runs no close).
+        std::mem::forget(mirror);
+        crate::framing::frame_into(&mut stream, b"written, never shipped");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(staging.join(name))
+            .unwrap();
+        let tail = &stream[stream.len() - 38..];
+        std::io::Write::write_all(&mut file, tail).unwrap();
+        drop(file);
+        let orphans = ship_orphans(std::slice::from_ref(&staging)).unwrap();
+        assert_eq!(orphans.len(), 1);
+        assert_eq!(orphans[0].outcome.as_ref().unwrap(), &(tail.len() as u64));
+        assert!(!staging.exists(), "a shipped staging directory is removed");
+        let local = download_private(&url).unwrap();
+        assert_eq!(std::fs::read(local.path().join(name)).unwrap(), stream);
     }
 }

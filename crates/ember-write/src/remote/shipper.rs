@@ -20,9 +20,16 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
+
+/// The most bytes of records one segment object holds: far under the 5 GiB a single PUT may
+/// carry on S3, and what the shipper holds in memory at once.
+pub(super) const MAX_SEGMENT: usize = 64 << 20;
+
+/// How many later seconds a claimed name may move on to before the upload fails.
+const CLAIM_TRIES: usize = 100;
 
 /// How often the backlog is measured between passes, so that a caller over the budget sees it
 /// within this long.
@@ -36,10 +43,16 @@ pub(super) struct Shipper {
     pub(super) store: Box<dyn ObjectStore>,
     pub(super) prefix: ObjectPath,
     pub(super) staging: PathBuf,
+    /// The log directory's URL, kept with the progress for a writer that may be killed.
+    pub(super) url: String,
     /// For each event file (relative name): bytes shipped, segments shipped.
     pub(super) shipped: BTreeMap<String, (u64, u64)>,
     /// For each other file: the version shipped, and the version seen at the last pass.
     pub(super) whole: BTreeMap<String, (Option<Version>, Version)>,
+    /// For each staged event file and export directory (a top-level name), the name its
+    /// objects have in the store: its own, or, where another writer had taken that, the first
+    /// later second free (see [`Shipper::claim`]).
+    pub(super) claimed: BTreeMap<String, String>,
     pub(super) stats: Arc<std::sync::Mutex<MirrorStats>>,
     /// Bytes written to the staging directory and not in the store yet, as last measured.
     pub(super) backlog: Arc<AtomicU64>,
@@ -125,32 +138,55 @@ impl Shipper {
             }
         }
         self.publish_backlog(&files);
+        // Kept beside the files: what a killed writer's staging still needs is what `ember
+        // push` ships. Lost, it costs a segment shipped twice, which the store keeps once.
+        let state = super::staging::ShipState {
+            url: self.url.clone(),
+            shipped: self.shipped.clone(),
+            claimed: self.claimed.clone(),
+        };
+        if let Err(error) = state.write(&self.staging) {
+            first_error.get_or_insert(format!(
+                "keeping what was shipped in {}: {error}",
+                self.staging.display()
+            ));
+        }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Ships the event file's new whole records as its next segment.
+    /// Ships the event file's new whole records as its next segments, each of at most
+    /// [`MAX_SEGMENT`] bytes (a record larger than that alone): a backlog of any size goes as
+    /// PUTs the store takes, read a segment at a time.
     async fn ship_records(&mut self, file: &Staged) -> Result<(), String> {
-        let (from, segment) = self.shipped.get(&file.relative).copied().unwrap_or((0, 0));
-        let bytes = read_from(&file.path, from)
-            .map_err(|e| format!("reading {}: {e}", file.path.display()))?;
-        let whole = whole_records(&bytes);
-        if whole == 0 {
-            return Ok(());
+        loop {
+            let (from, segment) = self.shipped.get(&file.relative).copied().unwrap_or((0, 0));
+            let bytes = read_segment(&file.path, from, MAX_SEGMENT)
+                .map_err(|e| format!("reading {}: {e}", file.path.display()))?;
+            let whole = whole_records(&bytes);
+            if whole == 0 {
+                return Ok(());
+            }
+            let payload = bytes[..whole].to_vec();
+            if segment == 0 {
+                let relative = file.relative.clone();
+                self.claim(&relative, |name| format!("{name}.00000001"), &payload)
+                    .await?;
+            } else {
+                let name = self.claimed_name(&file.relative);
+                let object = self.object(&format!("{name}.{:08}", segment + 1));
+                self.store
+                    .put(&object, payload.into())
+                    .await
+                    .map_err(|e| format!("uploading {object}: {e}"))?;
+            }
+            self.shipped
+                .insert(file.relative.clone(), (from + whole as u64, segment + 1));
+            free_shipped(&file.path, from, whole as u64);
+            self.count(|s| {
+                s.segments += 1;
+                s.bytes += whole as u64;
+            });
         }
-        let object = self.object(&format!("{}.{:08}", file.relative, segment + 1));
-        let payload = bytes[..whole].to_vec();
-        self.store
-            .put(&object, payload.into())
-            .await
-            .map_err(|e| format!("uploading {object}: {e}"))?;
-        self.shipped
-            .insert(file.relative.clone(), (from + whole as u64, segment + 1));
-        free_shipped(&file.path, from, whole as u64);
-        self.count(|s| {
-            s.segments += 1;
-            s.bytes += whole as u64;
-        });
-        Ok(())
     }
 
     /// Ships a file that is not an event file whole, when it changed and is whole.
@@ -170,18 +206,114 @@ impl Shipper {
         }
         let bytes =
             fs::read(&file.path).map_err(|e| format!("reading {}: {e}", file.path.display()))?;
-        let object = self.object(&file.relative);
         let len = bytes.len() as u64;
-        self.store
-            .put(&object, bytes.into())
-            .await
-            .map_err(|e| format!("uploading {object}: {e}"))?;
+        // An export directory is claimed by its first file, as an event file by its first
+        // segment; the projector's files are the log directory's own, replaced in place.
+        let top = file
+            .relative
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let unclaimed_export = top.starts_with("export_") && !self.claimed.contains_key(&top);
+        if unclaimed_export {
+            let rest = file.relative[top.len()..].to_owned();
+            self.claim(&top, |name| format!("{name}{rest}"), &bytes)
+                .await?;
+        } else {
+            let object = self.object(&self.object_relative(&file.relative));
+            self.store
+                .put(&object, bytes.into())
+                .await
+                .map_err(|e| format!("uploading {object}: {e}"))?;
+        }
         self.whole.insert(file.relative.clone(), (Some(now), now));
         self.count(|s| {
             s.objects += 1;
             s.bytes += len;
         });
         Ok(())
+    }
+
+    /// Uploads the first object of `staged` (an event file's first segment, an export
+    /// directory's first file: `object_of(name)`) under the staged name, or, where another
+    /// writer has an object of that name already (two records to one URL in one second),
+    /// under the same name one second later, and so on: a create-only PUT
+    /// (`PutMode::Create`) decides, so that two writers racing cannot both win. Every later
+    /// object of `staged` takes the name claimed. An object found in place with these very
+    /// bytes is this writer's own (a PUT retried after its answer was lost).
+    async fn claim(
+        &mut self,
+        staged: &str,
+        object_of: impl Fn(&str) -> String,
+        payload: &[u8],
+    ) -> Result<(), String> {
+        let mut name = staged.to_owned();
+        for _ in 0..CLAIM_TRIES {
+            let object = self.object(&object_of(&name));
+            let put = self
+                .store
+                .put_opts(
+                    &object,
+                    payload.to_vec().into(),
+                    PutOptions {
+                        mode: PutMode::Create,
+                        ..PutOptions::default()
+                    },
+                )
+                .await;
+            match put {
+                Ok(_) => {}
+                Err(object_store::Error::AlreadyExists { .. })
+                    if self.holds(&object, payload).await => {}
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    let secs = crate::naming::name_secs(&name)
+                        .or_else(|| name.strip_prefix("export_")?.parse().ok());
+                    let next = secs.and_then(|secs| crate::naming::with_secs(&name, secs + 1));
+                    match next {
+                        Some(next) => {
+                            log::warn!(
+                                "ember-write: {object} is another writer's; this one's goes on \
+                                 one second later"
+                            );
+                            name = next;
+                            continue;
+                        }
+                        None => return Err(format!("uploading {object}: another writer has it")),
+                    }
+                }
+                Err(error) => return Err(format!("uploading {object}: {error}")),
+            }
+            self.claimed.insert(staged.to_owned(), name);
+            return Ok(());
+        }
+        Err(format!(
+            "uploading {staged}: the next {CLAIM_TRIES} seconds' names are all taken"
+        ))
+    }
+
+    /// Whether the store's `object` holds exactly `payload`.
+    async fn holds(&self, object: &ObjectPath, payload: &[u8]) -> bool {
+        match self.store.get(object).await {
+            Ok(found) => found.bytes().await.is_ok_and(|bytes| bytes == payload),
+            Err(_) => false,
+        }
+    }
+
+    /// The name in the store of the staged event file or export directory `staged`.
+    fn claimed_name(&self, staged: &str) -> String {
+        self.claimed
+            .get(staged)
+            .cloned()
+            .unwrap_or_else(|| staged.to_owned())
+    }
+
+    /// `relative` with its top-level name replaced by the one claimed for it.
+    fn object_relative(&self, relative: &str) -> String {
+        match relative.split_once('/') {
+            Some((top, rest)) => format!("{}/{rest}", self.claimed_name(top)),
+            None => self.claimed_name(relative),
+        }
     }
 
     /// The object named as the staged file is, byte for byte: an embedding's directory
@@ -270,11 +402,23 @@ fn version(path: &Path) -> Option<Version> {
     Some((meta.len(), meta.modified().ok()))
 }
 
-fn read_from(path: &Path, from: u64) -> std::io::Result<Vec<u8>> {
+/// Up to `max` bytes of `path` from `from`, or, where the first record there is larger than
+/// `max`, that record whole.
+pub(super) fn read_segment(path: &Path, from: u64, max: usize) -> std::io::Result<Vec<u8>> {
     let mut file = fs::File::open(path)?;
     file.seek(SeekFrom::Start(from))?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
+    (&mut file).take(max as u64).read_to_end(&mut bytes)?;
+    if whole_records(&bytes) == 0 && bytes.len() >= 8 {
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&bytes[..8]);
+        let record = u64::from_le_bytes(len).saturating_add(16);
+        if record > bytes.len() as u64 {
+            file.seek(SeekFrom::Start(from))?;
+            bytes.clear();
+            file.take(record).read_to_end(&mut bytes)?;
+        }
+    }
     Ok(bytes)
 }
 

@@ -60,6 +60,31 @@ pub enum RemoteError {
         /// The budget.
         budget: u64,
     },
+    /// A staging directory (or its parent) is not private to this user.
+    #[error("the staging directory {} is not private: {why}; remove it or set TMPDIR elsewhere", path.display())]
+    NotPrivate {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A blocked record waited past its deadline, or was told to stop waiting, for the store to
+    /// take the backlog.
+    #[error(
+        "waited {waited:?} for {url} to take {backlog} bytes (budget {budget}): {why}; record not accepted"
+    )]
+    Waited {
+        /// The log directory's URL.
+        url: String,
+        /// How long it waited.
+        waited: Duration,
+        /// Bytes written and not yet shipped.
+        backlog: u64,
+        /// The budget.
+        budget: u64,
+        /// The deadline passed, or a stop was asked for.
+        why: &'static str,
+    },
     /// The mirror's thread could not start, or stopped.
     #[error("the remote mirror's thread {0}")]
     Thread(&'static str),

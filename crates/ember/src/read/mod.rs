@@ -124,6 +124,16 @@ pub enum ReadError {
     },
 }
 
+/// [`download`] into a new private temporary directory (mode 0700, a random name) that is
+/// removed when the result is dropped.
+#[cfg(feature = "object-store")]
+pub fn download_private(url: &str) -> Result<ember_write::remote::Downloaded, ReadError> {
+    ember_write::remote::download_private(url).map_err(|e| ReadError::Remote {
+        url: url.to_owned(),
+        message: e.to_string(),
+    })
+}
+
 /// Downloads the objects of the object-store log directory `url` (`s3://…`, `gs://…`, …) into
 /// the local directory `into`, segments and all, so that [`Summaries::read_dir`] and any
 /// reader of local directories read it; returns how many objects there were. Needs the
@@ -243,19 +253,21 @@ impl Summaries {
     pub fn read_dir(dir: impl AsRef<Path>) -> Result<Summaries, ReadError> {
         let dir = dir.as_ref();
         if let Some(url) = dir.to_str().filter(|d| ember_write::is_remote(d)) {
-            // An object-store run: its objects, downloaded whole, read as a directory.
-            let local = std::env::temp_dir().join(format!(
-                "ember-read-{}-{}",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0)
-            ));
-            download(url, &local)?;
-            let read = Self::read_dir(&local);
-            let _ = fs::remove_dir_all(&local);
-            return read;
+            // An object-store run: its objects, downloaded whole into a private directory,
+            // read as a directory.
+            #[cfg(feature = "object-store")]
+            {
+                let local = download_private(url)?;
+                return Self::read_dir(local.path());
+            }
+            #[cfg(not(feature = "object-store"))]
+            {
+                download(url, Path::new(""))?;
+                return Err(ReadError::Remote {
+                    url: url.to_owned(),
+                    message: "this ember was built without the `object-store` feature".into(),
+                });
+            }
         }
         let io = |path: &Path| {
             let path = path.to_path_buf();

@@ -26,6 +26,8 @@ pub struct SummaryRecordBuilder {
     rank_zero_only: bool,
     #[cfg(feature = "object-store")]
     remote_budget: u64,
+    #[cfg(feature = "object-store")]
+    remote_wait: ember_write::remote::Wait,
 }
 
 impl SummaryRecordBuilder {
@@ -38,6 +40,8 @@ impl SummaryRecordBuilder {
             rank_zero_only: false,
             #[cfg(feature = "object-store")]
             remote_budget: ember_write::remote::DEFAULT_BACKLOG_BUDGET,
+            #[cfg(feature = "object-store")]
+            remote_wait: ember_write::remote::Wait::default(),
         }
     }
 
@@ -48,6 +52,22 @@ impl SummaryRecordBuilder {
     #[cfg(feature = "object-store")]
     pub fn remote_backlog_budget(mut self, bytes: u64) -> Self {
         self.remote_budget = bytes;
+        self
+    }
+
+    /// When the log directory is an object-store URL and the queue policy is
+    /// [`FullQueuePolicy::Block`]: how long a record waits at most for the store to take a
+    /// backlog over the budget (5 minutes by default), and a flag that ends the wait at once
+    /// when set (the handler of Ctrl-C, say). Past either, the record is refused with
+    /// [`RemoteError::Waited`](ember_write::remote::RemoteError::Waited), counted, and training
+    /// goes on or stops as the error policy says.
+    #[cfg(feature = "object-store")]
+    pub fn remote_block_wait(
+        mut self,
+        deadline: std::time::Duration,
+        stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Self {
+        self.remote_wait = ember_write::remote::Wait { deadline, stop };
         self
     }
 
@@ -184,8 +204,12 @@ impl SummaryRecordBuilder {
         #[cfg(feature = "object-store")]
         let remote = match url {
             Some(url) => {
-                let remote =
-                    super::remote::Remote::start(&url, self.remote_budget, options.full_queue)?;
+                let remote = super::remote::Remote::start(
+                    &url,
+                    self.remote_budget,
+                    options.full_queue,
+                    self.remote_wait,
+                )?;
                 options.log_dir = remote.staging().to_path_buf();
                 Some(remote)
             }

@@ -4,10 +4,9 @@
 //! see that module for the layout and what a reader sees when.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ember_write::FullQueuePolicy;
-use ember_write::remote::{DEFAULT_SHIP_INTERVAL, MirrorStats, RemoteMirror};
+use ember_write::remote::{DEFAULT_SHIP_INTERVAL, MirrorStats, RemoteMirror, Wait};
 
 use crate::SummaryError;
 
@@ -16,6 +15,10 @@ use crate::SummaryError;
 pub(super) struct Remote {
     mirror: Option<RemoteMirror>,
     staging: PathBuf,
+    /// Held while this record writes: `ember push` leaves a live writer's staging alone.
+    _lock: ember_write::DirLock,
+    /// How long a blocked record waits for the store, and what ends the wait early.
+    wait: Wait,
     /// Bytes that may wait for the store before `policy` decides about the next record.
     budget: u64,
     policy: FullQueuePolicy,
@@ -24,33 +27,32 @@ pub(super) struct Remote {
 }
 
 impl Remote {
-    /// Makes a staging directory and starts mirroring it to `url`: a store that cannot be
-    /// reached or refuses the credentials is an error here, before anything is written.
+    /// Makes a staging directory (private to this user, of a random name, locked while this
+    /// record writes) and starts mirroring it to `url`: a store that cannot be reached or
+    /// refuses the credentials is an error here, before anything is written.
     pub(super) fn start(
         url: &str,
         budget: u64,
         policy: FullQueuePolicy,
+        wait: Wait,
     ) -> Result<Self, SummaryError> {
-        static RECORDS: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let staging = std::env::temp_dir().join("ember-staging").join(format!(
-            "{}-{nanos}-{}",
-            std::process::id(),
-            RECORDS.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&staging).map_err(|source| SummaryError::Staging {
-            path: staging.clone(),
-            source,
-        })?;
-        let mirror = RemoteMirror::start(url, &staging, DEFAULT_SHIP_INTERVAL)?;
+        let staging = ember_write::remote::new_staging()?;
+        let lock = ember_write::DirLock::acquire(&staging, 0)?;
+        let mirror = match RemoteMirror::start(url, &staging, DEFAULT_SHIP_INTERVAL) {
+            Ok(mirror) => mirror,
+            Err(error) => {
+                drop(lock);
+                let _ = std::fs::remove_dir_all(&staging);
+                return Err(error.into());
+            }
+        };
         Ok(Self {
             mirror: Some(mirror),
             staging,
+            _lock: lock,
             budget,
             policy,
+            wait,
             final_stats: None,
         })
     }
@@ -58,7 +60,7 @@ impl Remote {
     /// Whether the next record may go to the pool: see [`RemoteMirror::admit`].
     pub(super) fn admit(&self) -> Result<bool, SummaryError> {
         match &self.mirror {
-            Some(mirror) => Ok(mirror.admit(self.policy, self.budget)?),
+            Some(mirror) => Ok(mirror.admit_within(self.policy, self.budget, &self.wait)?),
             None => Ok(true),
         }
     }
@@ -234,6 +236,10 @@ mod tests {
             while let Some(dir) = dirs.pop() {
                 for entry in fs::read_dir(&dir).unwrap() {
                     let path = entry.unwrap().path();
+                    if path.ends_with(".ember") {
+                        // The record's lock on its local directory: not the log's.
+                        continue;
+                    }
                     if path.is_dir() {
                         dirs.push(path);
                         continue;
