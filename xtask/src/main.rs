@@ -41,6 +41,7 @@ mod layers;
 mod module_cycles;
 mod mpi;
 mod objects;
+mod objects_azure;
 mod objects_bench;
 mod process;
 mod resume;

@@ -1,5 +1,6 @@
 //! `cargo xtask objects`: `ember train --logdir s3://bucket/run` against a real S3 server on
-//! loopback (moto in server mode), read back by TensorBoard's own S3 reader.
+//! loopback (moto in server mode), read back by TensorBoard's own S3 reader; then `az://`
+//! against Azurite.
 //!
 //! 1. Makes (or reuses) a venv under the target directory with pinned `moto[server]`, `boto3`
 //!    and the compat checker's TensorBoard, and builds `ember` with the `object-store` feature.
@@ -20,6 +21,11 @@
 //!    at once, in one line saying access was refused, naming the bucket.
 //! 8. An endpoint that does not answer: `ember train` fails before training, in one line
 //!    naming the log directory.
+//! 9. A run killed with SIGKILL, then `ember push`: what its staging directory held reaches the
+//!    bucket, every step once, and no staging directory is left.
+//! 10. Two runs into one URL at once, in both formats: both runs' summary files are there.
+//! 11. The write, read, kill (with `ember push`), two-at-once and refused-key scenarios against
+//!     Azurite, the Azure Storage emulator from the npm registry (`objects_azure.rs`).
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
 
@@ -208,9 +214,26 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     every_kind(&check, &endpoint)?;
     mindinsight(&check, &target, &endpoint)?;
     killed(&check, &endpoint)?;
+    let tmp = work.join("tmp");
+    let s3 = |args: &[&str]| {
+        let mut command = check.ember(&endpoint, args);
+        command.env("TMPDIR", &tmp);
+        command
+    };
+    crate::objects_azure::killed_then_pushed(
+        &s3,
+        "s3://ember/pushed",
+        &tmp,
+        &work.join("pushed.log"),
+        TASK,
+    )?;
+    crate::objects_azure::two_at_once(&s3, "s3://ember", TASK)?;
     restarted(&check)?;
     refused(&check)?;
-    unreachable(&check)
+    unreachable(&check)?;
+    let azure_work = work.join("azure");
+    std::fs::create_dir_all(&azure_work)?;
+    crate::objects_azure::run(root, &target, &ember, &azure_work)
 }
 
 /// A run into the bucket and the same run on the local disk: every value of every kind in

@@ -70,6 +70,10 @@ const SAMPLES: usize = 16;
 /// SIGINT ended.
 const INTERRUPTED: u8 = 130;
 
+/// How long a record waits at most for an object store that is down to take the backlog.
+#[cfg(feature = "object-store")]
+const REMOTE_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
+
 /// The checkpoint directory, inside the run's log directory.
 const CHECKPOINTS: &str = "checkpoints";
 
@@ -304,9 +308,15 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     main.seed(INIT_SEED);
 
     let format = args.format.format();
-    let mut summary = SummaryRecord::builder(&logdir)
+    // Set by the first Ctrl-C: training stops after its step, and a record waiting for an
+    // object store that is down stops waiting.
+    let stop = Arc::new(AtomicBool::new(false));
+    let builder = SummaryRecord::builder(&logdir)
         .format(format)
-        .rank(job.rank() as u32, job.size() as u32)
+        .rank(job.rank() as u32, job.size() as u32);
+    #[cfg(feature = "object-store")]
+    let builder = builder.remote_block_wait(REMOTE_BLOCK_DEADLINE, Some(stop.clone()));
+    let mut summary = builder
         .build()
         .with_context(|| format!("cannot create log dir {}", crate::shown(&logdir)))?;
     if begin == Begin::Fresh && lead && checkpointing {
@@ -326,7 +336,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             .progress_chars("=> "),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    let stop = stop_on_ctrl_c(bar.clone());
+    stop_on_ctrl_c(bar.clone(), stop.clone());
     if lead {
         let ranks = if job.size() > 1 {
             format!(" on each of {} ranks", job.size())
@@ -514,11 +524,9 @@ fn save_model(model: &DigitMlp, path: &Path) -> anyhow::Result<()> {
     .with_context(|| format!("saving the trained model to {}", crate::shown(path)))
 }
 
-/// A flag that the first Ctrl-C (SIGINT) sets, for the trainer to stop after the current step
+/// Has the first Ctrl-C (SIGINT) set `flag`, for the trainer to stop after the current step
 /// with the logs complete; a second Ctrl-C exits at once.
-fn stop_on_ctrl_c(bar: ProgressBar) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+fn stop_on_ctrl_c(bar: ProgressBar, flag: Arc<AtomicBool>) {
     let installed = ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::AcqRel) {
             std::process::exit(i32::from(INTERRUPTED));
@@ -530,7 +538,6 @@ fn stop_on_ctrl_c(bar: ProgressBar) -> Arc<AtomicBool> {
     if let Err(error) = installed {
         eprintln!("warning: Ctrl-C will end training at once, losing the latest logs: {error}");
     }
-    stop
 }
 
 /// Where the logs are, and how to view them.

@@ -14,7 +14,7 @@ use super::store::{RemoteError, in_short, open_store};
 /// written as, which every local reader (MindInsight too) reads. Returns how many objects
 /// there were.
 pub fn download(url: &str, into: &Path) -> Result<usize, RemoteError> {
-    super::outside_any_runtime(|| download_here(url, into))
+    super::store::outside_any_runtime(|| download_here(url, into))
 }
 
 fn download_here(url: &str, into: &Path) -> Result<usize, RemoteError> {

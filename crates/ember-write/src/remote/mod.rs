@@ -39,7 +39,8 @@
 //! it); its free-space guard watches the staging disk, the only disk there is to fill.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -54,7 +55,7 @@ mod staging;
 
 pub use download::{Downloaded, download, download_private};
 use shipper::Shipper;
-pub use staging::{Orphan, new_staging, ship_orphans, staging_parent};
+pub use staging::{new_staging, staging_parent};
 
 mod messages;
 mod store;
@@ -83,22 +84,6 @@ impl Default for Wait {
             stop: None,
         }
     }
-}
-
-/// Runs `work` on a thread of its own and waits for it: a caller inside a tokio runtime may
-/// neither block on another runtime nor drop one, both of which `work` may do.
-pub(super) fn outside_any_runtime<T: Send>(
-    work: impl FnOnce() -> Result<T, RemoteError> + Send,
-) -> Result<T, RemoteError> {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return work();
-    }
-    std::thread::scope(|scope| {
-        scope
-            .spawn(work)
-            .join()
-            .map_err(|_| RemoteError::Thread("panicked"))?
-    })
 }
 
 /// How often the mirror ships what the pool has written, unless asked sooner.
@@ -147,7 +132,7 @@ impl RemoteMirror {
             .build()
             .map_err(|_| RemoteError::Thread("could not start its runtime"))?;
         // On a thread of its own: a caller inside a tokio runtime cannot block on another.
-        let runtime = outside_any_runtime(move || {
+        let runtime = store::outside_any_runtime(move || {
             runtime.block_on(probe(store.as_ref(), &prefix, &url))?;
             Ok((runtime, store, prefix))
         })?;
@@ -300,6 +285,73 @@ impl RemoteMirror {
             .unwrap_or_default();
         result.map(|()| stats)
     }
+}
+
+/// What [`ship_orphans`] did with one staging directory.
+#[derive(Debug)]
+pub struct Orphan {
+    /// The staging directory.
+    pub staging: PathBuf,
+    /// Where it shipped to (when its state said).
+    pub url: Option<String>,
+    /// `Ok(bytes shipped)` when everything is in the store now (and the directory removed),
+    /// or why not (the directory kept).
+    pub outcome: Result<u64, String>,
+}
+
+/// Ships what the writers that were killed left in `stagings` (every staging directory of
+/// this user's parent when empty) to the URL each recorded, from where each had got, and
+/// removes each directory once everything in it is in the store. A directory whose writer is
+/// still alive (it holds its lock) is left alone, as is one without a state to go by.
+pub fn ship_orphans(stagings: &[PathBuf]) -> Result<Vec<Orphan>, RemoteError> {
+    let stagings = if stagings.is_empty() {
+        let parent = staging::staging_parent()?;
+        let mut found: Vec<PathBuf> = fs::read_dir(&parent)
+            .map_err(|source| RemoteError::Staging {
+                path: parent.clone(),
+                source,
+            })?
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.is_dir())
+            .collect();
+        found.sort();
+        found
+    } else {
+        stagings.to_vec()
+    };
+    let mut orphans = Vec::new();
+    for staging in stagings {
+        // Held by a live writer: its own mirror ships it.
+        let Ok(lock) = crate::DirLock::acquire(&staging, 0) else {
+            continue;
+        };
+        let Some(state) = staging::ShipState::read(&staging) else {
+            orphans.push(Orphan {
+                staging,
+                url: None,
+                outcome: Err(format!(
+                    "no {} in it: not a staging directory, or its writer died before \
+                     its first pass",
+                    staging::STATE_FILE
+                )),
+            });
+            continue;
+        };
+        let outcome = RemoteMirror::resume_staging(&state, &staging)
+            .and_then(|mirror| mirror.close().map_err(|e| e.to_string()))
+            .map(|stats| stats.bytes);
+        drop(lock);
+        if outcome.is_ok() {
+            let _ = fs::remove_dir_all(&staging);
+        }
+        orphans.push(Orphan {
+            staging,
+            url: Some(state.url),
+            outcome,
+        });
+    }
+    Ok(orphans)
 }
 
 impl Drop for RemoteMirror {

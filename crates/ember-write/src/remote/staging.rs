@@ -1,6 +1,6 @@
 //! Where a remote record's files wait for the store: a staging directory private to its user,
 //! and what the mirror has shipped of it, kept beside it so that the staging of a writer that
-//! was killed can still be shipped ([`ship_orphans`], `ember push`).
+//! was killed can still be shipped ([`ship_orphans`](super::ship_orphans), `ember push`).
 //!
 //! Every user has a parent of their own, `$TMPDIR/ember-staging-<uid>` (mode 0700, refused
 //! when it is a link, another user's, or open to others: a shared or planted parent would let
@@ -167,72 +167,6 @@ fn unhex(text: &str) -> Option<String> {
         .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
         .collect::<Option<Vec<u8>>>()?;
     String::from_utf8(bytes).ok()
-}
-
-/// What [`ship_orphans`] did with one staging directory.
-#[derive(Debug)]
-pub struct Orphan {
-    /// The staging directory.
-    pub staging: PathBuf,
-    /// Where it shipped to (when its state said).
-    pub url: Option<String>,
-    /// `Ok(bytes shipped)` when everything is in the store now (and the directory removed),
-    /// or why not (the directory kept).
-    pub outcome: Result<u64, String>,
-}
-
-/// Ships what the writers that were killed left in `stagings` (every staging directory of
-/// this user's parent when empty) to the URL each recorded, from where each had got, and
-/// removes each directory once everything in it is in the store. A directory whose writer is
-/// still alive (it holds its lock) is left alone, as is one without a state to go by.
-pub fn ship_orphans(stagings: &[PathBuf]) -> Result<Vec<Orphan>, RemoteError> {
-    let stagings = if stagings.is_empty() {
-        let parent = staging_parent()?;
-        let mut found: Vec<PathBuf> = fs::read_dir(&parent)
-            .map_err(|source| RemoteError::Staging {
-                path: parent.clone(),
-                source,
-            })?
-            .filter_map(Result::ok)
-            .map(|entry| entry.path())
-            .filter(|path| path.is_dir())
-            .collect();
-        found.sort();
-        found
-    } else {
-        stagings.to_vec()
-    };
-    let mut orphans = Vec::new();
-    for staging in stagings {
-        // Held by a live writer: its own mirror ships it.
-        let Ok(lock) = crate::DirLock::acquire(&staging, 0) else {
-            continue;
-        };
-        let Some(state) = ShipState::read(&staging) else {
-            orphans.push(Orphan {
-                staging,
-                url: None,
-                outcome: Err(format!(
-                    "no {STATE_FILE} in it: not a staging directory, or its writer died before \
-                     its first pass"
-                )),
-            });
-            continue;
-        };
-        let outcome = super::RemoteMirror::resume_staging(&state, &staging)
-            .and_then(|mirror| mirror.close().map_err(|e| e.to_string()))
-            .map(|stats| stats.bytes);
-        drop(lock);
-        if outcome.is_ok() {
-            let _ = fs::remove_dir_all(&staging);
-        }
-        orphans.push(Orphan {
-            staging,
-            url: Some(state.url),
-            outcome,
-        });
-    }
-    Ok(orphans)
 }
 
 #[cfg(test)]

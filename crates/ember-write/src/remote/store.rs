@@ -90,6 +90,22 @@ pub enum RemoteError {
     Thread(&'static str),
 }
 
+/// Runs `work` on a thread of its own and waits for it: a caller inside a tokio runtime may
+/// neither block on another runtime nor drop one, both of which `work` may do.
+pub(super) fn outside_any_runtime<T: Send>(
+    work: impl FnOnce() -> Result<T, RemoteError> + Send,
+) -> Result<T, RemoteError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return work();
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(work)
+            .join()
+            .map_err(|_| RemoteError::Thread("panicked"))?
+    })
+}
+
 /// The store and the prefix that `url` names, configured from the environment.
 pub(super) fn open_store(url: &str) -> Result<(Box<dyn ObjectStore>, ObjectPath), RemoteError> {
     let bad = |reason: String| RemoteError::Url {
@@ -115,6 +131,17 @@ pub(super) fn open_store(url: &str) -> Result<(Box<dyn ObjectStore>, ObjectPath)
         ),
         "gs" => Box::new(
             object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry)
+                .build()
+                .map_err(|e| bad(e.to_string()))?,
+        ),
+        // Account, key (or other credentials) and endpoint from the environment
+        // (`AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`,
+        // `AZURE_STORAGE_USE_EMULATOR` with `AZURITE_BLOB_STORAGE_URL`, …): `parse_url` reads
+        // none of them.
+        "az" | "adl" | "azure" | "abfs" | "abfss" => Box::new(
+            object_store::azure::MicrosoftAzureBuilder::from_env()
                 .with_url(url)
                 .with_retry(retry)
                 .build()

@@ -88,16 +88,16 @@ pub struct SummaryLogger {
     names: HashMap<MetricId, (String, f64)>,
     x_axis: XAxis,
     /// Training batches so far, across epochs: the global iteration.
-    pub(super) iteration: i64,
+    pub(crate) iteration: i64,
     /// Batches so far per split and metric, for [`XAxis::SplitBatches`].
-    pub(super) steps: HashMap<(String, String), i64>,
+    pub(crate) steps: HashMap<(String, String), i64>,
     /// The latest update of each split, not yet known to be a batch's or the split's final one.
     held: HashMap<Split, MetricsUpdate>,
-    pub(super) errors: LoggerErrors,
+    pub(crate) errors: LoggerErrors,
     faults: SummaryFaults,
     interrupter: Option<Interrupter>,
     /// Where the log snapshots for resuming go, when kept.
-    pub(super) checkpoints: Option<std::path::PathBuf>,
+    pub(crate) checkpoints: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for SummaryLogger {
@@ -143,7 +143,7 @@ impl LoggerErrors {
     }
 
     /// Counts and keeps a failure, for one whose logging is decided elsewhere.
-    pub(super) fn keep(&self, message: String) {
+    pub(crate) fn keep(&self, message: String) {
         self.inner.count.fetch_add(1, Ordering::Relaxed);
         match self.inner.last.lock() {
             Ok(mut last) => *last = Some(message),
@@ -210,7 +210,7 @@ impl SummaryLogger {
         self.errors.count()
     }
 
-    pub(super) fn lock(&self) -> Option<MutexGuard<'_, SummaryRecord>> {
+    pub(crate) fn lock(&self) -> Option<MutexGuard<'_, SummaryRecord>> {
         match self.record.lock() {
             Ok(record) => Some(record),
             Err(_) => {
@@ -331,7 +331,7 @@ pub enum XAxis {
 }
 
 /// `train`, `valid`, `test` or `test/<tag>`.
-pub(super) fn split_prefix(split: &Split) -> String {
+pub(crate) fn split_prefix(split: &Split) -> String {
     match split {
         Split::Test(Some(tag)) => format!("test/{tag}"),
         other => other.to_string(),

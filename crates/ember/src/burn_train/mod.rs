@@ -51,9 +51,9 @@
 //! share only `EmberFailure`, the way an ember error reaches burn's `TrainingError`.
 
 mod logger;
-mod resume;
 mod strategy;
 
+pub(crate) use logger::split_prefix;
 pub use logger::{LoggerErrors, SummaryLogger, XAxis};
 pub use strategy::{PoolStrategy, PoolStrategyError};
 

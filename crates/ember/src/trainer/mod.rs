@@ -1,8 +1,9 @@
 //! `Trainer`: data-parallel epochs over a Burn model on ember's pool, with summaries.
 //!
 //! This file holds the [`Trainer`] and `fit`; `config.rs` how it is set up, `run.rs` the
-//! training loop, `steps.rs` what the loop does around one step, `checkpointing.rs` its
-//! checkpoints, `types.rs` its public types and `run_state.rs` what a run knows.
+//! training loop, `steps.rs` what the loop does around one step, `types.rs` its public types
+//! and `run_state.rs` what a run knows. Its checkpoints, and resuming from one, are
+//! [`crate::checkpoint`]'s (`checkpoint/trainer.rs`).
 
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -20,9 +21,7 @@ use ember_write::pack::{Format, HParams, SessionStatus};
 use crate::collective::Ranks;
 use crate::faults::SummaryFaults;
 use crate::{SummaryError, SummaryRecord};
-use optimizer_shards::OptimizerShards;
 
-mod checkpointing;
 mod config;
 mod optimizer_shards;
 mod run;
@@ -33,7 +32,9 @@ mod system;
 mod tests;
 mod types;
 
-use run_state::{RunState, eval_lineage, train_lineage};
+pub(crate) use optimizer_shards::OptimizerShards;
+pub(crate) use run_state::RunState;
+use run_state::{eval_lineage, train_lineage};
 pub use types::{
     CheckpointConfig, EpochReport, StepReport, TrainError, TrainReport, TrainerConfig, TrainingItem,
 };

@@ -13,7 +13,6 @@ use ember_pool::PoolOptions;
 use ember_pool::step::burn::Reduction;
 use ember_write::pack::{Format, SessionPart, Value};
 
-use super::checkpointing::{self, Checkpointer, EpochTotals, Identity, Position};
 use super::run_state::RunState;
 use super::steps::{Stepper, checkpoint, device_times, scalar, step_error, step_times, validate};
 use super::system::SystemSampler;
@@ -21,6 +20,9 @@ use super::types::{EpochReport, StepReport, TrainError, TrainingItem};
 use super::{Resume, Trainer};
 use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
+use crate::checkpoint::trainer::{
+    self as checkpointing, Checkpointer, EpochTotals, Identity, Position,
+};
 use crate::collective::{Ranks, RoundState};
 use crate::driver::Driver;
 use crate::faults::SummaryFaults;

@@ -9,27 +9,27 @@ use super::TrainReport;
 /// What a run knows so far; kept outside [`Trainer::run`] so that a failed run can still
 /// record it.
 #[derive(Debug, Default)]
-pub(super) struct RunState {
-    pub(super) report: TrainReport,
+pub(crate) struct RunState {
+    pub(crate) report: TrainReport,
     /// Mean train loss of the latest epoch that ran a step, finished or not.
-    pub(super) latest_train_loss: Option<f64>,
+    pub(crate) latest_train_loss: Option<f64>,
     /// The learning rate of the latest optimizer step.
-    pub(super) learning_rate: Option<f64>,
+    pub(crate) learning_rate: Option<f64>,
     /// Examples in the first device batch.
-    pub(super) batch_size: Option<usize>,
+    pub(crate) batch_size: Option<usize>,
     /// Training examples of the latest finished epoch.
-    pub(super) train_examples: Option<usize>,
+    pub(crate) train_examples: Option<usize>,
     /// Validation examples of the latest validation.
-    pub(super) valid_examples: Option<usize>,
+    pub(crate) valid_examples: Option<usize>,
     /// Whether the run got past its start (resume included) and may have written to the log:
     /// a run refused before it has nothing to record the end of.
-    pub(super) began: bool,
+    pub(crate) began: bool,
 }
 
 impl RunState {
     /// The tags of the metrics a run records: those [`final_metrics`](Self::final_metrics)
     /// can give, and the per-step loss and per-epoch validation loss.
-    pub(super) fn metric_tags(validates: bool, classifies: bool) -> Vec<&'static str> {
+    pub(crate) fn metric_tags(validates: bool, classifies: bool) -> Vec<&'static str> {
         let mut tags = vec!["train/loss", "final/train_loss"];
         if validates {
             tags.extend(["valid/loss", "final/valid_loss"]);

@@ -9,12 +9,12 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Tensor;
 use burn::train::{InferenceStep, TrainStep};
 
-use super::checkpointing::{Checkpointer, Identity, Position};
 use super::optimizer_shards::OptimizerShards;
 use super::run_state::RunState;
 use super::types::{TrainError, TrainingItem, UpdateHook};
 use crate::SummaryRecord;
 use crate::checkpoint::LogPlace;
+use crate::checkpoint::trainer::{Checkpointer, Identity, Position};
 use crate::driver::{self, Optimize, StepDone, StepFailure, StepFailureSource, ValidationError};
 use crate::faults::SummaryFaults;
 use crate::model_info::named_gradients;

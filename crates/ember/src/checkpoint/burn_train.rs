@@ -6,7 +6,7 @@
 //! [`checkpointed`](SummaryLogger::checkpointed) keeps a small file in its checkpoint directory
 //! (`ember-log-epoch-<epoch>-<split>.ember`, written durably, as a Trainer checkpoint is):
 //! the log's snapshot and the logger's counts. burn's strategies flush their event processor
-//! before they checkpoint (ember's [`PoolStrategy`](super::PoolStrategy) too), so when burn's
+//! before they checkpoint (ember's [`PoolStrategy`](crate::burn_train::PoolStrategy) too), so when burn's
 //! checkpoint of epoch `n` exists, the logger's snapshot after epoch `n`'s last split does.
 //! [`resume_from`](SummaryLogger::resume_from) rolls the log back to it and takes its counts,
 //! so the resumed run's values land where an uninterrupted run's would, each once.
@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use burn::train::metric::store::Split;
 use ember_write::LogSnapshot;
 
-use super::SummaryLogger;
-use super::logger::split_prefix;
+use crate::burn_train::SummaryLogger;
+use crate::burn_train::split_prefix;
 use crate::checkpoint::{self, Checkpoint, CheckpointError, LogPlace};
 
 const PREFIX: &str = "ember-log-epoch-";
@@ -108,7 +108,7 @@ impl SummaryLogger {
 
     /// Keeps the log's snapshot and the counts after `split`'s summary of `epoch`, when
     /// checkpointed.
-    pub(super) fn keep_snapshot(&mut self, epoch: usize, split: &Split) {
+    pub(crate) fn keep_snapshot(&mut self, epoch: usize, split: &Split) {
         let Some(dir) = self.checkpoints.clone() else {
             return;
         };

@@ -1,4 +1,4 @@
-//! The Trainer's checkpoints: what a run's position is made of, writing it without holding the
+//! The [`Trainer`](crate::Trainer)'s checkpoints: what a run's position is made of, writing it without holding the
 //! training loop up longer than taking it needs, and starting again from one.
 //!
 //! A checkpoint is taken only where the gradient-accumulation window is empty (right after an
@@ -21,13 +21,11 @@ use burn::tensor::Bytes;
 use ember_pool::step::burn::Reduction;
 use ember_write::LogSnapshot;
 
-use super::optimizer_shards::OptimizerShards;
-use super::types::CheckpointConfig;
-use super::{RunState, TrainError};
+use super::{Checkpoint, CheckpointError, Checkpoints, Loaded, LogPlace};
 use crate::SummaryRecord;
-use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded, LogPlace};
 use crate::faults::SummaryFaults;
 use crate::model_info::named_shapes;
+use crate::trainer::{CheckpointConfig, OptimizerShards, RunState, TrainError};
 
 mod meta;
 
@@ -35,40 +33,40 @@ use meta::{Fields, decode_meta, encode_meta};
 
 /// What an epoch has added up so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct EpochTotals {
-    pub(super) loss_sum: f64,
-    pub(super) loss_count: usize,
-    pub(super) examples: usize,
-    pub(super) correct: usize,
-    pub(super) judged: usize,
+pub(crate) struct EpochTotals {
+    pub(crate) loss_sum: f64,
+    pub(crate) loss_count: usize,
+    pub(crate) examples: usize,
+    pub(crate) correct: usize,
+    pub(crate) judged: usize,
 }
 
 /// Where a run is: everything besides the model, optimizer and scheduler that a resumed run
 /// needs to go on as the killed one would have.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Position {
+pub(crate) struct Position {
     /// The epoch, from 1.
-    pub(super) epoch: usize,
+    pub(crate) epoch: usize,
     /// Whether that epoch is over (validated, recorded).
-    pub(super) epoch_done: bool,
+    pub(crate) epoch_done: bool,
     /// Pool steps of the epoch taken.
-    pub(super) step_in_epoch: usize,
-    pub(super) totals: EpochTotals,
+    pub(crate) step_in_epoch: usize,
+    pub(crate) totals: EpochTotals,
 }
 
 /// What must match between the run that took a checkpoint and the one resuming from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Identity {
-    pub(super) devices: usize,
-    pub(super) ranks: usize,
-    pub(super) grad_accumulation: usize,
-    pub(super) reduction: &'static str,
+pub(crate) struct Identity {
+    pub(crate) devices: usize,
+    pub(crate) ranks: usize,
+    pub(crate) grad_accumulation: usize,
+    pub(crate) reduction: &'static str,
     /// Every parameter's name and size.
-    pub(super) model: String,
+    pub(crate) model: String,
 }
 
 impl Identity {
-    pub(super) fn new<M: Module>(
+    pub(crate) fn new<M: Module>(
         model: &M,
         devices: usize,
         ranks: usize,
@@ -135,33 +133,33 @@ impl Identity {
 }
 
 /// A resumed run's starting point, read from a checkpoint.
-pub(super) struct Resumed<M> {
-    pub(super) model: M,
-    pub(super) optimizer: OptimizerShards,
-    pub(super) scheduler: ModuleLrScheduler,
-    pub(super) position: Position,
-    pub(super) steps: usize,
-    pub(super) optimizer_steps: usize,
-    pub(super) state: RunState,
-    pub(super) path: PathBuf,
-    pub(super) seq: u64,
+pub(crate) struct Resumed<M> {
+    pub(crate) model: M,
+    pub(crate) optimizer: OptimizerShards,
+    pub(crate) scheduler: ModuleLrScheduler,
+    pub(crate) position: Position,
+    pub(crate) steps: usize,
+    pub(crate) optimizer_steps: usize,
+    pub(crate) state: RunState,
+    pub(crate) path: PathBuf,
+    pub(crate) seq: u64,
 }
 
 /// Writes a run's checkpoints: the state is taken on the training thread (it must be this
 /// step's), the file written, fsynced and renamed on a thread of its own, so that training
 /// goes on while the disk works; one write at a time, the next waiting for the last.
-pub(super) struct Checkpointer {
+pub(crate) struct Checkpointer {
     store: Checkpoints,
     every: Option<usize>,
     next_seq: u64,
     in_flight: Option<JoinHandle<Result<PathBuf, CheckpointError>>>,
     /// The step and epoch state of the last checkpoint taken, not to take it twice.
     last: Option<(usize, bool)>,
-    pub(super) written: usize,
+    pub(crate) written: usize,
 }
 
 impl Checkpointer {
-    pub(super) fn new(config: &CheckpointConfig) -> Result<Self, CheckpointError> {
+    pub(crate) fn new(config: &CheckpointConfig) -> Result<Self, CheckpointError> {
         let store = Checkpoints::new(&config.dir, config.keep);
         store.clean()?;
         Ok(Self {
@@ -175,7 +173,7 @@ impl Checkpointer {
     }
 
     /// Whether a checkpoint is due after optimizer step `updates`.
-    pub(super) fn due(&self, updates: usize) -> bool {
+    pub(crate) fn due(&self, updates: usize) -> bool {
         self.every
             .is_some_and(|every| updates.is_multiple_of(every))
     }
@@ -184,7 +182,7 @@ impl Checkpointer {
     /// is one), the model, optimizer and scheduler turned into bytes, then the file written
     /// on the checkpoint thread.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn save<M: Module>(
+    pub(crate) fn save<M: Module>(
         &mut self,
         position: &Position,
         steps: usize,
@@ -273,7 +271,7 @@ impl Checkpointer {
     /// Writes this rank's part of the job's next checkpoint (a rank other than 0, in a job of
     /// several): its own log's snapshot, which rank 0's checkpoint cannot hold. Written in
     /// line and durably: rank 0 writes the checkpoint only once every rank's part is there.
-    pub(super) fn save_part(
+    pub(crate) fn save_part(
         &mut self,
         rank: usize,
         steps: usize,
@@ -307,7 +305,7 @@ impl Checkpointer {
     }
 
     /// Waits for the checkpoint being written, if any.
-    pub(super) fn wait(&mut self) -> Result<(), TrainError> {
+    pub(crate) fn wait(&mut self) -> Result<(), TrainError> {
         if let Some(handle) = self.in_flight.take() {
             handle
                 .join()
@@ -347,7 +345,7 @@ fn flushed_snapshot(
 /// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,
 /// with `optimizer` and `scheduler` as configured; an error saying why when there is none. The
 /// log is not touched here.
-pub(super) fn load<M: Module>(
+pub(crate) fn load<M: Module>(
     dir: &Path,
     identity: &Identity,
     model: M,
@@ -446,7 +444,7 @@ pub(super) fn load<M: Module>(
 
 /// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,
 /// another rank's in its part.
-pub(super) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<LogSnapshot, CheckpointError> {
+pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<LogSnapshot, CheckpointError> {
     let part;
     let (path, holder) = if rank == 0 {
         (loaded.path.clone(), &loaded.checkpoint)
@@ -477,7 +475,7 @@ fn optimizer_section(shard: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trainer::types::EpochReport;
+    use crate::EpochReport;
 
     #[test]
     fn the_meta_section_reads_back_exactly() {

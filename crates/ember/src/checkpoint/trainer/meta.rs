@@ -2,8 +2,8 @@
 //! lines, written exactly and read back with the field that is wrong named.
 
 use super::{EpochTotals, Identity, Position};
-use crate::trainer::run_state::RunState;
-use crate::trainer::types::EpochReport;
+use crate::EpochReport;
+use crate::trainer::RunState;
 
 /// The largest count a checkpoint may hold (2^48): more steps or examples than any run takes,
 /// and far from where adding to it could overflow.

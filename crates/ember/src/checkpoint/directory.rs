@@ -1,0 +1,337 @@
+//! A directory of checkpoints: named by sequence, written durably, pruned only once the new
+//! one is on the disk, the newest whole one found (with every rank's part, for a job), or why
+//! there is none.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use ember_write::durable;
+
+use super::file::{Checkpoint, write_durably};
+use super::{CheckpointError, io_err};
+
+pub(super) const PREFIX: &str = "ckpt-";
+pub(super) const SUFFIX: &str = ".ember";
+const TMP: &str = ".tmp";
+
+/// A checkpoint read back, with where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The file.
+    pub path: PathBuf,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its contents.
+    pub checkpoint: Checkpoint,
+    /// Newer checkpoint files that were passed over, and why.
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// A directory of checkpoints; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    dir: PathBuf,
+    keep: usize,
+}
+
+impl Checkpoints {
+    /// The checkpoints in `dir`, keeping the newest `keep` (at least 1) when writing.
+    pub fn new(dir: impl Into<PathBuf>, keep: usize) -> Self {
+        Self {
+            dir: dir.into(),
+            keep: keep.max(1),
+        }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The checkpoint files, newest first, with their sequence numbers.
+    pub fn list(&self) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(io_err("list", &self.dir)(e)),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(seq) = name
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.strip_suffix(SUFFIX))
+                .and_then(|seq| seq.parse::<u64>().ok())
+            {
+                found.push((seq, entry.path()));
+            }
+        }
+        found.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+        Ok(found)
+    }
+
+    /// The newest whole checkpoint, `None` when there is none; every newer file passed over
+    /// is logged with its reason and listed in [`Loaded::skipped`].
+    pub fn latest(&self) -> Result<Option<Loaded>, CheckpointError> {
+        self.latest_of_job(1)
+    }
+
+    /// The file of rank `rank`'s part of checkpoint `seq`, in a job of several ranks: its own
+    /// log's snapshot and position, beside rank 0's checkpoint.
+    pub fn part_path(&self, seq: u64, rank: usize) -> PathBuf {
+        self.dir
+            .join(format!("{PREFIX}{seq:012}.rank{rank}{SUFFIX}"))
+    }
+
+    /// [`latest`](Self::latest) for a job of `ranks` ranks: a checkpoint counts only when
+    /// the part of every other rank is there and whole too.
+    pub fn latest_of_job(&self, ranks: usize) -> Result<Option<Loaded>, CheckpointError> {
+        Ok(self.newest_whole(ranks)?.ok())
+    }
+
+    /// The checkpoint a resume of a job of `ranks` ranks goes on from: the newest whole one,
+    /// or [`CheckpointError::NothingToResume`] saying why there is none.
+    pub fn to_resume(&self, ranks: usize) -> Result<Loaded, CheckpointError> {
+        self.newest_whole(ranks)?
+            .map_err(|passed_over| self.nothing_to_resume(passed_over))
+    }
+
+    /// The newest whole checkpoint, or every file passed over and why.
+    fn newest_whole(
+        &self,
+        ranks: usize,
+    ) -> Result<Result<Loaded, Vec<(PathBuf, String)>>, CheckpointError> {
+        let mut skipped = Vec::new();
+        for (seq, path) in self.list()? {
+            let bytes = fs::read(&path).map_err(io_err("read", &path))?;
+            let whole = Checkpoint::decode(&bytes).and_then(|checkpoint| {
+                for rank in 1..ranks {
+                    let part = self.part_path(seq, rank);
+                    let bytes = fs::read(&part)
+                        .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
+                    Checkpoint::decode(&bytes)
+                        .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
+                }
+                Ok(checkpoint)
+            });
+            match whole {
+                Ok(checkpoint) => {
+                    return Ok(Ok(Loaded {
+                        path,
+                        seq,
+                        checkpoint,
+                        skipped,
+                    }));
+                }
+                Err(reason) => {
+                    log::warn!(
+                        "passing over checkpoint {}: {reason}; trying the one before",
+                        path.display()
+                    );
+                    skipped.push((path, reason));
+                }
+            }
+        }
+        Ok(Err(skipped))
+    }
+
+    /// The error a resume gives when no checkpoint is whole, saying why: no directory, no
+    /// checkpoint file, or each file passed over and why.
+    fn nothing_to_resume(&self, passed_over: Vec<(PathBuf, String)>) -> CheckpointError {
+        let why = if !self.dir.is_dir() {
+            "the directory does not exist (moved, removed, or not mounted)".to_owned()
+        } else if passed_over.is_empty() {
+            "it holds no checkpoint file".to_owned()
+        } else {
+            passed_over
+                .iter()
+                .map(|(path, reason)| {
+                    let name = path.file_name().unwrap_or(path.as_os_str());
+                    format!("{} passed over: {reason}", name.to_string_lossy())
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        CheckpointError::NothingToResume {
+            dir: self.dir.clone(),
+            why,
+            passed_over,
+        }
+    }
+
+    /// Removes every checkpoint of the directory, whole or not, with the ranks' parts: a run
+    /// started over from its beginning must not find them on its next resume.
+    pub fn remove_all(&self) -> Result<(), CheckpointError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("list", &self.dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(PREFIX) && (name.ends_with(SUFFIX) || name.ends_with(TMP)) {
+                let path = entry.path();
+                match fs::remove_file(&path) {
+                    // Every rank of a job starting over removes them: another was first.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    removed => removed.map_err(io_err("remove", &path))?,
+                }
+            }
+        }
+        sync_dir(&self.dir)
+    }
+
+    /// The sequence number the next checkpoint gets: past every file there, whole or not.
+    pub fn next_seq(&self) -> Result<u64, CheckpointError> {
+        Ok(self.list()?.first().map_or(1, |(seq, _)| seq + 1))
+    }
+
+    /// Removes what a write killed part way left: temporary files.
+    pub fn clean(&self) -> Result<(), CheckpointError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("list", &self.dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(PREFIX) && name.ends_with(TMP) {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(io_err("remove", &path))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `checkpoint` as number `seq`, durably (see the module docs), then removes the
+    /// oldest beyond the number to keep. Returns its path.
+    pub fn write(&self, seq: u64, checkpoint: &Checkpoint) -> Result<PathBuf, CheckpointError> {
+        let path = write_durably(&self.dir, &format!("{PREFIX}{seq:012}{SUFFIX}"), checkpoint)?;
+        // The new checkpoint is durable: an old one that cannot be removed is the disk's
+        // clutter, not this checkpoint's failure; the next write tries again.
+        if let Err(error) = self.prune() {
+            log::warn!(
+                "removing checkpoints older than the newest {}: {error}",
+                self.keep
+            );
+        }
+        Ok(path)
+    }
+
+    /// Removes the checkpoints (and their parts) beyond the newest `keep`.
+    fn prune(&self) -> Result<(), CheckpointError> {
+        for (old_seq, old) in self.list()?.into_iter().skip(self.keep) {
+            fs::remove_file(&old).map_err(io_err("remove", &old))?;
+            self.remove_parts(old_seq)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the other ranks' parts of checkpoint `seq`.
+    fn remove_parts(&self, seq: u64) -> Result<(), CheckpointError> {
+        let prefix = format!("{PREFIX}{seq:012}.rank");
+        for entry in fs::read_dir(&self.dir).map_err(io_err("list", &self.dir))? {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(io_err("remove", &path))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    durable::sync_dir(dir).map_err(io_err("fsync", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::file::read;
+    use super::*;
+
+    fn sample(n: u8) -> Checkpoint {
+        Checkpoint::new()
+            .with("meta", format!("n={n}").into_bytes())
+            .with("model", vec![n; 100])
+    }
+
+    #[test]
+    fn a_job_s_checkpoint_counts_only_with_every_rank_s_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(dir.path(), 2);
+        for seq in 1..=2u64 {
+            write_durably(dir.path(), "x", &sample(0)).unwrap();
+            fs::rename(dir.path().join("x"), store.part_path(seq, 1)).unwrap();
+            store.write(seq, &sample(seq as u8)).unwrap();
+        }
+        // Rank 1's part of the newest is torn: the one before is the job's newest.
+        let part = store.part_path(2, 1);
+        let bytes = fs::read(&part).unwrap();
+        fs::write(&part, &bytes[..bytes.len() - 1]).unwrap();
+        let loaded = store.latest_of_job(2).unwrap().unwrap();
+        assert_eq!(loaded.seq, 1);
+        assert!(
+            loaded.skipped[0].1.contains("rank 1's part"),
+            "{:?}",
+            loaded.skipped
+        );
+        assert_eq!(store.latest().unwrap().unwrap().seq, 2);
+        // Pruning takes the parts with their checkpoint.
+        store.write(3, &sample(3)).unwrap();
+        assert!(!store.part_path(1, 1).exists());
+        assert!(store.part_path(2, 1).exists());
+    }
+
+    #[test]
+    fn a_checkpoint_is_kept_when_an_old_one_cannot_be_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(dir.path(), 1);
+        // An old "checkpoint" that unlink cannot remove, whoever runs the test.
+        fs::create_dir(dir.path().join("ckpt-000000000001.ember")).unwrap();
+        let path = store.write(2, &sample(2)).unwrap();
+        assert_eq!(read(&path).unwrap(), sample(2));
+        assert_eq!(store.latest().unwrap().unwrap().seq, 2);
+    }
+
+    #[test]
+    fn the_newest_whole_checkpoint_wins_and_old_ones_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(dir.path().join("ckpts"), 2);
+        assert!(store.latest().unwrap().is_none());
+        for n in 1..=3u8 {
+            store.write(u64::from(n), &sample(n)).unwrap();
+        }
+        let names: Vec<u64> = store.list().unwrap().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(names, [3, 2]);
+        // A torn newest one (a kill during a write that got as far as the rename cannot
+        // happen, but a damaged disk can) is passed over, with its reason.
+        let newest = store.list().unwrap()[0].1.clone();
+        let bytes = fs::read(&newest).unwrap();
+        fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+        fs::write(store.dir().join("ckpt-000000000004.ember.tmp"), b"half").unwrap();
+        let loaded = store.latest().unwrap().unwrap();
+        assert_eq!(loaded.seq, 2);
+        assert_eq!(loaded.checkpoint, sample(2));
+        assert_eq!(loaded.skipped.len(), 1);
+        assert!(
+            loaded.skipped[0].1.contains("checksum"),
+            "{:?}",
+            loaded.skipped
+        );
+        assert_eq!(store.next_seq().unwrap(), 4);
+        store.clean().unwrap();
+        assert!(!store.dir().join("ckpt-000000000004.ember.tmp").exists());
+    }
+}
