@@ -248,15 +248,10 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         Some(logdir) => logdir,
         None => crate::default_logdir_at(job.rank_zero_s(crate::now_secs())?),
     };
-    // An object-store log directory gets the logs only: checkpoints, the command line and the
-    // trained model are local files, which such a run has no directory for.
+    // An object-store log directory gets everything a local one does: checkpoints, the
+    // command line and the trained model are objects beside the log's.
     let remote = logdir.to_str().is_some_and(ember::is_remote);
-    let checkpointing = !args.no_checkpoints && !remote;
-    ensure!(
-        !(remote && begin != Begin::Fresh),
-        "--resume and --restart need a local run directory; {} is an object store",
-        crate::shown(&logdir)
-    );
+    let checkpointing = !args.no_checkpoints;
     let checkpoints = logdir.join(CHECKPOINTS);
     // A live run's directory is refused before anything is read into it or changed.
     let rank = job.rank() as u32;
@@ -468,8 +463,8 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     summary
         .close()
         .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
-    if lead && !remote {
-        save_model(&model, &logdir.join(MODEL_FILE))?;
+    if lead {
+        save_model(&model, &logdir)?;
     }
     if !lead {
         return Ok(if report.interrupted {
@@ -511,17 +506,31 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Saves the trained model's parameters as Burn's burnpack file, replacing an earlier one
-/// (a resumed run saves its model again).
-fn save_model(model: &DigitMlp, path: &Path) -> anyhow::Result<()> {
-    ember::durable::replace_with(path, |tmp| {
-        model
-            .clone()
-            .into_record()
-            .save(tmp)
-            .map_err(std::io::Error::other)
+/// Saves the trained model's parameters as Burn's burnpack file `model.bpk` in the run
+/// directory `dir` (a bucket's object when it is a URL), replacing an earlier one (a resumed
+/// run saves its model again).
+fn save_model(model: &DigitMlp, dir: &Path) -> anyhow::Result<()> {
+    let record = || model.clone().into_record();
+    let saved = if dir.to_str().is_some_and(ember::is_remote) {
+        let local = tempfile::tempdir()?;
+        let path = local.path().join(MODEL_FILE);
+        record()
+            .save(&path)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .and_then(|()| Ok(std::fs::read(&path)?))
+            .and_then(|bytes| command::write_file(dir, MODEL_FILE, &bytes))
+    } else {
+        ember::durable::replace_with(&dir.join(MODEL_FILE), |tmp| {
+            record().save(tmp).map_err(std::io::Error::other)
+        })
+        .map_err(Into::into)
+    };
+    saved.with_context(|| {
+        format!(
+            "saving the trained model to {}",
+            crate::shown(&dir.join(MODEL_FILE))
+        )
     })
-    .with_context(|| format!("saving the trained model to {}", crate::shown(path)))
 }
 
 /// Has the first Ctrl-C (SIGINT) set `flag`, for the trainer to stop after the current step

@@ -106,6 +106,10 @@ pub use ember_write::pack;
 pub use ember_write::pack::{
     Format, HParams, HistogramRule, ImageLayout, Record, Tag, TensorValue, Value,
 };
+/// An object-store prefix read and written as a directory of whole files (checkpoints, a
+/// run's command line and model, when its log directory is a URL).
+#[cfg(feature = "object-store")]
+pub use ember_write::remote::Bucket;
 /// What killed writers left in their staging directories, shipped to their object store
 /// (`ember push`): see [`ember_write::remote::ship_orphans`].
 #[cfg(feature = "object-store")]

@@ -36,13 +36,15 @@ pub(super) fn resumed_args(
         None => newest_run(Path::new("runs"))?,
     };
     let command = dir.join(CHECKPOINTS).join(COMMAND_FILE);
-    let text = std::fs::read_to_string(&command).with_context(|| {
-        format!(
-            "{} is not a run `ember train` can resume: cannot read {}",
-            crate::shown(&dir),
-            crate::shown(&command)
-        )
-    })?;
+    let text = read_file(&dir.join(CHECKPOINTS), COMMAND_FILE)
+        .and_then(|bytes| Ok(String::from_utf8(bytes)?))
+        .with_context(|| {
+            format!(
+                "{} is not a run `ember train` can resume: cannot read {}",
+                crate::shown(&dir),
+                crate::shown(&command)
+            )
+        })?;
     let saved: Vec<String> = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a list of arguments", crate::shown(&command)))?;
     #[derive(clap::Parser)]
@@ -78,7 +80,6 @@ pub(super) fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
 
 /// Saves the run's command line for `--resume`, the log directory made explicit.
 pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyhow::Result<()> {
-    ember::durable::create_dir(dir).with_context(|| format!("creating {}", crate::shown(dir)))?;
     let mut saved: Vec<String> = Vec::new();
     let mut rest = given.iter();
     while let Some(arg) = rest.next() {
@@ -91,8 +92,35 @@ pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyho
     saved.push("--logdir".into());
     saved.push(logdir.to_string_lossy().into_owned());
     let path = dir.join(COMMAND_FILE);
-    ember::durable::replace(&path, serde_json::to_string(&saved)?.as_bytes())
+    write_file(dir, COMMAND_FILE, serde_json::to_string(&saved)?.as_bytes())
         .with_context(|| format!("writing {}", crate::shown(&path)))
+}
+
+/// The file `name` of the run directory `dir`, local or (with the `object-store` feature) a
+/// URL's object.
+pub(super) fn read_file(dir: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
+    if let Some(url) = dir.to_str().filter(|d| ember::is_remote(d)) {
+        #[cfg(feature = "object-store")]
+        return ember::Bucket::open(url)?
+            .get(name)?
+            .with_context(|| format!("{url} holds no {name}"));
+        #[cfg(not(feature = "object-store"))]
+        anyhow::bail!("{url}: this ember was built without the `object-store` feature");
+    }
+    Ok(std::fs::read(dir.join(name))?)
+}
+
+/// Writes `bytes` as the file `name` of `dir`, whole: durably (and `dir` made) on a local
+/// disk, by one PUT in a bucket.
+pub(super) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
+    if let Some(url) = dir.to_str().filter(|d| ember::is_remote(d)) {
+        #[cfg(feature = "object-store")]
+        return Ok(ember::Bucket::open(url)?.put(name, bytes.to_vec())?);
+        #[cfg(not(feature = "object-store"))]
+        anyhow::bail!("{url}: this ember was built without the `object-store` feature");
+    }
+    ember::durable::create_dir(dir)?;
+    Ok(ember::durable::replace(&dir.join(name), bytes)?)
 }
 
 /// The arguments after `train` on this process's command line.

@@ -49,10 +49,12 @@ use std::time::Duration;
 
 use crate::FullQueuePolicy;
 
+mod bucket;
 mod download;
 mod shipper;
 mod staging;
 
+pub use bucket::{Bucket, BucketSnapshot, Listed};
 pub use download::{Downloaded, download, download_private};
 use shipper::Shipper;
 pub use staging::{new_staging, staging_parent};

@@ -15,10 +15,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use burn::train::metric::store::Split;
-use ember_write::LogSnapshot;
 
 use crate::burn_train::SummaryLogger;
 use crate::burn_train::split_prefix;
+use crate::checkpoint::log_place::Snapshot;
 use crate::checkpoint::{self, Checkpoint, CheckpointError, LogPlace};
 
 const PREFIX: &str = "ember-log-epoch-";
@@ -57,7 +57,8 @@ impl SummaryLogger {
         let dir = dir.into();
         if epoch == 0 {
             if let Some(record) = self.lock() {
-                LogPlace::of(&record, &dir).roll_back(&LogSnapshot::default(), &record)?;
+                let place = LogPlace::of(&record, &dir);
+                place.roll_back(&Snapshot::empty(&place), &record)?;
             }
             self.checkpoints = Some(dir);
             return Ok(self);
@@ -90,7 +91,7 @@ impl SummaryLogger {
                 section: "meta".into(),
                 reason,
             })?;
-        let snapshot = LogSnapshot::decode(section("log")?)?;
+        let snapshot = Snapshot::decode(section("log")?)?;
         {
             let Some(record) = self.lock() else {
                 return Err(CheckpointError::Mismatch {
@@ -133,8 +134,8 @@ impl SummaryLogger {
                 });
             }
         };
-        let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)?;
-        snapshot.sync(&place.dir)?;
+        let snapshot = place.take()?;
+        snapshot.sync(&place)?;
         Ok(Checkpoint::new()
             .with(
                 "meta",

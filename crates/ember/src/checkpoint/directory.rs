@@ -1,6 +1,8 @@
 //! A directory of checkpoints: named by sequence, written durably, pruned only once the new
 //! one is on the disk, the newest whole one found (with every rank's part, for a job), or why
-//! there is none.
+//! there is none. The directory may be a local one or, with the `object-store` feature, a
+//! prefix of an object store (`s3://bucket/run/checkpoints`): there a checkpoint is one object,
+//! written by one PUT, so whole or absent, and the newest whole one is found by listing.
 
 use std::fs;
 use std::io;
@@ -33,14 +35,36 @@ pub struct Loaded {
 pub struct Checkpoints {
     dir: PathBuf,
     keep: usize,
+    /// The object store, when `dir` is a URL.
+    #[cfg(feature = "object-store")]
+    bucket: Option<std::sync::Arc<ember_write::remote::Bucket>>,
 }
 
 impl Checkpoints {
-    /// The checkpoints in `dir`, keeping the newest `keep` (at least 1) when writing.
+    /// The checkpoints in `dir`, keeping the newest `keep` (at least 1) when writing. A URL
+    /// (`s3://…`, with the `object-store` feature) names a prefix of an object store; one this
+    /// build cannot open is an error at the first use.
     pub fn new(dir: impl Into<PathBuf>, keep: usize) -> Self {
+        let dir = dir.into();
+        #[cfg(feature = "object-store")]
+        let bucket = dir
+            .to_str()
+            .filter(|d| ember_write::is_remote(d))
+            .map(|url| ember_write::remote::Bucket::open(url).map(std::sync::Arc::new));
+        #[cfg(feature = "object-store")]
+        let bucket = match bucket {
+            Some(Ok(bucket)) => Some(bucket),
+            Some(Err(error)) => {
+                log::error!("checkpoints in {}: {error}", dir.display());
+                None
+            }
+            None => None,
+        };
         Self {
-            dir: dir.into(),
+            dir,
             keep: keep.max(1),
+            #[cfg(feature = "object-store")]
+            bucket,
         }
     }
 
@@ -49,8 +73,26 @@ impl Checkpoints {
         &self.dir
     }
 
-    /// The checkpoint files, newest first, with their sequence numbers.
-    pub fn list(&self) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
+    /// Whether the directory is a URL.
+    pub fn is_remote(&self) -> bool {
+        self.dir.to_str().is_some_and(ember_write::is_remote)
+    }
+
+    /// The names of the directory's files (none when it does not exist).
+    fn names(&self) -> Result<Vec<String>, CheckpointError> {
+        #[cfg(feature = "object-store")]
+        if let Some(bucket) = &self.bucket {
+            return Ok(bucket
+                .list()
+                .map_err(|e| self.remote_err("list", e))?
+                .into_iter()
+                .map(|listed| listed.name)
+                .filter(|name| !name.contains('/'))
+                .collect());
+        }
+        if self.is_remote() {
+            return Err(self.unserved());
+        }
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e)
@@ -63,18 +105,99 @@ impl Checkpoints {
             }
             Err(e) => return Err(io_err("list", &self.dir)(e)),
         };
-        let mut found = Vec::new();
+        let mut names = Vec::new();
         for entry in entries {
             let entry = entry.map_err(io_err("list", &self.dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(seq) = name
-                .strip_prefix(PREFIX)
-                .and_then(|rest| rest.strip_suffix(SUFFIX))
-                .and_then(|seq| seq.parse::<u64>().ok())
-            {
-                found.push((seq, entry.path()));
-            }
+            names.push(entry.file_name().to_string_lossy().into_owned());
         }
+        Ok(names)
+    }
+
+    /// The file `name`'s bytes; `Err` with the reason when it cannot be read.
+    fn read_file(&self, name: &str) -> Result<Vec<u8>, String> {
+        #[cfg(feature = "object-store")]
+        if let Some(bucket) = &self.bucket {
+            return bucket
+                .get(name)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "No such object".to_owned());
+        }
+        fs::read(self.dir.join(name)).map_err(|e| e.to_string())
+    }
+
+    /// Writes `checkpoint` as the file `name`, durably: a PUT in a bucket, else through
+    /// [`write_durably`].
+    pub(crate) fn write_file(
+        &self,
+        name: &str,
+        checkpoint: &Checkpoint,
+    ) -> Result<PathBuf, CheckpointError> {
+        #[cfg(feature = "object-store")]
+        if let Some(bucket) = &self.bucket {
+            bucket
+                .put(name, checkpoint.encode())
+                .map_err(|e| self.remote_err("write", e))?;
+            return Ok(self.dir.join(name));
+        }
+        if self.is_remote() {
+            return Err(self.unserved());
+        }
+        write_durably(&self.dir, name, checkpoint)
+    }
+
+    fn remove_file(&self, name: &str) -> Result<(), CheckpointError> {
+        #[cfg(feature = "object-store")]
+        if let Some(bucket) = &self.bucket {
+            return bucket
+                .delete(name)
+                .map_err(|e| self.remote_err("remove", e));
+        }
+        let path = self.dir.join(name);
+        match fs::remove_file(&path) {
+            // Every rank of a job starting over removes them: another was first.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            removed => removed.map_err(io_err("remove", &path)),
+        }
+    }
+
+    #[cfg(feature = "object-store")]
+    fn remote_err(
+        &self,
+        op: &'static str,
+        error: ember_write::remote::RemoteError,
+    ) -> CheckpointError {
+        CheckpointError::Io {
+            op,
+            path: self.dir.clone(),
+            source: io::Error::other(error.to_string()),
+        }
+    }
+
+    fn unserved(&self) -> CheckpointError {
+        CheckpointError::Io {
+            op: "open",
+            path: self.dir.clone(),
+            source: io::Error::other(
+                "an object store this build cannot open (the `object-store` feature, a URL it \
+                 serves)",
+            ),
+        }
+    }
+
+    /// The checkpoint files, newest first, with their sequence numbers.
+    pub fn list(&self) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
+        let mut found: Vec<(u64, PathBuf)> = self
+            .names()?
+            .into_iter()
+            .filter_map(|name| {
+                let seq = name
+                    .strip_prefix(PREFIX)?
+                    .strip_suffix(SUFFIX)?
+                    .parse::<u64>()
+                    .ok()?;
+                Some((seq, self.dir.join(name)))
+            })
+            .collect();
         found.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
         Ok(found)
     }
@@ -88,8 +211,29 @@ impl Checkpoints {
     /// The file of rank `rank`'s part of checkpoint `seq`, in a job of several ranks: its own
     /// log's snapshot and position, beside rank 0's checkpoint.
     pub fn part_path(&self, seq: u64, rank: usize) -> PathBuf {
-        self.dir
-            .join(format!("{PREFIX}{seq:012}.rank{rank}{SUFFIX}"))
+        self.dir.join(part_name(seq, rank))
+    }
+
+    /// Rank `rank`'s part of checkpoint `seq`, read and checked whole.
+    pub(crate) fn read_part(&self, seq: u64, rank: usize) -> Result<Checkpoint, CheckpointError> {
+        let path = self.part_path(seq, rank);
+        let bytes =
+            self.read_file(&part_name(seq, rank))
+                .map_err(|reason| CheckpointError::Damaged {
+                    path: path.clone(),
+                    reason,
+                })?;
+        Checkpoint::decode(&bytes).map_err(|reason| CheckpointError::Damaged { path, reason })
+    }
+
+    /// Writes rank `rank`'s part of checkpoint `seq`, durably.
+    pub(crate) fn write_part(
+        &self,
+        seq: u64,
+        rank: usize,
+        part: &Checkpoint,
+    ) -> Result<PathBuf, CheckpointError> {
+        self.write_file(&part_name(seq, rank), part)
     }
 
     /// [`latest`](Self::latest) for a job of `ranks` ranks: a checkpoint counts only when
@@ -112,11 +256,13 @@ impl Checkpoints {
     ) -> Result<Result<Loaded, Vec<(PathBuf, String)>>, CheckpointError> {
         let mut skipped = Vec::new();
         for (seq, path) in self.list()? {
-            let bytes = fs::read(&path).map_err(io_err("read", &path))?;
-            let whole = Checkpoint::decode(&bytes).and_then(|checkpoint| {
+            let name = format!("{PREFIX}{seq:012}{SUFFIX}");
+            let whole = self.read_file(&name).and_then(|bytes| {
+                let checkpoint = Checkpoint::decode(&bytes)?;
                 for rank in 1..ranks {
                     let part = self.part_path(seq, rank);
-                    let bytes = fs::read(&part)
+                    let bytes = self
+                        .read_file(&part_name(seq, rank))
                         .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
                     Checkpoint::decode(&bytes)
                         .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
@@ -147,7 +293,7 @@ impl Checkpoints {
     /// The error a resume gives when no checkpoint is whole, saying why: no directory, no
     /// checkpoint file, or each file passed over and why.
     fn nothing_to_resume(&self, passed_over: Vec<(PathBuf, String)>) -> CheckpointError {
-        let why = if !self.dir.is_dir() {
+        let why = if !self.is_remote() && !self.dir.is_dir() {
             "the directory does not exist (moved, removed, or not mounted)".to_owned()
         } else if passed_over.is_empty() {
             "it holds no checkpoint file".to_owned()
@@ -171,22 +317,13 @@ impl Checkpoints {
     /// Removes every checkpoint of the directory, whole or not, with the ranks' parts: a run
     /// started over from its beginning must not find them on its next resume.
     pub fn remove_all(&self) -> Result<(), CheckpointError> {
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err("list", &self.dir)(e)),
-        };
-        for entry in entries {
-            let entry = entry.map_err(io_err("list", &self.dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+        for name in self.names()? {
             if name.starts_with(PREFIX) && (name.ends_with(SUFFIX) || name.ends_with(TMP)) {
-                let path = entry.path();
-                match fs::remove_file(&path) {
-                    // Every rank of a job starting over removes them: another was first.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    removed => removed.map_err(io_err("remove", &path))?,
-                }
+                self.remove_file(&name)?;
             }
+        }
+        if self.is_remote() || !self.dir.is_dir() {
+            return Ok(());
         }
         sync_dir(&self.dir)
     }
@@ -196,19 +333,14 @@ impl Checkpoints {
         Ok(self.list()?.first().map_or(1, |(seq, _)| seq + 1))
     }
 
-    /// Removes what a write killed part way left: temporary files.
+    /// Removes what a write killed part way left: temporary files (a bucket has none).
     pub fn clean(&self) -> Result<(), CheckpointError> {
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err("list", &self.dir)(e)),
-        };
-        for entry in entries {
-            let entry = entry.map_err(io_err("list", &self.dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+        if self.is_remote() {
+            return Ok(());
+        }
+        for name in self.names()? {
             if name.starts_with(PREFIX) && name.ends_with(TMP) {
-                let path = entry.path();
-                fs::remove_file(&path).map_err(io_err("remove", &path))?;
+                self.remove_file(&name)?;
             }
         }
         Ok(())
@@ -217,7 +349,7 @@ impl Checkpoints {
     /// Writes `checkpoint` as number `seq`, durably (see the module docs), then removes the
     /// oldest beyond the number to keep. Returns its path.
     pub fn write(&self, seq: u64, checkpoint: &Checkpoint) -> Result<PathBuf, CheckpointError> {
-        let path = write_durably(&self.dir, &format!("{PREFIX}{seq:012}{SUFFIX}"), checkpoint)?;
+        let path = self.write_file(&format!("{PREFIX}{seq:012}{SUFFIX}"), checkpoint)?;
         // The new checkpoint is durable: an old one that cannot be removed is the disk's
         // clutter, not this checkpoint's failure; the next write tries again.
         if let Err(error) = self.prune() {
@@ -232,7 +364,11 @@ impl Checkpoints {
     /// Removes the checkpoints (and their parts) beyond the newest `keep`.
     fn prune(&self) -> Result<(), CheckpointError> {
         for (old_seq, old) in self.list()?.into_iter().skip(self.keep) {
-            fs::remove_file(&old).map_err(io_err("remove", &old))?;
+            let name = old
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.remove_file(&name)?;
             self.remove_parts(old_seq)?;
         }
         Ok(())
@@ -241,15 +377,18 @@ impl Checkpoints {
     /// Removes the other ranks' parts of checkpoint `seq`.
     fn remove_parts(&self, seq: u64) -> Result<(), CheckpointError> {
         let prefix = format!("{PREFIX}{seq:012}.rank");
-        for entry in fs::read_dir(&self.dir).map_err(io_err("list", &self.dir))? {
-            let entry = entry.map_err(io_err("list", &self.dir))?;
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let path = entry.path();
-                fs::remove_file(&path).map_err(io_err("remove", &path))?;
+        for name in self.names()? {
+            if name.starts_with(&prefix) {
+                self.remove_file(&name)?;
             }
         }
         Ok(())
     }
+}
+
+/// The name of rank `rank`'s part of checkpoint `seq`.
+fn part_name(seq: u64, rank: usize) -> String {
+    format!("{PREFIX}{seq:012}.rank{rank}{SUFFIX}")
 }
 
 fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 pub(crate) mod burn_train;
 mod directory;
 mod file;
-mod log_place;
+pub(crate) mod log_place;
 pub(crate) mod trainer;
 
 pub use directory::{Checkpoints, Loaded};

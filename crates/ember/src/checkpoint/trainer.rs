@@ -19,8 +19,8 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
 use ember_pool::step::burn::Reduction;
-use ember_write::LogSnapshot;
 
+use super::log_place::Snapshot;
 use super::{Checkpoint, CheckpointError, Checkpoints, Loaded, LogPlace};
 use crate::SummaryRecord;
 use crate::faults::SummaryFaults;
@@ -213,8 +213,8 @@ impl Checkpointer {
             // The log's bytes the snapshot counts reach the disk before the checkpoint that
             // relies on them does.
             let log = match snapshot {
-                Some((dir, snapshot)) => {
-                    snapshot.sync(&dir)?;
+                Some((place, snapshot)) => {
+                    snapshot.sync(&place)?;
                     snapshot.encode()
                 }
                 None => String::new(),
@@ -283,8 +283,8 @@ impl Checkpointer {
             return Ok(());
         }
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some((dir, snapshot)) => {
-                snapshot.sync(&dir).map_err(CheckpointError::from)?;
+            Some((place, snapshot)) => {
+                snapshot.sync(&place)?;
                 snapshot.encode()
             }
             None => String::new(),
@@ -292,12 +292,7 @@ impl Checkpointer {
         let part = Checkpoint::new()
             .with("meta", format!("rank={rank}\nsteps={steps}").into_bytes())
             .with("log", snapshot.into_bytes());
-        let path = self.store.part_path(self.next_seq, rank);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        crate::checkpoint::write_durably(self.store.dir(), &name, &part)?;
+        self.store.write_part(self.next_seq, rank, &part)?;
         self.next_seq += 1;
         self.last = Some((steps, epoch_done));
         self.written += 1;
@@ -335,11 +330,10 @@ impl Drop for Checkpointer {
 fn flushed_snapshot(
     (place, summary): (&LogPlace, &mut SummaryRecord),
     faults: &mut SummaryFaults,
-) -> Result<(PathBuf, LogSnapshot), TrainError> {
+) -> Result<(LogPlace, Snapshot), TrainError> {
     faults.check(summary.flush())?;
-    let snapshot = LogSnapshot::take(&place.dir, &place.exclude, place.ownership)
-        .map_err(CheckpointError::from)?;
-    Ok((place.dir.clone(), snapshot))
+    let snapshot = place.take()?;
+    Ok((place.clone(), snapshot))
 }
 
 /// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,
@@ -444,15 +438,15 @@ pub(crate) fn load<M: Module>(
 
 /// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,
 /// another rank's in its part.
-pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<LogSnapshot, CheckpointError> {
+pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<Snapshot, CheckpointError> {
     let part;
     let (path, holder) = if rank == 0 {
         (loaded.path.clone(), &loaded.checkpoint)
     } else {
         let dir = loaded.path.parent().unwrap_or(Path::new("."));
-        let path = Checkpoints::new(dir, 1).part_path(loaded.seq, rank);
-        part = crate::checkpoint::read(&path)?;
-        (path, &part)
+        let store = Checkpoints::new(dir, 1);
+        part = store.read_part(loaded.seq, rank)?;
+        (store.part_path(loaded.seq, rank), &part)
     };
     let text = holder.section("log").unwrap_or_default();
     let text = std::str::from_utf8(text).map_err(|e| CheckpointError::Section {
@@ -460,7 +454,7 @@ pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<LogSnapshot, C
         section: "log".into(),
         reason: e.to_string(),
     })?;
-    Ok(LogSnapshot::decode(text)?)
+    Snapshot::decode(text)
 }
 
 /// The checkpoint section of optimizer shard `shard`: `optimizer` for the first (and for a

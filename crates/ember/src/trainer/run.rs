@@ -95,14 +95,18 @@ where
             .or(resume_dir);
         let this_rank = self.ranks.as_ref().map_or(0, Ranks::rank);
         // Nothing to resume from: refused before anything is made or changed.
+        let remote = |dir: &std::path::Path| dir.to_str().is_some_and(ember_write::is_remote);
         if let Some(Resume::Continue(dir)) = &self.resume
+            && !remote(dir)
             && !dir.is_dir()
         {
             crate::checkpoint::Checkpoints::new(dir, 1).to_resume(world)?;
         }
-        // One run per checkpoint directory and rank, for as long as this one trains.
+        // One run per local checkpoint directory and rank, for as long as this one trains (a
+        // bucket has no lock to hold).
         let _lock = checkpoint_dir
             .as_deref()
+            .filter(|dir| !remote(dir))
             .map(|dir| ember_write::DirLock::acquire(dir, this_rank as u32))
             .transpose()
             .map_err(crate::checkpoint::CheckpointError::from)?;
@@ -110,13 +114,6 @@ where
             .as_deref()
             .zip(checkpoint_dir.as_deref())
             .map(|(summary, dir)| LogPlace::of(summary, dir));
-        if self.resume.is_some() && summary.as_deref().is_some_and(SummaryRecord::is_remote) {
-            return Err(TrainError::Config(
-                "resuming into an object-store log directory is not supported: the segments \
-                 already shipped cannot be rolled back"
-                    .into(),
-            ));
-        }
         let (model, start) = match self.resume.take() {
             Some(Resume::Continue(dir)) => self.resume(
                 &dir,
@@ -566,7 +563,10 @@ fn start_over(
     );
     crate::checkpoint::Checkpoints::new(dir, 1).remove_all()?;
     if let (Some(place), Some(summary)) = (log_place, summary) {
-        place.roll_back(&ember_write::LogSnapshot::default(), summary)?;
+        place.roll_back(
+            &crate::checkpoint::log_place::Snapshot::empty(place),
+            summary,
+        )?;
     }
     Ok(())
 }

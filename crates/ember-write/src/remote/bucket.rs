@@ -1,0 +1,384 @@
+//! An object-store prefix used as a directory of whole files, blocking: where checkpoints, the
+//! run's command line and model go when the log directory is a URL, and what a resume lists,
+//! reads and removes there. A PUT is whole or absent, so a file written here is either whole
+//! or missing, with no temporary name and rename to make it so.
+
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use super::store::{RemoteError, in_short, open_store, outside_any_runtime};
+
+/// A prefix of an object store (`s3://bucket/run/checkpoints`), its objects read and written
+/// whole; see the module docs.
+pub struct Bucket {
+    url: String,
+    store: Box<dyn ObjectStore>,
+    prefix: ObjectPath,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucket").field("url", &self.url).finish()
+    }
+}
+
+/// An object of a [`Bucket`]: its name below the prefix and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The name, `/`-separated below the bucket's prefix.
+    pub name: String,
+    /// Bytes.
+    pub size: u64,
+}
+
+impl Bucket {
+    /// The prefix `url` names, the store configured from the environment as for a log
+    /// directory. Nothing is asked of the store yet.
+    pub fn open(url: &str) -> Result<Self, RemoteError> {
+        let (store, prefix) = open_store(url)?;
+        Ok(Self {
+            url: url.trim_end_matches('/').to_owned(),
+            store,
+            prefix,
+        })
+    }
+
+    /// The prefix's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bucket of the prefix `name` below this one.
+    pub fn join(&self, name: &str) -> Result<Self, RemoteError> {
+        Self::open(&format!("{}/{name}", self.url))
+    }
+
+    fn object(&self, name: &str) -> ObjectPath {
+        name.split('/')
+            .filter(|part| !part.is_empty())
+            .fold(self.prefix.clone(), |path, part| path.join(part))
+    }
+
+    fn failed(&self, what: &str, error: &object_store::Error) -> RemoteError {
+        RemoteError::Unreachable {
+            url: format!("{}: {what}", self.url),
+            reason: in_short(error),
+        }
+    }
+
+    /// Runs `work` on a runtime of its own, on a thread of its own where the caller is inside
+    /// a tokio runtime.
+    fn run<T: Send>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, RemoteError>> + Send,
+    ) -> Result<T, RemoteError> {
+        outside_any_runtime(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|_| RemoteError::Thread("could not start its runtime"))?
+                .block_on(work)
+        })
+    }
+
+    /// Every object below the prefix, by name.
+    pub fn list(&self) -> Result<Vec<Listed>, RemoteError> {
+        use futures_util::TryStreamExt;
+        self.run(async {
+            let listed: Vec<object_store::ObjectMeta> = self
+                .store
+                .list(Some(&self.prefix))
+                .try_collect()
+                .await
+                .map_err(|e| self.failed("listing", &e))?;
+            let mut found: Vec<Listed> = listed
+                .into_iter()
+                .filter_map(|meta| {
+                    let parts: Vec<String> = meta
+                        .location
+                        .prefix_match(&self.prefix)?
+                        .map(|p| p.as_ref().to_owned())
+                        .collect();
+                    Some(Listed {
+                        name: parts.join("/"),
+                        size: meta.size,
+                    })
+                })
+                .collect();
+            found.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(found)
+        })
+    }
+
+    /// The object `name`'s bytes; `None` when there is none.
+    pub fn get(&self, name: &str) -> Result<Option<Vec<u8>>, RemoteError> {
+        let object = self.object(name);
+        self.run(async {
+            match self.store.get(&object).await {
+                Ok(found) => Ok(Some(
+                    found
+                        .bytes()
+                        .await
+                        .map_err(|e| self.failed("reading", &e))?
+                        .to_vec(),
+                )),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(self.failed("reading", &e)),
+            }
+        })
+    }
+
+    /// Writes `bytes` as the object `name`, whole, replacing any.
+    pub fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), RemoteError> {
+        let object = self.object(name);
+        self.run(async {
+            self.store
+                .put(&object, bytes.into())
+                .await
+                .map(drop)
+                .map_err(|e| self.failed("uploading", &e))
+        })
+    }
+
+    /// Removes the object `name`; one that is not there is no error.
+    pub fn delete(&self, name: &str) -> Result<(), RemoteError> {
+        let object = self.object(name);
+        self.run(async {
+            match self.store.delete(&object).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(self.failed("removing", &e)),
+            }
+        })
+    }
+}
+
+/// What an object-store log directory held at a checkpoint: every object this writer owns
+/// (segment objects and whole files, by name and size) and the projector config's text. Taken
+/// right after a flush, which ships everything written, so that a segment never straddles the
+/// checkpoint: what came after it is in objects of its own, which [`restore`](Self::restore)
+/// removes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketSnapshot {
+    objects: std::collections::BTreeMap<String, u64>,
+    projector_config: Option<Vec<u8>>,
+}
+
+/// The projector config, rewritten whole: its text is kept, not its size.
+const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
+
+/// The line a [`BucketSnapshot`]'s text starts with.
+const BUCKET_SNAPSHOT: &str = "bucket-snapshot 1";
+
+impl BucketSnapshot {
+    /// The objects of `bucket` that `ownership` says are this writer's (what ember's writers
+    /// make, of its rank), those under `exclude` (the checkpoints) left out.
+    pub fn take(
+        bucket: &Bucket,
+        exclude: &[String],
+        ownership: crate::Ownership,
+    ) -> Result<Self, RemoteError> {
+        let mut snapshot = Self::default();
+        for listed in bucket.list()? {
+            if !owned(&listed.name, exclude, ownership) {
+                continue;
+            }
+            if listed.name == PROJECTOR_CONFIG {
+                snapshot.projector_config = bucket.get(PROJECTOR_CONFIG)?;
+            } else {
+                snapshot.objects.insert(listed.name, listed.size);
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// Rolls `bucket` back to this snapshot: every object this writer owns that the snapshot
+    /// does not list is removed, newest name first (the reverse of the order they were written
+    /// in, so that at every moment what is there is the checkpoint's log and a run of what
+    /// followed it, never a later part without an earlier one), then the projector config is
+    /// put back. Each step removes or restores what the snapshot says; a crash between any two
+    /// leaves a state the same rollback, run again, completes. Returns what was removed.
+    pub fn restore(
+        &self,
+        bucket: &Bucket,
+        exclude: &[String],
+        ownership: crate::Ownership,
+    ) -> Result<Vec<String>, RemoteError> {
+        let mut later: Vec<String> = bucket
+            .list()?
+            .into_iter()
+            .filter(|listed| owned(&listed.name, exclude, ownership))
+            .filter(|listed| listed.name != PROJECTOR_CONFIG)
+            .filter(|listed| !self.objects.contains_key(&listed.name))
+            .map(|listed| listed.name)
+            .collect();
+        later.sort();
+        for name in later.iter().rev() {
+            bucket.delete(name)?;
+        }
+        if ownership.owns(std::path::Path::new(PROJECTOR_CONFIG)) {
+            match &self.projector_config {
+                Some(text) => {
+                    if bucket.get(PROJECTOR_CONFIG)?.as_ref() != Some(text) {
+                        bucket.put(PROJECTOR_CONFIG, text.clone())?;
+                    }
+                }
+                None => bucket.delete(PROJECTOR_CONFIG)?,
+            }
+        }
+        Ok(later)
+    }
+
+    /// The snapshot as text: its first line says it is a bucket's; names hex-encoded.
+    pub fn encode(&self) -> String {
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let mut lines = vec![BUCKET_SNAPSHOT.to_owned()];
+        for (name, size) in &self.objects {
+            lines.push(format!("o {} {size}", hex(name.as_bytes())));
+        }
+        if let Some(text) = &self.projector_config {
+            lines.push(format!("p {}", hex(text)));
+        }
+        lines.join("\n") + "\n"
+    }
+
+    /// Whether `text` is a bucket snapshot's.
+    pub fn is_one(text: &str) -> bool {
+        text.lines().next() == Some(BUCKET_SNAPSHOT)
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote.
+    pub fn decode(text: &str) -> Option<Self> {
+        let unhex = |text: &str| -> Option<Vec<u8>> {
+            if !text.len().is_multiple_of(2) {
+                return None;
+            }
+            (0..text.len())
+                .step_by(2)
+                .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
+                .collect()
+        };
+        let mut lines = text.lines();
+        if lines.next() != Some(BUCKET_SNAPSHOT) {
+            return None;
+        }
+        let mut snapshot = Self::default();
+        for line in lines {
+            let fields: Vec<&str> = line.split(' ').collect();
+            match fields.as_slice() {
+                ["o", name, size] => {
+                    let name = String::from_utf8(unhex(name)?).ok()?;
+                    snapshot.objects.insert(name, size.parse().ok()?);
+                }
+                ["p", text] => snapshot.projector_config = Some(unhex(text)?),
+                _ => return None,
+            }
+        }
+        Some(snapshot)
+    }
+}
+
+/// Whether the object `name` is this writer's: not under `exclude`, and, as the file it is a
+/// segment of, one ember writes and `ownership` gives this rank.
+fn owned(name: &str, exclude: &[String], ownership: crate::Ownership) -> bool {
+    if exclude
+        .iter()
+        .any(|dir| name == dir || name.starts_with(&format!("{dir}/")))
+    {
+        return false;
+    }
+    let (dir, file) = name.rsplit_once('/').unwrap_or(("", name));
+    let file = super::download::file_of_segment(file);
+    let relative = if dir.is_empty() {
+        file.to_owned()
+    } else {
+        format!("{dir}/{file}")
+    };
+    ownership.owns(std::path::Path::new(&relative))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_lists_reads_writes_and_removes_whole_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        let bucket = Bucket::open(&format!("file://{}/run", dir.path().display())).unwrap();
+        assert!(bucket.list().unwrap().is_empty());
+        assert_eq!(bucket.get("checkpoints/a").unwrap(), None);
+        bucket.put("checkpoints/a", b"whole".to_vec()).unwrap();
+        bucket.put("b", b"xy".to_vec()).unwrap();
+        let names: Vec<(String, u64)> = bucket
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|l| (l.name, l.size))
+            .collect();
+        assert_eq!(names, [("b".into(), 2), ("checkpoints/a".into(), 5)]);
+        let below = bucket.join("checkpoints").unwrap();
+        assert_eq!(below.get("a").unwrap().unwrap(), b"whole");
+        below.delete("a").unwrap();
+        below.delete("a").unwrap();
+        assert_eq!(bucket.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_bucket_rolls_back_to_its_snapshot_and_a_second_rollback_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        let bucket = Bucket::open(&format!("file://{}/run", dir.path().display())).unwrap();
+        let tb = "events.out.tfevents.0000000001.h.7.0";
+        let alone = crate::Ownership::ALONE;
+        let exclude = ["checkpoints".to_owned()];
+        bucket
+            .put(&format!("{tb}.00000001"), b"one".to_vec())
+            .unwrap();
+        bucket.put(PROJECTOR_CONFIG, b"config a".to_vec()).unwrap();
+        bucket
+            .put("checkpoints/ckpt-000000000001.ember", b"c".to_vec())
+            .unwrap();
+        bucket.put("notes.txt", b"the user's".to_vec()).unwrap();
+        let snapshot = BucketSnapshot::take(&bucket, &exclude, alone).unwrap();
+        assert_eq!(
+            BucketSnapshot::decode(&snapshot.encode()),
+            Some(snapshot.clone())
+        );
+        // What came after the checkpoint.
+        bucket
+            .put(&format!("{tb}.00000002"), b"two".to_vec())
+            .unwrap();
+        bucket.put("export_1/w.npy", b"x".to_vec()).unwrap();
+        bucket.put(PROJECTOR_CONFIG, b"config b".to_vec()).unwrap();
+        bucket
+            .put("checkpoints/ckpt-000000000002.ember", b"c".to_vec())
+            .unwrap();
+        let removed = snapshot.restore(&bucket, &exclude, alone).unwrap();
+        assert_eq!(
+            removed,
+            [
+                "events.out.tfevents.0000000001.h.7.0.00000002",
+                "export_1/w.npy"
+            ]
+        );
+        let names: Vec<String> = bucket.list().unwrap().into_iter().map(|l| l.name).collect();
+        assert_eq!(
+            names,
+            [
+                "checkpoints/ckpt-000000000001.ember",
+                "checkpoints/ckpt-000000000002.ember",
+                "events.out.tfevents.0000000001.h.7.0.00000001",
+                "notes.txt",
+                PROJECTOR_CONFIG,
+            ]
+        );
+        assert_eq!(bucket.get(PROJECTOR_CONFIG).unwrap().unwrap(), b"config a");
+        assert!(
+            snapshot
+                .restore(&bucket, &exclude, alone)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(!BucketSnapshot::is_one("f 00 1\n"));
+    }
+}
