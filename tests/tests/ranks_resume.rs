@@ -206,7 +206,7 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 pending.push(path);
-            } else if !path.parent().unwrap().ends_with(".ember") {
+            } else if !path.parent().unwrap().ends_with(".ember-locks") {
                 files.insert(path.clone(), std::fs::read(&path).unwrap());
             }
         }

@@ -76,14 +76,14 @@ def everything(path):
 def other_files(local):
     """The files of a local run that ember's writers made besides event files: the projector's
     config and tensors, exported tensors (checkpoints, the saved model and the writers' locks
-    under .ember/ are not logs)."""
+    under .ember-locks/ are not logs)."""
     found = {}
     for dirpath, _, names in os.walk(local):
         for name in names:
             path = os.path.join(dirpath, name)
             relative = os.path.relpath(path, local)
             if ("tfevents" in name or ".summary." in name or relative.startswith("checkpoints")
-                    or relative.startswith(".ember" + os.sep) or name == "model.bpk"):
+                    or relative.startswith(".ember-locks" + os.sep) or name == "model.bpk"):
                 continue
             with open(path, "rb") as f:
                 found[relative] = f.read()

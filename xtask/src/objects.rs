@@ -228,6 +228,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         TASK,
     )?;
     crate::objects_azure::two_at_once(&s3, "s3://ember", TASK)?;
+    resumed_in_the_bucket(&check, &endpoint)?;
     restarted(&check)?;
     refused(&check)?;
     unreachable(&check)?;
@@ -372,6 +373,102 @@ fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         &["killed", "s3://ember/killed"],
         "reading the killed run",
     )
+}
+
+/// Kills of runs in the bucket resumed from the bucket: (`EMBER_RESUME_SEED` replays a seed).
+const BUCKET_KILLS: usize = 10;
+
+/// `ember train --logdir s3://…` killed with SIGKILL at [`BUCKET_KILLS`] seeded moments and
+/// resumed with `--resume s3://…` (or, killed before its first checkpoint, refused and then
+/// `--restart`ed): each ends with the model of the same run trained locally without a kill,
+/// byte for byte, and `ember inspect` of the URL shows its values, each step once; TensorBoard's
+/// own S3 reader shows the last one as the local run.
+fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+    const ARGS: &[&str] = &[
+        "train",
+        "--epochs",
+        "3",
+        "--devices",
+        "2",
+        "--checkpoint-every",
+        "1",
+    ];
+    let started = Instant::now();
+    let local = check.train_locally(ARGS, "resume-local")?;
+    let duration = started.elapsed();
+    let reference = crate::process::inspect_json(check.ember, &local)?;
+    let reference_model = crate::resume::model_without_ids(&local.join("model.bpk"))?;
+    let seed = std::env::var("EMBER_RESUME_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_261_205u64);
+    let mut rng = crate::resume::XorShift(seed);
+    let mut refused = 0;
+    let mut last = String::new();
+    for kill in 0..BUCKET_KILLS {
+        let url = format!("s3://ember/resumed-{kill:02}");
+        let at = duration.mul_f64(rng.unit());
+        let mut train = check.ember(endpoint, ARGS);
+        train.args(["--logdir", &url]);
+        let run = check.work.join(format!("resumed-{kill:02}"));
+        crate::resume::start_and_kill(train, &run, at)?;
+        let mut resume = check.ember(endpoint, &["train", "--resume", &url]);
+        let mut ran = run_limited(
+            resume,
+            "ember train --resume s3://",
+            &run.with_extension("resume.log"),
+        )?;
+        if !ran.success && ran.output.contains("no checkpoint to resume from") {
+            refused += 1;
+            resume = check.ember(endpoint, &["train", "--restart", &url]);
+            ran = run_limited(
+                resume,
+                "ember train --restart s3://",
+                &run.with_extension("restart.log"),
+            )?;
+        }
+        expect_success(&ran, &format!("resuming {url} (killed after {at:?})"))?;
+        let pulled = check.work.join(format!("resumed-{kill:02}-pulled"));
+        let out = check
+            .ember(endpoint, &["pull", &url])
+            .arg(&pulled)
+            .output()
+            .context("starting ember pull")?;
+        ensure!(
+            out.status.success(),
+            "ember pull {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ensure!(
+            crate::resume::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
+            "{url}: the resumed run's parameters differ from the uninterrupted run's"
+        );
+        let out = check
+            .ember(endpoint, &["inspect", "--json", "--values", &url])
+            .output()
+            .context("starting ember inspect")?;
+        ensure!(
+            out.status.success(),
+            "ember inspect {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let inspected: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        crate::resume::same_values(&reference, &inspected, Path::new(&url))?;
+        last = url;
+    }
+    let local_str = local.to_str().context("a path that is not UTF-8")?;
+    check.script(
+        endpoint,
+        &["compare", &last, local_str],
+        "TensorBoard's S3 reader against the local run",
+    )?;
+    eprintln!(
+        "{TASK}: {BUCKET_KILLS} runs in the bucket killed with SIGKILL (seed {seed}) and resumed \
+         from it ({refused} before their first checkpoint, refused and restarted): each with \
+         the uninterrupted run's model byte for byte and its values in ember inspect, each step \
+         once; TensorBoard's S3 reader shows the last as the local run"
+    );
+    Ok(())
 }
 
 /// `ember train` while its S3 server is killed 2 s into the run and started again 3 s later,

@@ -374,7 +374,11 @@ fn kill_and_resume(
 
 /// Starts `command` (its output to `<run>.log`) and kills it with SIGKILL after `at`;
 /// whether it was still running then.
-fn start_and_kill(mut command: Command, run: &Path, at: Duration) -> anyhow::Result<bool> {
+pub(crate) fn start_and_kill(
+    mut command: Command,
+    run: &Path,
+    at: Duration,
+) -> anyhow::Result<bool> {
     let log = std::fs::File::create(run.with_extension("log"))?;
     let mut child = command
         .stdout(log.try_clone()?)
@@ -427,7 +431,7 @@ impl Hits {
                     .into_owned();
                 if name.ends_with(".tmp") {
                     temporary += 1;
-                } else if name.ends_with(".ember") {
+                } else if name.ends_with(".ember") && path.is_file() {
                     let bytes = std::fs::read(&path)?;
                     ensure!(
                         whole_checkpoint(&bytes),
@@ -632,13 +636,13 @@ fn check(
 }
 
 /// Marsaglia's xorshift64: the kill moments, reproducible from the seed.
-struct XorShift(u64);
+pub(crate) struct XorShift(pub(crate) u64);
 
 impl XorShift {
     /// Uniform in [0.12, 0.85): after the process has started and saved its command line (a
     /// run killed before that has nothing to resume), and before a run that goes faster than
     /// the reference did (a cold start) has ended.
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -661,7 +665,7 @@ fn files_of(dir: &Path) -> anyhow::Result<std::collections::BTreeMap<PathBuf, Ve
             let path = entry?.path();
             let locks = path
                 .parent()
-                .is_some_and(|parent| parent.ends_with(".ember"));
+                .is_some_and(|parent| parent.ends_with(".ember-locks"));
             if path.is_dir() {
                 pending.push(path);
             } else if !locks {

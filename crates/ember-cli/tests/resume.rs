@@ -272,7 +272,11 @@ fn a_second_run_on_a_live_log_directory_is_refused_at_once_naming_the_first() {
         .expect("the ember binary runs");
     let mut live = Spawned(live);
     let pid = live.0.id();
-    let lock = dir.path().join("live").join(".ember").join("rank0.lock");
+    let lock = dir
+        .path()
+        .join("live")
+        .join(".ember-locks")
+        .join("rank0.lock");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while std::fs::read_to_string(&lock).ok().as_deref() != Some(&format!("{pid}\n")) {
         assert!(

@@ -3,7 +3,7 @@
 //! refused at once instead of rolling back or appending under the first.
 //!
 //! The lock is the operating system's (`flock` on Unix, through [`File::try_lock`]) on a file
-//! named after the writer's rank, `.ember/rank<r>.lock`: ranks that share a directory each
+//! named after the writer's rank, `.ember-locks/rank<r>.lock`: ranks that share a directory each
 //! lock their own. It sits in a hidden subdirectory, so that whoever lists the directory's
 //! files (a script gathering event files, TensorBoard, MindInsight) meets only the run's. The OS drops it when the process ends, however it ends, so `kill -9` leaves
 //! no stale lock behind; the file stays (removing it would let two processes lock two
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::options::create_dir_private;
 
 /// The subdirectory of a locked directory that holds its lock files.
-pub const LOCKS: &str = ".ember";
+pub const LOCKS: &str = ".ember-locks";
 
 /// Why a directory could not be locked.
 #[derive(Debug, thiserror::Error)]

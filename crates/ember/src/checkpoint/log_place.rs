@@ -87,6 +87,7 @@ impl LogPlace {
     }
 
     /// Whether the log directory is an object-store URL.
+    #[cfg(feature = "object-store")]
     pub(crate) fn is_remote(&self) -> bool {
         self.dir.to_str().is_some_and(ember_write::is_remote)
     }
@@ -139,6 +140,8 @@ impl LogPlace {
         snapshot: &Snapshot,
         summary: &SummaryRecord,
     ) -> Result<(), CheckpointError> {
+        // Without the `object-store` feature a snapshot is always a directory's.
+        #[allow(clippy::infallible_destructuring_match)]
         let snapshot = match snapshot {
             Snapshot::Dir(snapshot) => snapshot,
             #[cfg(feature = "object-store")]

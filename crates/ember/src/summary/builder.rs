@@ -170,7 +170,7 @@ impl SummaryRecordBuilder {
     }
 
     /// Creates the log directory (mode 0700) if missing, locks it for this rank and starts the
-    /// writer pool. Files are created on their first record. The lock (`.ember/rank<r>.lock`,
+    /// writer pool. Files are created on their first record. The lock (`.ember-locks/rank<r>.lock`,
     /// see [`ember_write::lock`]) is held until the record is closed or dropped, and released
     /// by the operating system if the process dies: a second record on the directory, in this
     /// process or another, fails with [`SummaryError::Locked`] naming the holder's pid, before

@@ -236,7 +236,7 @@ mod tests {
             while let Some(dir) = dirs.pop() {
                 for entry in fs::read_dir(&dir).unwrap() {
                     let path = entry.unwrap().path();
-                    if path.ends_with(".ember") {
+                    if path.ends_with(".ember-locks") {
                         // The record's lock on its local directory: not the log's.
                         continue;
                     }
