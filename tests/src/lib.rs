@@ -534,6 +534,29 @@ pub fn classification_loader(
         .build(InMemDataset::new(items))
 }
 
+/// Every file under `dir` (relative to it) and its bytes, the writers' lock files aside when
+/// `with_locks` is false (a record opened on a directory writes its pid into its lock file):
+/// what "the run was left as it was" compares.
+pub fn files_under(
+    dir: &std::path::Path,
+    with_locks: bool,
+) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if with_locks || !path.parent().unwrap().ends_with(".ember-locks") {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
+            }
+        }
+    }
+    files
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -16,7 +16,7 @@ use ember::read::Summaries;
 use ember::{
     CheckpointConfig, RankLayout, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig,
 };
-use ember_tests::{PoisonedLoader, parameters, regression_loader, seeded_mlp};
+use ember_tests::{PoisonedLoader, files_under, parameters, regression_loader, seeded_mlp};
 
 /// One rank's part of the job in `dir`: 3 epochs on 2 workers; `fail_in` poisons a batch of
 /// rank 1's shard in that epoch; `resume` goes on from the checkpoints.
@@ -162,7 +162,7 @@ fn resumed_after_a_rank_failed(layout: RankLayout) {
     );
 
     // Resumed by a job of more ranks: refused on every rank, before anything is changed.
-    let files = tree(&failed);
+    let files = files_under(&failed, false);
     for result in job_of(3, failed.clone(), layout, None, true) {
         let error = result.unwrap_err().to_string();
         assert!(
@@ -171,7 +171,7 @@ fn resumed_after_a_rank_failed(layout: RankLayout) {
         );
     }
     assert_eq!(
-        tree(&failed),
+        files_under(&failed, false),
         files,
         "a refused resume changed the job's files"
     );
@@ -194,22 +194,4 @@ fn resumed_after_a_rank_failed(layout: RankLayout) {
     }
     assert!(expected_series.contains_key("rank/1/device/1/step_seconds"));
     assert_eq!(series(&failed), expected_series);
-}
-
-/// Every file under `dir` and its bytes, the lock files aside: a record opened on a directory
-/// writes its pid into its lock file.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if !path.parent().unwrap().ends_with(".ember-locks") {
-                files.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
 }

@@ -20,7 +20,7 @@ use burn::tensor::Device;
 use ember::pack::proto::tensorboard::{Event, event};
 use ember::read::{Scan, Summaries};
 use ember::{CheckpointConfig, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
-use ember_tests::{Mlp, parameters, seeded_mlp, shuffled_loader};
+use ember_tests::{Mlp, files_under, parameters, seeded_mlp, shuffled_loader};
 use prost::Message;
 
 const EPOCHS: usize = 3;
@@ -308,24 +308,6 @@ fn a_checkpoint_of_another_run_shape_is_refused() {
     assert!(error.contains("the model changed"), "{error}");
 }
 
-/// Every file under `dir` and its bytes.
-fn tree(dir: &Path) -> BTreeMap<std::path::PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
-            }
-        }
-    }
-    files
-}
-
 #[test]
 fn a_resume_that_finds_no_whole_checkpoint_refuses_and_leaves_the_run_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
@@ -349,7 +331,7 @@ fn a_resume_that_finds_no_whole_checkpoint_refuses_and_leaves_the_run_as_it_was(
         (&gone, "the directory does not exist"),
         (&torn, "passed over: checksum mismatch"),
     ] {
-        let files = tree(run);
+        let files = files_under(run, true);
         let steps = series(run)["train/loss"].len();
         assert!(steps > 0, "{run:?} logged nothing before it stopped");
         let error = fit(run, None, true, 1).unwrap_err();
@@ -366,7 +348,7 @@ fn a_resume_that_finds_no_whole_checkpoint_refuses_and_leaves_the_run_as_it_was(
             "{run:?}: {message}"
         );
         assert_eq!(
-            tree(run),
+            files_under(run, true),
             files,
             "{run:?}: the refused resume changed the run"
         );

@@ -140,7 +140,11 @@ def main():
         segments = {key: data for key, data in stored.items() if segment(key)}
         broken = [key for key, data in segments.items() if whole_records(data) is None]
         prefix = urllib.parse.urlparse(url).path.strip("/") + "/"
-        whole = {key[len(prefix):]: data for key, data in stored.items() if not segment(key)}
+        # The run's checkpoints and model are beside its log in the bucket, as on a local disk:
+        # not logs.
+        whole = {key[len(prefix):]: data for key, data in stored.items() if not segment(key)
+                 and not key[len(prefix):].startswith("checkpoints/")
+                 and key[len(prefix):] != "model.bpk"}
         files = other_files(local)
         failures += [f"file {name}: not in the bucket as written"
                      for name, data in files.items() if whole.get(name) != data]
@@ -165,7 +169,7 @@ def main():
         return
     if mode == "killed":
         url = sys.argv[2]
-        segments = list(objects(url))
+        segments = [(key, data) for key, data in objects(url) if segment(key)]
         broken = [key for key, data in segments if whole_records(data) is None]
         steps = [s for s, _ in scalars(url).get("train/loss", [])]
         if broken or not steps or steps != list(range(1, len(steps) + 1)):

@@ -355,24 +355,35 @@ fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         ],
     );
     train.args(["--logdir", "s3://ember/killed"]);
-    let log = std::fs::File::create(check.work.join("killed.log"))?;
-    let mut child = train
+    kill_after(
+        train,
+        &check.work.join("killed.log"),
+        Duration::from_secs(6),
+    )?;
+    check.script(
+        endpoint,
+        &["killed", "s3://ember/killed"],
+        "reading the killed run",
+    )
+}
+
+/// Starts `command` (its output to `log`) and kills it with SIGKILL after `after`, which must
+/// find it still running.
+pub(crate) fn kill_after(mut command: Command, log: &Path, after: Duration) -> anyhow::Result<()> {
+    let log = std::fs::File::create(log)?;
+    let mut child = command
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
         .context("starting ember train")?;
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(after);
     ensure!(
         child.try_wait()?.is_none(),
         "the run to kill ended before it was killed"
     );
     child.kill()?;
     child.wait()?;
-    check.script(
-        endpoint,
-        &["killed", "s3://ember/killed"],
-        "reading the killed run",
-    )
+    Ok(())
 }
 
 /// Kills of runs in the bucket resumed from the bucket: (`EMBER_RESUME_SEED` replays a seed).
@@ -393,10 +404,20 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         "--checkpoint-every",
         "1",
     ];
-    let started = Instant::now();
     let local = check.train_locally(ARGS, "resume-local")?;
-    let duration = started.elapsed();
     let reference = crate::process::inspect_json(check.ember, &local)?;
+    // The kill moments are spread over an uninterrupted run into the bucket (which starts
+    // slower than a local one: the store is tried first), as `cargo xtask resume` spreads them
+    // over its reference run.
+    let mut train = check.ember(endpoint, ARGS);
+    train.args(["--logdir", "s3://ember/resumed-reference"]);
+    let ran = run_limited(
+        train,
+        "ember train --logdir s3:// (reference)",
+        &check.work.join("resumed-reference.log"),
+    )?;
+    expect_success(&ran, "the uninterrupted run into the bucket")?;
+    let duration = ran.elapsed;
     let reference_model = crate::resume::model_without_ids(&local.join("model.bpk"))?;
     let seed = std::env::var("EMBER_RESUME_SEED")
         .ok()

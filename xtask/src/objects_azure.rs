@@ -281,7 +281,7 @@ pub(crate) fn killed_then_pushed(
     task: &str,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(tmp)?;
-    let mut train = ember(&[
+    let train = ember(&[
         "train",
         "--epochs",
         "5000",
@@ -292,19 +292,7 @@ pub(crate) fn killed_then_pushed(
         "--logdir",
         url,
     ]);
-    let log = std::fs::File::create(log)?;
-    let mut child = train
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting ember train")?;
-    std::thread::sleep(Duration::from_secs(6));
-    ensure!(
-        child.try_wait()?.is_none(),
-        "the run to kill ended before it was killed"
-    );
-    child.kill()?;
-    child.wait()?;
+    crate::objects::kill_after(train, log, Duration::from_secs(6))?;
     let before = loss_steps(&inspect(ember, url)?)?;
     let push = ember(&["push"]).output().context("starting ember push")?;
     ensure!(

@@ -380,5 +380,45 @@ mod tests {
                 .is_empty()
         );
         assert!(!BucketSnapshot::is_one("f 00 1\n"));
+
+        // A resume killed between any two of the rollback's writes: the next one finishes it.
+        let after = |bucket: &Bucket| {
+            bucket
+                .put(&format!("{tb}.00000002"), b"two".to_vec())
+                .unwrap();
+            bucket
+                .put(&format!("{tb}.00000003"), b"three".to_vec())
+                .unwrap();
+            bucket.put("export_1/w.npy", b"x".to_vec()).unwrap();
+            bucket.put(PROJECTOR_CONFIG, b"config b".to_vec()).unwrap();
+        };
+        let whole = |bucket: &Bucket| -> Vec<(String, Vec<u8>)> {
+            bucket
+                .list()
+                .unwrap()
+                .into_iter()
+                .map(|l| {
+                    let bytes = bucket.get(&l.name).unwrap().unwrap();
+                    (l.name, bytes)
+                })
+                .collect()
+        };
+        let expected = whole(&bucket);
+        // The rollback's writes in its order: the later objects newest name first, then the
+        // config; killed after `done` of them.
+        let mut later = [
+            "export_1/w.npy".to_owned(),
+            format!("{tb}.00000003"),
+            format!("{tb}.00000002"),
+        ];
+        later.sort();
+        for done in 0..=later.len() {
+            after(&bucket);
+            for name in later.iter().rev().take(done) {
+                bucket.delete(name).unwrap();
+            }
+            snapshot.restore(&bucket, &exclude, alone).unwrap();
+            assert_eq!(whole(&bucket), expected, "killed after {done} write(s)");
+        }
     }
 }

@@ -33,7 +33,7 @@ impl Snapshot {
     /// The position of a log that holds nothing yet: what starting over rolls back to.
     pub(crate) fn empty(place: &LogPlace) -> Self {
         #[cfg(feature = "object-store")]
-        if place.is_remote() {
+        if place.remote() {
             return Self::Bucket(ember_write::remote::BucketSnapshot::default());
         }
         let _ = place;
@@ -87,8 +87,7 @@ impl LogPlace {
     }
 
     /// Whether the log directory is an object-store URL.
-    #[cfg(feature = "object-store")]
-    pub(crate) fn is_remote(&self) -> bool {
+    pub(crate) fn remote(&self) -> bool {
         self.dir.to_str().is_some_and(ember_write::is_remote)
     }
 
@@ -112,7 +111,7 @@ impl LogPlace {
     /// The log's position now (the caller has flushed it).
     pub(crate) fn take(&self) -> Result<Snapshot, CheckpointError> {
         #[cfg(feature = "object-store")]
-        if self.is_remote() {
+        if self.remote() {
             let (bucket, exclude) = self.bucket()?;
             return ember_write::remote::BucketSnapshot::take(&bucket, &exclude, self.ownership)
                 .map(Snapshot::Bucket)
@@ -128,7 +127,7 @@ impl LogPlace {
     #[cfg(feature = "object-store")]
     fn remote_err(&self, error: ember_write::remote::RemoteError) -> CheckpointError {
         CheckpointError::Io {
-            op: "roll back",
+            op: "snapshot or roll back",
             path: self.dir.clone(),
             source: std::io::Error::other(error.to_string()),
         }

@@ -197,7 +197,11 @@ impl Checkpointer {
             return Ok(());
         }
         self.wait()?;
-        let snapshot = log.map(|log| flushed_snapshot(log, faults)).transpose()?;
+        let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
+            Some(Taken::Snapshot(place, snapshot)) => Some((place, snapshot)),
+            Some(Taken::Skipped) => return Ok(()),
+            None => None,
+        };
         // The state is read out here, as it is at this step; turning it into bytes, the larger
         // part of the work, is the checkpoint thread's.
         let (model, optimizer, scheduler) = parts;
@@ -283,10 +287,11 @@ impl Checkpointer {
             return Ok(());
         }
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some((place, snapshot)) => {
+            Some(Taken::Snapshot(place, snapshot)) => {
                 snapshot.sync(&place)?;
                 snapshot.encode()
             }
+            Some(Taken::Skipped) => return Ok(()),
             None => String::new(),
         };
         let part = Checkpoint::new()
@@ -299,13 +304,18 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// Waits for the checkpoint being written, if any.
+    /// Waits for the checkpoint being written, if any. A checkpoint a bucket did not take (the
+    /// store is down) is logged and passed over: the run goes on, and the next checkpoint is
+    /// tried as usual; the one before it stays the newest whole one.
     pub(crate) fn wait(&mut self) -> Result<(), TrainError> {
         if let Some(handle) = self.in_flight.take() {
-            handle
-                .join()
-                .map_err(|_| CheckpointError::WriterPanicked)??;
-            self.written += 1;
+            match handle.join().map_err(|_| CheckpointError::WriterPanicked)? {
+                Ok(_) => self.written += 1,
+                Err(error) if self.store.is_remote() => {
+                    log::warn!("a checkpoint was not written ({error}); training goes on");
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
         Ok(())
     }
@@ -327,13 +337,40 @@ impl Drop for Checkpointer {
 /// writer has flushed before the lengths are taken; a flush error goes where the record's
 /// policy sends it (raised: no checkpoint; logged: counted, and the snapshot records the files
 /// as the failed writer left them).
+///
+/// An object-store log is snapshot only when the flush shipped everything: records still in the
+/// staging directory would be shipped after the snapshot, as if they came after the checkpoint,
+/// and a resume would remove them. With the store down, the checkpoint is skipped (logged); the
+/// next one is tried as usual.
 fn flushed_snapshot(
     (place, summary): (&LogPlace, &mut SummaryRecord),
     faults: &mut SummaryFaults,
-) -> Result<(LogPlace, Snapshot), TrainError> {
-    faults.check(summary.flush())?;
-    let snapshot = place.take()?;
-    Ok((place.clone(), snapshot))
+) -> Result<Taken, TrainError> {
+    let flushed = summary.flush();
+    let shipped = flushed.is_ok();
+    faults.check(flushed)?;
+    if place.remote() && !shipped {
+        log::warn!(
+            "skipping a checkpoint: {} has not taken every record yet",
+            place.dir.display()
+        );
+        return Ok(Taken::Skipped);
+    }
+    match place.take() {
+        Ok(snapshot) => Ok(Taken::Snapshot(place.clone(), snapshot)),
+        Err(error) if place.remote() => {
+            log::warn!("skipping a checkpoint: {error}");
+            Ok(Taken::Skipped)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// What [`flushed_snapshot`] took.
+enum Taken {
+    Snapshot(LogPlace, Snapshot),
+    /// No checkpoint now: the log's store is not taking what was written.
+    Skipped,
 }
 
 /// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,
