@@ -60,6 +60,17 @@ impl Bucket {
     }
 
     fn failed(&self, what: &str, error: &object_store::Error) -> RemoteError {
+        let refused = matches!(
+            error,
+            object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }
+        ) || in_short(error).contains("403 Forbidden");
+        if refused {
+            return RemoteError::Refused {
+                url: self.url.clone(),
+                reason: in_short(error),
+            };
+        }
         RemoteError::Unreachable {
             url: format!("{}: {what}", self.url),
             reason: in_short(error),
