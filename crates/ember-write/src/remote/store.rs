@@ -208,7 +208,12 @@ pub(super) fn in_short(error: &object_store::Error) -> String {
         .and_then(|rest| rest.split(':').next())
         .map(str::trim);
     match (status, element("Code"), element("Message")) {
-        (Some(status), Some(code), Some(message)) => format!("{status}, {code}: {message}"),
+        // Azure's messages run over several lines (a request id, a time): the first is the
+        // message, and an error is one line.
+        (Some(status), Some(code), Some(message)) => {
+            let message = message.lines().next().unwrap_or_default().trim();
+            format!("{status}, {code}: {message}")
+        }
         (Some(status), _, _) => status.to_owned(),
         _ => text.lines().next().unwrap_or_default().trim().to_owned(),
     }
