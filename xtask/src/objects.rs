@@ -255,20 +255,8 @@ fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         &["compare", "s3://ember/run", local_str],
         "TensorBoard's S3 reader against the local run",
     )?;
-    let out = check
-        .ember(
-            endpoint,
-            &["inspect", "--json", "--values", "s3://ember/run"],
-        )
-        .output()
-        .context("starting ember inspect")?;
-    ensure!(
-        out.status.success(),
-        "ember inspect s3://ember/run failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let remote: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")?;
+    let remote =
+        crate::objects_azure::inspect(&|args| check.ember(endpoint, args), "s3://ember/run")?;
     crate::resume::same_values(
         &crate::process::inspect_json(check.ember, &local)?,
         &remote,
@@ -464,16 +452,7 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
             crate::resume::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
             "{url}: the resumed run's parameters differ from the uninterrupted run's"
         );
-        let out = check
-            .ember(endpoint, &["inspect", "--json", "--values", &url])
-            .output()
-            .context("starting ember inspect")?;
-        ensure!(
-            out.status.success(),
-            "ember inspect {url}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let inspected: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let inspected = crate::objects_azure::inspect(&|args| check.ember(endpoint, args), &url)?;
         crate::resume::same_values(&reference, &inspected, Path::new(&url))?;
         last = url;
     }
