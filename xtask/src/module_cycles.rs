@@ -1,4 +1,5 @@
-//! The module-order check: inside the crates listed in [`ORDERED_CRATES`], no module reaches,
+//! The module-order check: inside every crate of the workspace (each `crates/*/src`, `xtask/src`
+//! and `tests/src`), no module reaches,
 //! through `use` items and `crate::`, `super::`, `self::` or child-module paths, a module that
 //! reaches it back, so a reader can start at the bottom of a crate and read upwards.
 //!
@@ -17,8 +18,24 @@ mod tokens;
 
 use tokens::{Token, tokens};
 
-/// The crates whose modules must not import each other in circles.
-pub(crate) const ORDERED_CRATES: [&str; 2] = ["ember-pack", "ember-write"];
+/// The source folders the check reads, relative to the workspace root: every crate's `src`.
+pub(crate) fn source_roots(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut roots = Vec::new();
+    let crates = root.join("crates");
+    for entry in std::fs::read_dir(&crates).with_context(|| format!("reading {}", crates.display()))? {
+        let src = entry?.path().join("src");
+        if src.is_dir() {
+            roots.push(src.strip_prefix(root).unwrap_or(&src).to_path_buf());
+        }
+    }
+    roots.sort();
+    for other in ["xtask/src", "tests/src"] {
+        if root.join(other).is_dir() {
+            roots.push(PathBuf::from(other));
+        }
+    }
+    Ok(roots)
+}
 
 /// A source file of a crate: its path under `src/` (`lib.rs`, `histogram/avx2.rs`) and its text.
 #[derive(Debug, Clone)]
@@ -27,18 +44,20 @@ pub(crate) struct SourceFile {
     pub(crate) text: String,
 }
 
-/// Every module cycle of the crates in [`ORDERED_CRATES`], one line each.
-pub(crate) fn check_workspace(root: &Path) -> anyhow::Result<Vec<String>> {
+/// Every module cycle of the workspace's crates, one line each, and how many crates were read.
+pub(crate) fn check_workspace(root: &Path) -> anyhow::Result<(Vec<String>, usize)> {
+    let roots = source_roots(root)?;
     let mut cycles = Vec::new();
-    for krate in ORDERED_CRATES {
-        let files = read_sources(&root.join("crates").join(krate).join("src"))?;
+    for src in &roots {
+        let files = read_sources(&root.join(src))?;
+        let krate = src.parent().unwrap_or(src).display().to_string();
         cycles.extend(
             find_cycles(&files)
                 .into_iter()
                 .map(|cycle| format!("{krate}: {cycle}")),
         );
     }
-    Ok(cycles)
+    Ok((cycles, roots.len()))
 }
 
 /// The `.rs` files under `src`, generated code aside, paths relative to `src`.
@@ -178,13 +197,31 @@ fn resolve(krate: &Crate, from: &ModPath, segments: &[String], depth: usize) -> 
         child.push(segment.clone());
         if krate.modules.contains(&child) {
             at = child;
-        } else if krate.imports.contains_key(&(at.clone(), segment.clone())) {
+        } else if let Some(path) = krate.imports.get(&(at.clone(), segment.clone())) {
+            // A name another crate defines (`pub use other_crate as name;`) is no edge at all.
+            if !names_this_crate(krate, &at, path) {
+                return None;
+            }
             return imported(&at, segment, &rest[i + 1..]).or(Some(at));
         } else {
             break;
         }
     }
     Some(at)
+}
+
+/// Whether an import path written in `module` starts inside this crate: `crate`, `self`,
+/// `super`, or a child module of `module`.
+fn names_this_crate(krate: &Crate, module: &ModPath, path: &[String]) -> bool {
+    match path.first().map(String::as_str) {
+        Some("crate" | "self" | "super") => true,
+        Some(first) => {
+            let mut child = module.clone();
+            child.push(first.to_string());
+            krate.modules.contains(&child)
+        }
+        None => false,
+    }
 }
 
 /// Each strongly connected set of two or more modules, as one cycle through it.
