@@ -32,11 +32,20 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     for cycle in &cycles {
         eprintln!("layers: {cycle}");
     }
-    if !violations.is_empty() || !cycles.is_empty() {
+    // The layer table and the paths live in one doc; a stale path fails here, as CI runs this.
+    let doc = crate::architecture_doc::check(root)?;
+    if doc.is_empty() {
+        eprintln!("layers: every path docs/architecture.md names exists");
+    }
+    for problem in &doc {
+        eprintln!("layers: {problem}");
+    }
+    if !violations.is_empty() || !cycles.is_empty() || !doc.is_empty() {
         bail!(
-            "{} layering violation(s), {} module cycle(s)",
+            "{} layering violation(s), {} module cycle(s), {} architecture doc problem(s)",
             violations.len(),
-            cycles.len()
+            cycles.len(),
+            doc.len()
         )
     }
     Ok(())

@@ -29,6 +29,7 @@
 //! - `scaling [--rounds R] [--quick]`: examples per second at 1 and 2 workers, ember against
 //!   burn-train's own strategies, side by side, into `target/bench/scaling.md`.
 
+mod architecture_doc;
 mod bench;
 mod browser;
 mod ci;
