@@ -18,119 +18,21 @@ use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
-use ember_pool::step::burn::Reduction;
 
+use super::directory::{Checkpoints, Loaded};
+use super::error::CheckpointError;
+use super::file::Checkpoint;
+use super::log_place::LogPlace;
 use super::log_place::Snapshot;
-use super::{Checkpoint, CheckpointError, Checkpoints, Loaded, LogPlace};
 use crate::SummaryRecord;
 use crate::faults::SummaryFaults;
-use crate::model_info::named_shapes;
 use crate::trainer::{CheckpointConfig, OptimizerShards, RunState, TrainError};
 
 mod meta;
+mod position;
 
 use meta::{Fields, decode_meta, encode_meta};
-
-/// What an epoch has added up so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct EpochTotals {
-    pub(crate) loss_sum: f64,
-    pub(crate) loss_count: usize,
-    pub(crate) examples: usize,
-    pub(crate) correct: usize,
-    pub(crate) judged: usize,
-}
-
-/// Where a run is: everything besides the model, optimizer and scheduler that a resumed run
-/// needs to go on as the killed one would have.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Position {
-    /// The epoch, from 1.
-    pub(crate) epoch: usize,
-    /// Whether that epoch is over (validated, recorded).
-    pub(crate) epoch_done: bool,
-    /// Pool steps of the epoch taken.
-    pub(crate) step_in_epoch: usize,
-    pub(crate) totals: EpochTotals,
-}
-
-/// What must match between the run that took a checkpoint and the one resuming from it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Identity {
-    pub(crate) devices: usize,
-    pub(crate) ranks: usize,
-    pub(crate) grad_accumulation: usize,
-    pub(crate) reduction: &'static str,
-    /// Every parameter's name and size.
-    pub(crate) model: String,
-}
-
-impl Identity {
-    pub(crate) fn new<M: Module>(
-        model: &M,
-        devices: usize,
-        ranks: usize,
-        grad_accumulation: usize,
-        reduction: Reduction,
-    ) -> Self {
-        let model = named_shapes(model)
-            .iter()
-            .map(|(name, shape)| format!("{name}:{}", shape.iter().product::<usize>()))
-            .collect::<Vec<_>>()
-            .join(",");
-        Self {
-            devices,
-            ranks,
-            grad_accumulation,
-            reduction: match reduction {
-                Reduction::Mean => "mean",
-                Reduction::Sum => "sum",
-            },
-            model,
-        }
-    }
-
-    /// Why a run of `self` cannot continue from a checkpoint of `taken`; `None` if it can.
-    fn mismatch(&self, taken: &Fields) -> Option<String> {
-        let number = |key: &str| taken.usize(key).ok();
-        if number("devices") != Some(self.devices) {
-            return Some(format!(
-                "it was taken on {} device(s), this run has {}; resume with the same devices",
-                taken.text("devices").unwrap_or("?"),
-                self.devices
-            ));
-        }
-        if number("ranks") != Some(self.ranks) {
-            return Some(format!(
-                "it was taken by a job of {} rank(s), this one has {}",
-                taken.text("ranks").unwrap_or("?"),
-                self.ranks
-            ));
-        }
-        if number("grad_accumulation") != Some(self.grad_accumulation) {
-            return Some(format!(
-                "it was taken with gradient accumulation {}, this run has {}",
-                taken.text("grad_accumulation").unwrap_or("?"),
-                self.grad_accumulation
-            ));
-        }
-        if taken.text("reduction").ok() != Some(self.reduction) {
-            return Some(format!(
-                "it was taken with reduction {}, this run has {}",
-                taken.text("reduction").unwrap_or("?"),
-                self.reduction
-            ));
-        }
-        if taken.text("model").ok() != Some(self.model.as_str()) {
-            return Some(format!(
-                "the model changed: the checkpoint's parameters are [{}], this model's are [{}]",
-                taken.text("model").unwrap_or("?"),
-                self.model
-            ));
-        }
-        None
-    }
-}
+pub(crate) use position::{EpochTotals, Identity, Position};
 
 /// A resumed run's starting point, read from a checkpoint.
 pub(crate) struct Resumed<M> {

@@ -1,161 +1,102 @@
-//! How a [`Trainer`] is set up: its devices, optimizer and scheduler, and what it is given
-//! before `fit`: hyper-parameters, hooks, a communicator, a stop flag, a checkpoint to resume.
+//! How a [`Trainer`](super::Trainer) trains ([`TrainerConfig`]), where and how often it writes
+//! checkpoints ([`CheckpointConfig`]), and the hooks it runs.
 
-use std::fmt::Display;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
-use burn::module::{Module, ModuleDisplay};
-use burn::optim::ModuleOptimizer;
-use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
-use burn::tensor::Device;
-use burn::train::{InferenceStep, TrainOutput, TrainStep};
-use ember_write::pack::HParams;
+use ember_pool::step::burn::Reduction;
 
-use crate::collective::{Communicator, Ranks};
+use super::report::{EpochReport, StepReport};
 use crate::{SummaryError, SummaryRecord};
 
-use super::optimizer_shards::OptimizerShards;
-use super::types::{EpochReport, StepReport, TrainerConfig, TrainingItem};
-use super::{Resume, Trainer};
+/// How a [`Trainer`](super::Trainer) trains.
+#[derive(Debug, Clone)]
+pub struct TrainerConfig {
+    /// Epochs to run.
+    pub epochs: usize,
+    /// How device gradients combine (mean by default).
+    pub reduction: Reduction,
+    /// Steps whose gradients are combined into one optimizer step (1: every step).
+    pub grad_accumulation: usize,
+    /// Record weight and gradient histograms every this many optimizer steps (`None`: never).
+    pub histogram_every: Option<usize>,
+    /// Give up on a device step after this long (counted from when its batch was sent): the
+    /// worker is reported as timed out, abandoned and replaced. Off by default.
+    pub step_timeout: Option<Duration>,
+    /// Threads of each device worker's own compute pool (see
+    /// [`PoolOptions::worker_threads`](crate::PoolOptions::worker_threads)); `None` (the
+    /// default) lets every worker use the process's global pool.
+    pub worker_threads: Option<NonZeroUsize>,
+    /// Sample the process's CPU use and resident memory and each device's memory in use this
+    /// often, on a thread of its own, and record them with the next step as `system/…`
+    /// scalars (the run's lead only, and only with a summary record). `None` (the default):
+    /// not sampled.
+    pub system_every: Option<Duration>,
+    /// How many hung workers may be abandoned before training fails
+    /// (`StepError::TooManyAbandonedWorkers`); each still holds a model copy and device memory
+    /// until its step returns. `None` for no limit.
+    pub max_abandoned_workers: Option<usize>,
+    /// Write checkpoints, from which [`Trainer::resume_from`](super::Trainer::resume_from)
+    /// goes on after a crash. Off by default.
+    pub checkpoints: Option<CheckpointConfig>,
+}
 
-impl<M, O, V> Trainer<M>
-where
-    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
-    M: Module + ModuleDisplay + Display + 'static,
-    <M as TrainStep>::Input: Send + 'static,
-    O: TrainingItem + Send + 'static,
-    TrainOutput<O>: Send,
-    V: TrainingItem,
-{
-    /// A trainer on `devices` (the first is the main device) with `optimizer` and a learning-rate
-    /// `scheduler`, taken as Burn's own `Learner::new` takes it: a plain `f64` (a constant
-    /// rate), any `LrScheduler`, or what a scheduler config's `init()` returns.
-    pub fn new(
-        devices: Vec<Device>,
-        optimizer: ModuleOptimizer,
-        scheduler: impl Into<ModuleLrScheduler>,
-        config: TrainerConfig,
-    ) -> Self {
-        // One optimizer shard per device on the CPU, where the optimizer step was the largest
-        // serial part of a step. On wgpu, shards stepped on other threads left NaN parameters
-        // (the distinct-device suite), so GPU backends keep one optimizer.
-        let shards = if devices.iter().all(|device| *device == Device::flex()) {
-            devices.len()
-        } else {
-            1
-        };
-        let optimizer = OptimizerShards::new(optimizer, shards);
+/// Where and how often a [`Trainer`](super::Trainer) writes checkpoints.
+///
+/// A checkpoint is written every [`every`](Self::every) optimizer steps, at the end of every
+/// epoch, and when a run is stopped (by [`stop_when`](super::Trainer::stop_when)'s flag)
+/// between two accumulation windows; across ranks, at the end of every epoch only (rank 0
+/// writes it, after every other rank has written its own log's position beside it). Each holds the model, the optimizer's and the
+/// scheduler's state (through Burn's records), the run's position (epoch, step, optimizer
+/// steps, how far the data loaders have gone, the epoch's running totals) and the length of
+/// every file of the summary log at that moment, to which a resumed run rolls the log back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// The directory of checkpoint files (created when needed). It may lie inside the log
+    /// directory; readers of the log ignore it.
+    pub dir: PathBuf,
+    /// Optimizer steps between two checkpoints (`None`: only at epoch ends and stops).
+    pub every: Option<usize>,
+    /// How many checkpoints to keep, newest first (at least 1).
+    pub keep: usize,
+}
+
+impl CheckpointConfig {
+    /// Checkpoints in `dir` every `every` optimizer steps, keeping the newest 3.
+    pub fn new(dir: impl Into<PathBuf>, every: usize) -> Self {
         Self {
-            devices,
-            config,
-            optimizer,
-            scheduler: scheduler.into(),
-            hparams: HParams::new(),
-            on_step: None,
-            on_epoch: None,
-            on_update: None,
-            stop: None,
-            ranks: None,
-            resume: None,
-            model: std::marker::PhantomData,
+            dir: dir.into(),
+            every: Some(every),
+            keep: 3,
         }
     }
+}
 
-    /// Hyper-parameters to record at the start (the trainer adds its own: devices, epochs,
-    /// reduction, gradient accumulation).
-    pub fn hparams(mut self, hparams: HParams) -> Self {
-        self.hparams = hparams;
-        self
-    }
-
-    /// Runs `hook` after every pool step, once the step's summaries are queued: for progress
-    /// displays. The hook runs on the training thread, so it should be quick.
-    pub fn on_step(mut self, hook: impl FnMut(&StepReport) + Send + 'static) -> Self {
-        self.on_step = Some(Box::new(hook));
-        self
-    }
-
-    /// Runs `hook` after every epoch, once the epoch's figures are recorded, with the model as
-    /// trained so far, the epoch's figures, the step the epoch's summaries were recorded at and the
-    /// summary record (when [`fit`](Self::fit) was given one): for per-epoch summaries of the
-    /// caller's own, such as sample predictions. An error from the hook is a summary error: it
-    /// stops training when the record's policy is [`ErrorPolicy::Raise`](crate::ErrorPolicy::Raise)
-    /// or when `fit` was given no record, and is logged and counted otherwise.
-    pub fn on_epoch(
-        mut self,
-        hook: impl FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError>
-        + Send
-        + 'static,
-    ) -> Self {
-        self.on_epoch = Some(Box::new(hook));
-        self
-    }
-
-    /// Runs `hook` after every optimizer step with the updated model and the number of
-    /// optimizer steps so far (from 1): for checkpoints, moving averages or checks of the
-    /// parameters. Across ranks it runs on every rank, also for the rounds a rank whose shard
-    /// is done only joins. The hook runs on the training thread.
-    pub fn on_update(mut self, hook: impl FnMut(&M, usize) + Send + 'static) -> Self {
-        self.on_update = Some(Box::new(hook));
-        self
-    }
-
-    /// Makes this run one rank of the data-parallel job `communicator` connects; see the
-    /// type's docs. A job of one rank trains as without it.
-    pub fn communicator(mut self, communicator: impl Communicator + 'static) -> Self {
-        self.ranks = Some(Ranks::new(communicator));
-        self
-    }
-
-    /// Stops training between steps once `flag` is true (set it from a signal handler, another
-    /// thread or a hook). The flag is read before every pool step, so the step running when it
-    /// is set finishes, and its gradients still update the model; the unfinished epoch gets no
-    /// validation and no [`EpochReport`]. The run's summaries are then completed as for a
-    /// failed run, since TensorBoard's sessions know no other end than success and failure:
-    /// a `run/interrupted` scalar of 1 and the hyper-parameters with status
-    /// [`SessionStatus::Failure`](crate::pack::SessionStatus::Failure), with the final metrics
-    /// known so far. [`fit`](Self::fit) returns the model as trained so far and a report with
-    /// [`interrupted`](crate::TrainReport::interrupted) set.
-    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
-        self.stop = Some(flag);
-        self
-    }
-
-    /// Goes on from the newest whole checkpoint in `dir` (see
-    /// [`CheckpointConfig`](crate::CheckpointConfig)) instead of starting afresh: the model `fit`
-    /// is given takes the checkpoint's parameters, the optimizer and scheduler their state, and
-    /// training goes on from the checkpoint's step, mid-epoch included (the epoch's batches trained
-    /// on before it are drawn and dropped). With the same data, seed, devices and configuration,
-    /// the run ends with the parameters an uninterrupted run would have, bit for bit on a
-    /// deterministic backend.
-    ///
-    /// The summary log given to `fit` is first rolled back to the checkpoint: every file of the log
-    /// is cut back to its length then, and files made since are removed, so every reader shows each
-    /// step once. Newer checkpoints that are torn or damaged are passed over (logged, and listed in
-    /// [`TrainReport::checkpoints_skipped`](crate::TrainReport::checkpoints_skipped)).
-    ///
-    /// `fit` refuses, before it changes anything, with
-    /// [`TrainError::Checkpoint`](crate::TrainError::Checkpoint): when `dir` is missing or holds
-    /// no whole checkpoint of this job
-    /// ([`CheckpointError::NothingToResume`](crate::checkpoint::CheckpointError::NothingToResume),
-    /// naming each file passed over and why), and when the checkpoint was taken with another
-    /// device count, rank count, accumulation, reduction or model
-    /// ([`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)). Starting
-    /// such a run over is [`start_over`](Self::start_over), asked for by name.
-    pub fn resume_from(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.resume = Some(Resume::Continue(dir.into()));
-        self
-    }
-
-    /// Starts the run whose checkpoints are in `dir` again from its first step: its checkpoints
-    /// there are removed and the summary log given to `fit` loses every file this process's
-    /// writers made in it before (files of other ranks and the user's own are left), so that
-    /// readers show the new run's steps once. For a run stopped before its first checkpoint,
-    /// which [`resume_from`](Self::resume_from) refuses.
-    pub fn start_over(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.resume = Some(Resume::StartOver(dir.into()));
-        self
+impl Default for TrainerConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 1,
+            reduction: Reduction::Mean,
+            grad_accumulation: 1,
+            histogram_every: Some(50),
+            step_timeout: None,
+            worker_threads: None,
+            system_every: None,
+            max_abandoned_workers: Some(ember_pool::DEFAULT_MAX_ABANDONED_WORKERS),
+            checkpoints: None,
+        }
     }
 }
+
+/// The hook run after every optimizer step.
+pub(super) type UpdateHook<M> = Box<dyn FnMut(&M, usize) + Send>;
+
+/// A hook run after every pool step.
+pub(super) type StepHook = Box<dyn FnMut(&StepReport) + Send>;
+
+/// A hook run after every epoch with the model, the epoch's figures, the run's step and the
+/// summary record.
+pub(super) type EpochHook<M> = Box<
+    dyn FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError> + Send,
+>;

@@ -1,6 +1,5 @@
 //! What the loop does around one step: the Trainer's side of the driver's optimizer step
-//! ([`Stepper`]), the step-time tag, errors named by device, the checkpoint taken from a
-//! stepper, and the validation pass.
+//! ([`Stepper`]), the step-time tags, errors named by device, and the validation pass.
 
 use burn::data::dataloader::DataLoader;
 use burn::module::Module;
@@ -9,39 +8,12 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Tensor;
 use burn::train::{InferenceStep, TrainStep};
 
+use super::config::UpdateHook;
+use super::error::TrainError;
+use super::item::TrainingItem;
 use super::optimizer_shards::OptimizerShards;
-use super::run_state::RunState;
-use super::types::{TrainError, TrainingItem, UpdateHook};
-use crate::SummaryRecord;
-use crate::checkpoint::LogPlace;
-use crate::checkpoint::trainer::{Checkpointer, Identity, Position};
 use crate::driver::{self, Optimize, StepDone, StepFailure, StepFailureSource, ValidationError};
-use crate::faults::SummaryFaults;
 use crate::model_info::named_gradients;
-
-/// Takes a checkpoint at `position` of the run as `stepper` and `state` have it.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn checkpoint<M: Module + Clone>(
-    checkpointer: &mut Checkpointer,
-    position: &Position,
-    state: &RunState,
-    identity: &Identity,
-    stepper: &Stepper<'_, M>,
-    log_place: Option<&LogPlace>,
-    summary: Option<&mut SummaryRecord>,
-    faults: &mut SummaryFaults,
-) -> Result<(), TrainError> {
-    checkpointer.save(
-        position,
-        state.report.steps,
-        stepper.updates,
-        state,
-        identity,
-        (&stepper.model, &*stepper.optimizer, &*stepper.scheduler),
-        log_place.zip(summary),
-        faults,
-    )
-}
 
 /// The Trainer's side of the driver's optimizer step: Burn's optimizer and scheduler on the
 /// model it owns, and, when asked, each parameter's reduced gradient for histograms.

@@ -119,98 +119,107 @@ fn the_optimizer_is_split_over_the_cpu_workers() {
 #[cfg(feature = "object-store")]
 #[test]
 fn a_run_in_a_bucket_resumes_from_the_bucket_bit_identical_with_one_log() {
-    use std::collections::BTreeMap;
     use std::panic::{AssertUnwindSafe, catch_unwind};
 
-    use burn::optim::AdamConfig;
-    use ember_tests::{seeded_mlp, shuffled_loader};
-
     let bucket = tempfile::tempdir().unwrap();
-    let fit = |run: &str, crash_at: Option<usize>, resume: bool, seed: u64| {
-        let url = format!("file://{}/{run}", bucket.path().display());
-        std::fs::create_dir_all(bucket.path().join(run)).unwrap();
-        let checkpoints = PathBuf::from(format!("{url}/checkpoints"));
-        let device = Device::flex().autodiff();
-        let mut trainer = Trainer::new(
-            vec![device.clone(), device.clone()],
-            AdamConfig::new().init(),
-            0.05,
-            TrainerConfig {
-                epochs: 2,
-                grad_accumulation: 2,
-                histogram_every: Some(2),
-                checkpoints: Some(CheckpointConfig {
-                    dir: checkpoints.clone(),
-                    every: Some(2),
-                    keep: 2,
-                }),
-                ..TrainerConfig::default()
-            },
-        );
-        if let Some(step) = crash_at {
-            trainer = trainer.on_step(move |report| {
-                if report.step == step as i64 {
-                    panic!("simulated crash at step {step}");
-                }
-            });
-        }
-        if resume {
-            trainer = trainer.resume_from(&checkpoints);
-        }
-        let mut summary = SummaryRecord::new(&url).unwrap();
-        let result = trainer.fit(
-            seeded_mlp(4, seed, &device),
-            shuffled_loader(96, true, &device),
-            Some(shuffled_loader(24, false, &device)),
-            Some(&mut summary),
-        );
-        summary.close().unwrap();
-        (
-            url,
-            result.map(|(model, report)| (parameters(&model), report)),
-        )
-    };
-    let series = |url: &str| -> BTreeMap<String, Vec<(i64, String)>> {
-        let read = crate::read::Summaries::read_dir(url).unwrap();
-        let mut out = BTreeMap::new();
-        for (tag, points) in read.scalars {
-            if tag.ends_with("_seconds") || tag.ends_with("per_second") {
-                continue;
-            }
-            out.insert(
-                tag,
-                points
-                    .iter()
-                    .map(|p| (p.step, format!("{:?}", p.value)))
-                    .collect(),
-            );
-        }
-        for (tag, points) in read.histograms {
-            out.insert(
-                format!("histogram {tag}"),
-                points
-                    .iter()
-                    .map(|p| (p.step, format!("{:?}", p.buckets)))
-                    .collect(),
-            );
-        }
-        out
-    };
-    let (whole, result) = fit("whole", None, false, 1);
+    let (whole, result) = fit_in_bucket(bucket.path(), "whole", None, false, 1);
     let (expected, _) = result.unwrap();
-    let expected_series = series(&whole);
+    let expected_series = comparable_series(&whole);
     assert_eq!(expected_series["train/loss"].len(), 12);
     for crash_at in [5, 8, 11] {
         let run = format!("crash-{crash_at}");
-        let crashed = catch_unwind(AssertUnwindSafe(|| fit(&run, Some(crash_at), false, 1)));
+        let crashed = catch_unwind(AssertUnwindSafe(|| {
+            fit_in_bucket(bucket.path(), &run, Some(crash_at), false, 1)
+        }));
         assert!(crashed.is_err());
-        let (url, result) = fit(&run, None, true, 100 + crash_at as u64);
+        let (url, result) = fit_in_bucket(bucket.path(), &run, None, true, 100 + crash_at as u64);
         let (got, report) = result.unwrap();
         assert!(
             report.resumed_from.is_some(),
             "crash at {crash_at}: {report:?}"
         );
         assert_eq!(got, expected, "crash at {crash_at}: parameters differ");
-        assert_eq!(series(&url), expected_series, "crash at {crash_at}");
+        assert_eq!(
+            comparable_series(&url),
+            expected_series,
+            "crash at {crash_at}"
+        );
     }
+}
+
+/// Trains run `run` with its log and checkpoints under `file://<bucket>/<run>`: 2 workers,
+/// accumulation 2, histograms and a checkpoint every 2 optimizer steps; panicking at pool step
+/// `crash_at`, and resuming from the bucket's checkpoints when `resume`. `seed` initialises
+/// the model (a resumed run's must not matter). Returns the run's URL and its parameters.
+#[cfg(feature = "object-store")]
+fn fit_in_bucket(
+    bucket: &std::path::Path,
+    run: &str,
+    crash_at: Option<usize>,
+    resume: bool,
+    seed: u64,
+) -> (String, Result<(Vec<f32>, TrainReport), TrainError>) {
+    use burn::optim::AdamConfig;
+    use ember_tests::{seeded_mlp, shuffled_loader};
+
+    let url = format!("file://{}/{run}", bucket.display());
+    std::fs::create_dir_all(bucket.join(run)).unwrap();
+    let checkpoints = PathBuf::from(format!("{url}/checkpoints"));
+    let device = Device::flex().autodiff();
+    let mut trainer = Trainer::new(
+        vec![device.clone(), device.clone()],
+        AdamConfig::new().init(),
+        0.05,
+        TrainerConfig {
+            epochs: 2,
+            grad_accumulation: 2,
+            histogram_every: Some(2),
+            checkpoints: Some(CheckpointConfig {
+                dir: checkpoints.clone(),
+                every: Some(2),
+                keep: 2,
+            }),
+            ..TrainerConfig::default()
+        },
+    );
+    if let Some(step) = crash_at {
+        trainer = trainer.on_step(move |report| {
+            if report.step == step as i64 {
+                panic!("simulated crash at step {step}");
+            }
+        });
+    }
+    if resume {
+        trainer = trainer.resume_from(&checkpoints);
+    }
+    let mut summary = SummaryRecord::new(&url).unwrap();
+    let result = trainer.fit(
+        seeded_mlp(4, seed, &device),
+        shuffled_loader(96, true, &device),
+        Some(shuffled_loader(24, false, &device)),
+        Some(&mut summary),
+    );
+    summary.close().unwrap();
+    let result = result.map(|(model, report)| (parameters(&model), report));
+    (url, result)
+}
+
+/// Every scalar and histogram series of the run at `url`, wall-clock series aside, each value
+/// as its exact debug text.
+#[cfg(feature = "object-store")]
+fn comparable_series(url: &str) -> std::collections::BTreeMap<String, Vec<(i64, String)>> {
+    let read = crate::read::Summaries::read_dir(url).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for (tag, points) in read.scalars {
+        if tag.ends_with("_seconds") || tag.ends_with("per_second") {
+            continue;
+        }
+        let values = points.iter().map(|p| (p.step, format!("{:?}", p.value)));
+        out.insert(tag, values.collect());
+    }
+    for (tag, points) in read.histograms {
+        let values = points.iter().map(|p| (p.step, format!("{:?}", p.buckets)));
+        out.insert(format!("histogram {tag}"), values.collect());
+    }
+    out
 }

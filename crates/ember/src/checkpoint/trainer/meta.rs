@@ -1,7 +1,7 @@
 //! A checkpoint's `meta` section: the run's position, counters and identity as `key=value`
 //! lines, written exactly and read back with the field that is wrong named.
 
-use super::{EpochTotals, Identity, Position};
+use super::position::{EpochTotals, Identity, Position};
 use crate::EpochReport;
 use crate::trainer::RunState;
 
@@ -191,4 +191,47 @@ pub(super) fn decode_meta(
         ));
     }
     Ok((position, steps, optimizer_steps, state))
+}
+
+impl Identity {
+    /// Why a run of `self` cannot continue from a checkpoint of `taken`; `None` if it can.
+    pub(super) fn mismatch(&self, taken: &Fields) -> Option<String> {
+        let number = |key: &str| taken.usize(key).ok();
+        if number("devices") != Some(self.devices) {
+            return Some(format!(
+                "it was taken on {} device(s), this run has {}; resume with the same devices",
+                taken.text("devices").unwrap_or("?"),
+                self.devices
+            ));
+        }
+        if number("ranks") != Some(self.ranks) {
+            return Some(format!(
+                "it was taken by a job of {} rank(s), this one has {}",
+                taken.text("ranks").unwrap_or("?"),
+                self.ranks
+            ));
+        }
+        if number("grad_accumulation") != Some(self.grad_accumulation) {
+            return Some(format!(
+                "it was taken with gradient accumulation {}, this run has {}",
+                taken.text("grad_accumulation").unwrap_or("?"),
+                self.grad_accumulation
+            ));
+        }
+        if taken.text("reduction").ok() != Some(self.reduction) {
+            return Some(format!(
+                "it was taken with reduction {}, this run has {}",
+                taken.text("reduction").unwrap_or("?"),
+                self.reduction
+            ));
+        }
+        if taken.text("model").ok() != Some(self.model.as_str()) {
+            return Some(format!(
+                "the model changed: the checkpoint's parameters are [{}], this model's are [{}]",
+                taken.text("model").unwrap_or("?"),
+                self.model
+            ));
+        }
+        None
+    }
 }

@@ -1,9 +1,12 @@
 //! `Trainer`: data-parallel epochs over a Burn model on ember's pool, with summaries.
 //!
-//! This file holds the [`Trainer`] and `fit`; `config.rs` how it is set up, `run.rs` the
-//! training loop, `steps.rs` what the loop does around one step, `types.rs` its public types
-//! and `run_state.rs` what a run knows. Its checkpoints, and resuming from one, are
-//! [`crate::checkpoint`]'s (`checkpoint/trainer.rs`).
+//! This file holds the [`Trainer`] and `fit`. `setup.rs` sets a trainer up; `config.rs` holds
+//! its configurations and hooks. The loop runs in phases: `run.rs` (the phases in order, and
+//! every checkpoint through one `maybe_checkpoint`), `start.rs` (start, resume or start over),
+//! `epoch.rs` (an epoch's steps and its end), `steps.rs` (what the loop does around one step).
+//! `item.rs` is what it reads from a step's output, `report.rs` and `error.rs` what it gives
+//! back, `run_state.rs` what a run knows and `lineage.rs` MindSpore's lineage of it. Its
+//! checkpoints, and resuming from one, are [`crate::checkpoint`]'s (`checkpoint/trainer.rs`).
 
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -23,22 +26,29 @@ use crate::faults::SummaryFaults;
 use crate::{SummaryError, SummaryRecord};
 
 mod config;
+mod epoch;
+mod error;
+mod item;
+mod lineage;
 mod optimizer_shards;
+mod report;
 mod run;
 mod run_state;
+mod setup;
+mod start;
 mod steps;
 mod system;
 #[cfg(test)]
 mod tests;
-mod types;
 
+pub use config::{CheckpointConfig, TrainerConfig};
+use config::{EpochHook, StepHook, UpdateHook};
+pub use error::TrainError;
+pub use item::TrainingItem;
+use lineage::{eval_lineage, train_lineage};
 pub(crate) use optimizer_shards::OptimizerShards;
+pub use report::{EpochReport, StepReport, TrainReport};
 pub(crate) use run_state::RunState;
-use run_state::{eval_lineage, train_lineage};
-pub use types::{
-    CheckpointConfig, EpochReport, StepReport, TrainError, TrainReport, TrainerConfig, TrainingItem,
-};
-use types::{EpochHook, StepHook, UpdateHook};
 
 /// Data-parallel training over a Burn model on ember's device pool.
 ///

@@ -1,0 +1,89 @@
+//! Where a run is ([`Position`], with its epoch's running [`EpochTotals`]) and what it is
+//! ([`Identity`]): what a checkpoint records beside the model, optimizer and scheduler.
+
+use burn::module::Module;
+use ember_pool::step::burn::Reduction;
+
+use crate::model_info::named_shapes;
+
+/// What an epoch has added up so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct EpochTotals {
+    pub(crate) loss_sum: f64,
+    pub(crate) loss_count: usize,
+    pub(crate) examples: usize,
+    pub(crate) correct: usize,
+    pub(crate) judged: usize,
+}
+
+/// Where a run is: everything besides the model, optimizer and scheduler that a resumed run
+/// needs to go on as the killed one would have.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Position {
+    /// The epoch, from 1.
+    pub(crate) epoch: usize,
+    /// Whether that epoch is over (validated, recorded).
+    pub(crate) epoch_done: bool,
+    /// Pool steps of the epoch taken.
+    pub(crate) step_in_epoch: usize,
+    pub(crate) totals: EpochTotals,
+}
+
+/// What must match between the run that took a checkpoint and the one resuming from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) devices: usize,
+    pub(crate) ranks: usize,
+    pub(crate) grad_accumulation: usize,
+    pub(crate) reduction: &'static str,
+    /// Every parameter's name and size.
+    pub(crate) model: String,
+}
+
+impl Identity {
+    pub(crate) fn new<M: Module>(
+        model: &M,
+        devices: usize,
+        ranks: usize,
+        grad_accumulation: usize,
+        reduction: Reduction,
+    ) -> Self {
+        let model = named_shapes(model)
+            .iter()
+            .map(|(name, shape)| format!("{name}:{}", shape.iter().product::<usize>()))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self {
+            devices,
+            ranks,
+            grad_accumulation,
+            reduction: match reduction {
+                Reduction::Mean => "mean",
+                Reduction::Sum => "sum",
+            },
+            model,
+        }
+    }
+}
+
+impl Position {
+    /// Inside epoch `epoch`, after `step_in_epoch` of its pool steps, with its totals so far.
+    pub(crate) fn within(epoch: usize, step_in_epoch: usize, totals: EpochTotals) -> Self {
+        Self {
+            epoch,
+            epoch_done: false,
+            step_in_epoch,
+            totals,
+        }
+    }
+
+    /// At the end of epoch `epoch`, validated and recorded.
+    pub(crate) fn end_of(epoch: usize) -> Self {
+        Self {
+            epoch,
+            epoch_done: true,
+            step_in_epoch: 0,
+            totals: EpochTotals::default(),
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! What a run reports: each step's figures to the step hook ([`StepReport`]), each epoch's
+//! ([`EpochReport`]), and the whole run's ([`TrainReport`]).
+
+use std::path::PathBuf;
+
+/// One epoch's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochReport {
+    /// The epoch, from 1.
+    pub epoch: usize,
+    /// Mean train loss over the epoch's device batches.
+    pub train_loss: f64,
+    /// Train accuracy, for classifiers.
+    pub train_accuracy: Option<f64>,
+    /// Mean validation loss, if there is a validation set.
+    pub valid_loss: Option<f64>,
+    /// Validation accuracy, for classifiers with a validation set.
+    pub valid_accuracy: Option<f64>,
+    /// Training examples per second over the epoch.
+    pub examples_per_second: f64,
+}
+
+/// One pool step's figures, given to a [`Trainer::on_step`](super::Trainer::on_step) hook (for progress displays).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    /// The epoch, from 1.
+    pub epoch: usize,
+    /// The pool step within the epoch, from 1.
+    pub step_in_epoch: usize,
+    /// The pool step over the whole run, from 1: the step the summaries are recorded at.
+    pub step: i64,
+    /// Mean loss over the step's device batches.
+    pub loss: f64,
+    /// Training examples so far in this epoch.
+    pub examples: usize,
+    /// Training examples per second so far in this epoch.
+    pub examples_per_second: f64,
+    /// The devices' part of the step on the training thread: pulling the batches, sending
+    /// them and waiting for the last device's answer.
+    pub devices_seconds: f64,
+    /// Each device's own step (placing the model on the device, forward and backward), in
+    /// device order; `devices_seconds` less a device's own is how long it waited for the
+    /// slowest.
+    pub device_seconds: Vec<f64>,
+    /// Moving the devices' gradients to the main device and adding them up.
+    pub reduce_seconds: f64,
+    /// The round across ranks and the optimizer step (0 when the step closed no window).
+    pub optimizer_seconds: f64,
+}
+/// What a training run did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainReport {
+    /// Each finished epoch's figures (an epoch cut short by a stop has none).
+    pub epochs: Vec<EpochReport>,
+    /// Optimizer steps taken.
+    pub optimizer_steps: usize,
+    /// Pool steps taken (each runs one batch per device).
+    pub steps: usize,
+    /// Whether the run was stopped early by [`Trainer::stop_when`](super::Trainer::stop_when)'s flag.
+    pub interrupted: bool,
+    /// Summary errors that training went past (under any [`ErrorPolicy`](crate::ErrorPolicy) but `Raise`); the
+    /// first of each kind was logged. Write failures that happen on the writer threads are not
+    /// among them: the record keeps those ([`SummaryRecord::take_errors`]).
+    pub summary_errors: u64,
+    /// The checkpoint the run resumed from, when it did.
+    pub resumed_from: Option<PathBuf>,
+    /// Newer checkpoint files passed over on resuming (torn or damaged), and why.
+    pub checkpoints_skipped: Vec<(PathBuf, String)>,
+    /// Checkpoints this run wrote.
+    pub checkpoints_written: usize,
+}
+
+impl TrainReport {
+    /// The last epoch's figures.
+    pub fn last(&self) -> Option<&EpochReport> {
+        self.epochs.last()
+    }
+}

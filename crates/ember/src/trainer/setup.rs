@@ -1,0 +1,163 @@
+//! How a [`Trainer`] is set up: its devices, optimizer and scheduler, and what it is given
+//! before `fit`: hyper-parameters, hooks, a communicator, a stop flag, a checkpoint to resume.
+
+use std::fmt::Display;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use burn::module::{Module, ModuleDisplay};
+use burn::optim::ModuleOptimizer;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::tensor::Device;
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use ember_write::pack::HParams;
+
+use crate::collective::{Communicator, Ranks};
+use crate::{SummaryError, SummaryRecord};
+
+use super::config::TrainerConfig;
+use super::item::TrainingItem;
+use super::optimizer_shards::OptimizerShards;
+use super::report::{EpochReport, StepReport};
+use super::{Resume, Trainer};
+
+impl<M, O, V> Trainer<M>
+where
+    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
+    M: Module + ModuleDisplay + Display + 'static,
+    <M as TrainStep>::Input: Send + 'static,
+    O: TrainingItem + Send + 'static,
+    TrainOutput<O>: Send,
+    V: TrainingItem,
+{
+    /// A trainer on `devices` (the first is the main device) with `optimizer` and a learning-rate
+    /// `scheduler`, taken as Burn's own `Learner::new` takes it: a plain `f64` (a constant
+    /// rate), any `LrScheduler`, or what a scheduler config's `init()` returns.
+    pub fn new(
+        devices: Vec<Device>,
+        optimizer: ModuleOptimizer,
+        scheduler: impl Into<ModuleLrScheduler>,
+        config: TrainerConfig,
+    ) -> Self {
+        // One optimizer shard per device on the CPU, where the optimizer step was the largest
+        // serial part of a step. On wgpu, shards stepped on other threads left NaN parameters
+        // (the distinct-device suite), so GPU backends keep one optimizer.
+        let shards = if devices.iter().all(|device| *device == Device::flex()) {
+            devices.len()
+        } else {
+            1
+        };
+        let optimizer = OptimizerShards::new(optimizer, shards);
+        Self {
+            devices,
+            config,
+            optimizer,
+            scheduler: scheduler.into(),
+            hparams: HParams::new(),
+            on_step: None,
+            on_epoch: None,
+            on_update: None,
+            stop: None,
+            ranks: None,
+            resume: None,
+            model: std::marker::PhantomData,
+        }
+    }
+
+    /// Hyper-parameters to record at the start (the trainer adds its own: devices, epochs,
+    /// reduction, gradient accumulation).
+    pub fn hparams(mut self, hparams: HParams) -> Self {
+        self.hparams = hparams;
+        self
+    }
+
+    /// Runs `hook` after every pool step, once the step's summaries are queued: for progress
+    /// displays. The hook runs on the training thread, so it should be quick.
+    pub fn on_step(mut self, hook: impl FnMut(&StepReport) + Send + 'static) -> Self {
+        self.on_step = Some(Box::new(hook));
+        self
+    }
+
+    /// Runs `hook` after every epoch, once the epoch's figures are recorded, with the model as
+    /// trained so far, the epoch's figures, the step the epoch's summaries were recorded at and the
+    /// summary record (when [`fit`](Self::fit) was given one): for per-epoch summaries of the
+    /// caller's own, such as sample predictions. An error from the hook is a summary error: it
+    /// stops training when the record's policy is [`ErrorPolicy::Raise`](crate::ErrorPolicy::Raise)
+    /// or when `fit` was given no record, and is logged and counted otherwise.
+    pub fn on_epoch(
+        mut self,
+        hook: impl FnMut(&M, &EpochReport, i64, Option<&mut SummaryRecord>) -> Result<(), SummaryError>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.on_epoch = Some(Box::new(hook));
+        self
+    }
+
+    /// Runs `hook` after every optimizer step with the updated model and the number of
+    /// optimizer steps so far (from 1): for checkpoints, moving averages or checks of the
+    /// parameters. Across ranks it runs on every rank, also for the rounds a rank whose shard
+    /// is done only joins. The hook runs on the training thread.
+    pub fn on_update(mut self, hook: impl FnMut(&M, usize) + Send + 'static) -> Self {
+        self.on_update = Some(Box::new(hook));
+        self
+    }
+
+    /// Makes this run one rank of the data-parallel job `communicator` connects; see the
+    /// type's docs. A job of one rank trains as without it.
+    pub fn communicator(mut self, communicator: impl Communicator + 'static) -> Self {
+        self.ranks = Some(Ranks::new(communicator));
+        self
+    }
+
+    /// Stops training between steps once `flag` is true (set it from a signal handler, another
+    /// thread or a hook). The flag is read before every pool step, so the step running when it
+    /// is set finishes, and its gradients still update the model; the unfinished epoch gets no
+    /// validation and no [`EpochReport`]. The run's summaries are then completed as for a
+    /// failed run, since TensorBoard's sessions know no other end than success and failure:
+    /// a `run/interrupted` scalar of 1 and the hyper-parameters with status
+    /// [`SessionStatus::Failure`](crate::pack::SessionStatus::Failure), with the final metrics
+    /// known so far. [`fit`](Self::fit) returns the model as trained so far and a report with
+    /// [`interrupted`](crate::TrainReport::interrupted) set.
+    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.stop = Some(flag);
+        self
+    }
+
+    /// Goes on from the newest whole checkpoint in `dir` (see
+    /// [`CheckpointConfig`](crate::CheckpointConfig)) instead of starting afresh: the model `fit`
+    /// is given takes the checkpoint's parameters, the optimizer and scheduler their state, and
+    /// training goes on from the checkpoint's step, mid-epoch included (the epoch's batches trained
+    /// on before it are drawn and dropped). With the same data, seed, devices and configuration,
+    /// the run ends with the parameters an uninterrupted run would have, bit for bit on a
+    /// deterministic backend.
+    ///
+    /// The summary log given to `fit` is first rolled back to the checkpoint: every file of the log
+    /// is cut back to its length then, and files made since are removed, so every reader shows each
+    /// step once. Newer checkpoints that are torn or damaged are passed over (logged, and listed in
+    /// [`TrainReport::checkpoints_skipped`](crate::TrainReport::checkpoints_skipped)).
+    ///
+    /// `fit` refuses, before it changes anything, with
+    /// [`TrainError::Checkpoint`](crate::TrainError::Checkpoint): when `dir` is missing or holds
+    /// no whole checkpoint of this job
+    /// ([`CheckpointError::NothingToResume`](crate::checkpoint::CheckpointError::NothingToResume),
+    /// naming each file passed over and why), and when the checkpoint was taken with another
+    /// device count, rank count, accumulation, reduction or model
+    /// ([`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)). Starting
+    /// such a run over is [`start_over`](Self::start_over), asked for by name.
+    pub fn resume_from(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.resume = Some(Resume::Continue(dir.into()));
+        self
+    }
+
+    /// Starts the run whose checkpoints are in `dir` again from its first step: its checkpoints
+    /// there are removed and the summary log given to `fit` loses every file this process's
+    /// writers made in it before (files of other ranks and the user's own are left), so that
+    /// readers show the new run's steps once. For a run stopped before its first checkpoint,
+    /// which [`resume_from`](Self::resume_from) refuses.
+    pub fn start_over(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.resume = Some(Resume::StartOver(dir.into()));
+        self
+    }
+}

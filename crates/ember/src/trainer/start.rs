@@ -1,0 +1,297 @@
+//! The run's first phase: the device pool opened, the model made every rank's, the checkpoint
+//! directory claimed, and the run begun fresh, resumed from its newest whole checkpoint, or
+//! started over; then the hyper-parameters and graph recorded at step 0. Everything that can
+//! refuse a run refuses here, before the log or the checkpoints are touched.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burn::data::dataloader::DataLoader;
+use burn::module::{Module, ModuleDisplay};
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use ember_pool::PoolOptions;
+use ember_pool::step::burn::Reduction;
+use ember_write::DirLock;
+use ember_write::pack::{Format, SessionPart};
+
+use super::error::TrainError;
+use super::item::TrainingItem;
+use super::run_state::RunState;
+use super::{Resume, Trainer};
+use crate::SummaryRecord;
+use crate::checkpoint::log_place::{LogPlace, Snapshot};
+use crate::checkpoint::trainer::{self as checkpointing, Identity, Position};
+use crate::checkpoint::{CheckpointError, Checkpoints};
+use crate::collective::Ranks;
+use crate::driver::Driver;
+use crate::faults::SummaryFaults;
+use crate::model_info::module_graph;
+
+/// A run ready for its first epoch.
+pub(super) struct Started<M: TrainStep + Module + 'static> {
+    pub(super) driver: Driver<M>,
+    /// The model to train: the caller's, rank 0's across ranks, or the checkpoint's.
+    pub(super) model: M,
+    /// Where a resumed run goes on from; `None` for a run from its first step.
+    pub(super) from: Option<Position>,
+    /// What a checkpoint of this run must match.
+    pub(super) identity: Identity,
+    /// The log's place beside the checkpoints, for their snapshots.
+    pub(super) log_place: Option<LogPlace>,
+    /// Held for as long as the run trains: one run per local checkpoint directory and rank.
+    pub(super) lock: Option<DirLock>,
+}
+
+impl<M, O, V> Trainer<M>
+where
+    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
+    M: Module + ModuleDisplay + Display + 'static,
+    <M as TrainStep>::Input: Send + 'static,
+    O: TrainingItem + Send + 'static,
+    TrainOutput<O>: Send,
+    V: TrainingItem,
+{
+    /// Opens the pool, claims the checkpoint directory and begins the run as asked: fresh,
+    /// resumed or started over.
+    pub(super) fn start(
+        &mut self,
+        model: M,
+        train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
+        summary: Option<&SummaryRecord>,
+        state: &mut RunState,
+    ) -> Result<Started<M>, TrainError> {
+        let mut driver = self.open_driver(train)?;
+        let model = match self.ranks.as_mut() {
+            Some(ranks) => ranks
+                .broadcast_module(model)
+                .map_err(|source| TrainError::Ranks {
+                    epoch: 0,
+                    step: 0,
+                    source,
+                })?,
+            None => model,
+        };
+        let identity = Identity::new(
+            &model,
+            self.devices.len(),
+            self.ranks.as_ref().map_or(1, Ranks::size),
+            self.config.grad_accumulation,
+            self.config.reduction,
+        );
+        let (checkpoint_dir, lock) = self.claim_checkpoint_dir()?;
+        let log_place = summary
+            .zip(checkpoint_dir.as_deref())
+            .map(|(summary, dir)| LogPlace::of(summary, dir));
+        let (model, from) = match self.resume.take() {
+            Some(Resume::Continue(dir)) => {
+                let place = log_place.as_ref().zip(summary);
+                self.resume(&dir, model, &identity, &mut driver, place, state)?
+            }
+            Some(Resume::StartOver(dir)) => {
+                start_over(&dir, summary, log_place.as_ref())?;
+                (model, None)
+            }
+            None => (model, None),
+        };
+        Ok(Started {
+            driver,
+            model,
+            from,
+            identity,
+            log_place,
+            lock,
+        })
+    }
+
+    /// The device pool and its loaders, after the configuration is checked.
+    fn open_driver(
+        &self,
+        train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
+    ) -> Result<Driver<M>, TrainError> {
+        if self.config.grad_accumulation == 0 {
+            return Err(TrainError::Config(
+                "gradient accumulation must be at least 1".into(),
+            ));
+        }
+        let options = PoolOptions {
+            step_timeout: self.config.step_timeout,
+            worker_threads: self.config.worker_threads,
+        };
+        Driver::new(
+            &self.devices,
+            train,
+            self.ranks.as_ref(),
+            options,
+            self.config.max_abandoned_workers,
+            self.config.reduction,
+            self.config.grad_accumulation,
+        )?
+        .ok_or_else(|| TrainError::Config("no devices".into()))
+    }
+
+    /// The directory this run's checkpoints go to (the configured one, else the one resumed
+    /// from) and, for a local one, its lock. A resume from a local directory that does not
+    /// exist is refused here, before anything is made.
+    fn claim_checkpoint_dir(&self) -> Result<(Option<PathBuf>, Option<DirLock>), TrainError> {
+        let world = self.ranks.as_ref().map_or(1, Ranks::size);
+        let resume_dir = self.resume.as_ref().map(|resume| match resume {
+            Resume::Continue(dir) | Resume::StartOver(dir) => dir.clone(),
+        });
+        let checkpoint_dir = self
+            .config
+            .checkpoints
+            .as_ref()
+            .map(|config| config.dir.clone())
+            .or(resume_dir);
+        let remote = |dir: &Path| dir.to_str().is_some_and(ember_write::is_remote);
+        if let Some(Resume::Continue(dir)) = &self.resume
+            && !remote(dir)
+            && !dir.is_dir()
+        {
+            Checkpoints::new(dir, 1).to_resume(world)?;
+        }
+        // A bucket has no lock to hold.
+        let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
+        let lock = checkpoint_dir
+            .as_deref()
+            .filter(|dir| !remote(dir))
+            .map(|dir| DirLock::acquire(dir, rank as u32))
+            .transpose()
+            .map_err(CheckpointError::from)?;
+        Ok((checkpoint_dir, lock))
+    }
+
+    /// Starts a resumed run: reads the newest whole checkpoint of `dir` into the model,
+    /// optimizer, scheduler and `state`, rolls the log back to it, and begins the loaders'
+    /// epochs before it. Returns the model and where to go on from. Without a whole
+    /// checkpoint it fails before anything is changed.
+    fn resume(
+        &mut self,
+        dir: &Path,
+        model: M,
+        identity: &Identity,
+        driver: &mut Driver<M>,
+        log: Option<(&LogPlace, &SummaryRecord)>,
+        state: &mut RunState,
+    ) -> Result<(M, Option<Position>), TrainError> {
+        let (resumed, loaded) = checkpointing::load(
+            dir,
+            identity,
+            model,
+            self.optimizer.clone(),
+            self.scheduler.clone(),
+        )?;
+        let position = resumed.position;
+        if position.epoch > self.config.epochs {
+            return Err(past_the_data(
+                &resumed.path,
+                &position,
+                format!("{} epoch(s)", self.config.epochs),
+            ));
+        }
+        if let Some((place, summary)) = log {
+            let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
+            place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
+        }
+        self.optimizer = resumed.optimizer;
+        self.scheduler = resumed.scheduler;
+        *state = resumed.state;
+        state.report.steps = resumed.steps;
+        state.report.optimizer_steps = resumed.optimizer_steps;
+        state.report.resumed_from = Some(resumed.path);
+        state.report.checkpoints_skipped = loaded.skipped;
+        // The epoch in progress is begun by the loop; the ones before it, here.
+        driver.begin_epochs(position.epoch - usize::from(!position.epoch_done));
+        log::info!(
+            "resuming from checkpoint {} ({}): epoch {}, step {}",
+            resumed.seq,
+            dir.display(),
+            position.epoch,
+            state.report.steps
+        );
+        Ok((resumed.model, Some(position)))
+    }
+
+    /// Records what the run is, at step 0: its hyper-parameters (the session start, declaring
+    /// every metric the run will record) and the model's graph. A resumed run finds them in
+    /// its log already, except that MindInsight reads lineage from the newest lineage file
+    /// only, which a resumed run begins afresh.
+    pub(super) fn record_start(
+        &self,
+        model: &M,
+        resumed: bool,
+        validates: bool,
+        summary: &mut SummaryRecord,
+        faults: &mut SummaryFaults,
+    ) -> Result<(), TrainError> {
+        let resumed_for_mindinsight = resumed && summary.format() == Format::MindInsight;
+        if resumed && !resumed_for_mindinsight {
+            return Ok(());
+        }
+        let as_int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let mut hparams = self
+            .hparams
+            .clone()
+            .with("devices", as_int(self.devices.len()))
+            .with("epochs", as_int(self.config.epochs))
+            .with(
+                "reduction",
+                match self.config.reduction {
+                    Reduction::Mean => "mean",
+                    Reduction::Sum => "sum",
+                },
+            )
+            .with("grad_accumulation", as_int(self.config.grad_accumulation));
+        if let Some(ranks) = &self.ranks {
+            hparams = hparams.with("ranks", as_int(ranks.size()));
+        }
+        // The session starts once, with every metric the run will record: TensorBoard keeps
+        // the first experiment of a run, so a metric declared later never becomes a column.
+        hparams.part = SessionPart::Start;
+        hparams.status = None;
+        for metric in RunState::metric_tags(validates, V::CLASSIFIES) {
+            if !hparams.metrics.iter().any(|m| m == metric) {
+                hparams.metrics.push(metric.to_string());
+            }
+        }
+        faults.check(summary.add_value(crate::Plugin::HParams, "hparams", hparams))?;
+        if !resumed {
+            let graph = module_graph(model, "model");
+            faults.check(summary.add_value(crate::Plugin::Graph, "model", graph))?;
+        }
+        faults.check(summary.record(0))?;
+        Ok(())
+    }
+}
+
+/// Discards what a run stopped before wrote, for [`Trainer::start_over`]: its checkpoints in
+/// `dir` and its files in the log.
+fn start_over(
+    dir: &Path,
+    summary: Option<&SummaryRecord>,
+    log_place: Option<&LogPlace>,
+) -> Result<(), TrainError> {
+    log::warn!(
+        "starting the run over: removing its checkpoints in {} and its log",
+        dir.display()
+    );
+    Checkpoints::new(dir, 1).remove_all()?;
+    if let (Some(place), Some(summary)) = (log_place, summary) {
+        place.roll_back(&Snapshot::empty(place), summary)?;
+    }
+    Ok(())
+}
+
+/// The error of a checkpoint whose position lies past what this run trains (`holds`): a
+/// checkpoint of other data or another run, or a crafted one.
+pub(super) fn past_the_data(path: &Path, position: &Position, holds: String) -> TrainError {
+    CheckpointError::Mismatch {
+        path: path.to_path_buf(),
+        reason: format!(
+            "it is at step {} of epoch {}, past this run's {holds}",
+            position.step_in_epoch, position.epoch
+        ),
+    }
+    .into()
+}
