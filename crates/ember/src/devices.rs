@@ -183,9 +183,14 @@ fn wgpu_device(spec: DeviceSpec, _index: usize) -> Result<OpenedDevice, DeviceEr
 
 #[cfg(feature = "wgpu")]
 fn wgpu_device(spec: DeviceSpec, index: usize) -> Result<OpenedDevice, DeviceError> {
-    logical_wgpu::open(index).map_err(|message| DeviceError::Open {
+    let (device, description) = logical_wgpu::open(index).map_err(|message| DeviceError::Open {
         device: spec,
         message,
+    })?;
+    Ok(OpenedDevice {
+        spec,
+        device,
+        description,
     })
 }
 
@@ -198,8 +203,6 @@ mod logical_wgpu {
 
     use burn::backend::wgpu::{RuntimeOptions, WgpuSetup, try_init_device, wgpu};
     use burn::tensor::Device;
-
-    use super::{DeviceSpec, OpenedDevice};
 
     /// The logical devices opened so far, by index, with their adapter's description.
     type Opened = BTreeMap<usize, (Device, String)>;
@@ -244,18 +247,14 @@ mod logical_wgpu {
         format!("{} [{:?}, {:?}]", info.name, info.device_type, info.backend)
     }
 
-    pub(super) fn open(index: usize) -> Result<OpenedDevice, String> {
-        let spec = DeviceSpec::Wgpu(index);
+    /// Logical device `index` (opened once, then the same one) and its hardware's description.
+    pub(super) fn open(index: usize) -> Result<(Device, String), String> {
         // Held while opening, so two threads asking for one index open it once.
         let mut opened = opened()
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((device, description)) = opened.get(&index) {
-            return Ok(OpenedDevice {
-                spec,
-                device: device.clone(),
-                description: description.clone(),
-            });
+        if let Some(known) = opened.get(&index) {
+            return Ok(known.clone());
         }
         let (instance, adapters) = adapters().as_ref().map_err(Clone::clone)?;
         let adapter = &adapters[index % adapters.len()];
@@ -295,11 +294,7 @@ mod logical_wgpu {
         };
         let description = format!("{}{sharing}", describe(adapter));
         opened.insert(index, (device.clone(), description.clone()));
-        Ok(OpenedDevice {
-            spec,
-            device,
-            description,
-        })
+        Ok((device, description))
     }
 }
 

@@ -87,3 +87,9 @@ pub enum SummaryError {
         source: std::io::Error,
     },
 }
+
+impl From<WriteError> for SummaryError {
+    fn from(error: WriteError) -> Self {
+        SummaryError::Write(error)
+    }
+}

@@ -117,5 +117,10 @@ pub use ember_write::remote::{Orphan, ship_orphans};
 #[doc(inline)]
 pub use ember_write::{
     DirLock, Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy,
-    LockError, PoolStats, SizePolicy, WriteError, WriteErrors, WriterOptions, is_remote,
+    LockError, SizePolicy, WriteError, WriteErrors, WriterOptions, WriterPoolStats, is_remote,
 };
+
+/// The writer pool's statistics under their old name, which read as the device pool's
+/// ([`PoolOptions`] is the device pool's).
+#[deprecated(note = "renamed `WriterPoolStats`: `PoolStats` read as the device pool's")]
+pub type PoolStats = WriterPoolStats;

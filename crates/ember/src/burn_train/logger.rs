@@ -10,7 +10,7 @@ use burn::train::metric::store::{EpochSummary, MetricsUpdate, Split};
 use burn::train::metric::{MetricAttributes, MetricDefinition, MetricId, NumericEntry};
 use burn::train::{Interrupter, TrainingError};
 
-use super::EmberFailure;
+use super::failure::EmberFailure;
 use crate::faults::SummaryFaults;
 use crate::{SummaryError, SummaryRecord};
 

@@ -16,7 +16,7 @@ use ember_pool::step::StepError;
 use ember_pool::step::burn::Reduction;
 use ember_pool::{PoolOptions, SpawnError};
 
-use super::EmberFailure;
+use super::failure::EmberFailure;
 use crate::driver::{self, Driver, Optimize, StepFailure, StepFailureSource, ValidationError};
 
 /// Why a [`PoolStrategy`] stopped training.

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use ember_write::durable;
 
+use super::error::{CheckpointError, io_err};
 use super::file::{Checkpoint, write_durably};
-use super::{CheckpointError, io_err};
 
 pub(super) const PREFIX: &str = "ckpt-";
 pub(super) const SUFFIX: &str = ".ember";

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use ember_write::durable;
 
-use super::{CheckpointError, io_err};
+use super::error::{CheckpointError, io_err};
 
 const MAGIC: &[u8; 8] = b"EMBERCKP";
 const VERSION: u32 = 1;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use ember_write::{LogSnapshot, Ownership};
 
-use super::CheckpointError;
+use super::error::CheckpointError;
 use crate::SummaryRecord;
 
 /// Where the run's log directory is, to snapshot and roll back.

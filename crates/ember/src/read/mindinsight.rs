@@ -5,7 +5,7 @@ use ember_write::pack::TensorValue;
 use ember_write::pack::proto::mindspore as msp;
 
 use super::points::{HistogramPoint, ImagePoint, ScalarPoint, TensorPoint};
-use super::{Summaries, push};
+use super::summaries::{Summaries, push};
 
 impl Summaries {
     /// Adds the values of `event`.

@@ -3,7 +3,7 @@
 
 use ember_write::pack::proto::tensorboard as tbp;
 use ember_write::pack::{
-    Category, Chart, ChartContent, CustomScalarLayout, DType, MarginSeries, PrCurve,
+    Category, Chart, ChartContent, CustomScalarLayout, DType, MarginSeries, PrCurve, TensorValue,
 };
 use prost::Message;
 
@@ -73,7 +73,7 @@ pub fn pr_curve_thresholds(n: usize) -> Vec<f64> {
 pub fn decode_pr_curve(tensor: &tbp::TensorProto) -> Result<PrCurve, ValueProblem> {
     const EXPECTED: &str = "a [6, n] float tensor (n of at least 2) whose values fill it";
     let problem = || layout_problem("pr_curves", EXPECTED, tensor);
-    let value = super::tensorboard::tensor_value(tensor).ok_or_else(problem)?;
+    let value = tensor_value(tensor).ok_or_else(problem)?;
     let &[6, n] = value.shape() else {
         return Err(problem());
     };
@@ -195,4 +195,50 @@ fn chart(chart: tbp::Chart) -> Chart {
         title: chart.title,
         content,
     }
+}
+
+/// A TensorBoard tensor as ember's value, when its dtype is one ember has and its bytes (or
+/// typed values) match its shape.
+pub(super) fn tensor_value(tensor: &tbp::TensorProto) -> Option<TensorValue> {
+    use tbp::DataType as T;
+    let shape: Vec<usize> = tensor
+        .tensor_shape
+        .as_ref()
+        .map(|s| s.dim.iter().map(|d| usize::try_from(d.size).ok()).collect())
+        .unwrap_or(Some(Vec::new()))?;
+    let dtype = match T::try_from(tensor.dtype).ok()? {
+        T::DtBool => DType::Bool,
+        T::DtInt8 => DType::I8,
+        T::DtInt16 => DType::I16,
+        T::DtInt32 => DType::I32,
+        T::DtInt64 => DType::I64,
+        T::DtUint8 => DType::U8,
+        T::DtUint16 => DType::U16,
+        T::DtUint32 => DType::U32,
+        T::DtUint64 => DType::U64,
+        T::DtHalf => DType::F16,
+        T::DtBfloat16 => DType::BF16,
+        T::DtFloat => DType::F32,
+        T::DtDouble => DType::F64,
+        _ => return None,
+    };
+    let bytes = if !tensor.tensor_content.is_empty() {
+        tensor.tensor_content.clone()
+    } else if dtype == DType::F32 {
+        tensor
+            .float_val
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect()
+    } else if dtype == DType::F64 {
+        tensor
+            .double_val
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect()
+    } else {
+        return None;
+    };
+    let value = TensorValue::new(dtype, shape, bytes);
+    value.check().is_ok().then_some(value)
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use ember_write::pack::projector_files;
 
-use super::ReadError;
+use super::error::ReadError;
 use super::pbtxt::{self, Field, FieldValue};
 
 /// One `embeddings` entry of the projector config.

@@ -4,17 +4,16 @@
 use std::collections::HashMap;
 
 use ember_write::pack::proto::tensorboard as tbp;
-use ember_write::pack::{DType, TensorValue};
 
 use super::plugins::{
     ValueProblem, decode_audio, decode_custom_scalars, decode_pr_curve, decode_wav,
-    pr_curve_thresholds,
+    pr_curve_thresholds, tensor_value,
 };
 use super::points::{
     AudioPoint, CustomScalarsPoint, HistogramPoint, ImagePoint, PrCurvePoint, ScalarPoint,
     TensorPoint, TextPoint,
 };
-use super::{Summaries, push};
+use super::summaries::{Summaries, push};
 
 impl Summaries {
     /// Adds the values of `event`; `plugins` carries each tag's plugin from the first value of
@@ -176,50 +175,4 @@ impl Summaries {
         }
         Ok(())
     }
-}
-
-/// A TensorBoard tensor as ember's value, when its dtype is one ember has and its bytes (or
-/// typed values) match its shape.
-pub(super) fn tensor_value(tensor: &tbp::TensorProto) -> Option<TensorValue> {
-    use tbp::DataType as T;
-    let shape: Vec<usize> = tensor
-        .tensor_shape
-        .as_ref()
-        .map(|s| s.dim.iter().map(|d| usize::try_from(d.size).ok()).collect())
-        .unwrap_or(Some(Vec::new()))?;
-    let dtype = match T::try_from(tensor.dtype).ok()? {
-        T::DtBool => DType::Bool,
-        T::DtInt8 => DType::I8,
-        T::DtInt16 => DType::I16,
-        T::DtInt32 => DType::I32,
-        T::DtInt64 => DType::I64,
-        T::DtUint8 => DType::U8,
-        T::DtUint16 => DType::U16,
-        T::DtUint32 => DType::U32,
-        T::DtUint64 => DType::U64,
-        T::DtHalf => DType::F16,
-        T::DtBfloat16 => DType::BF16,
-        T::DtFloat => DType::F32,
-        T::DtDouble => DType::F64,
-        _ => return None,
-    };
-    let bytes = if !tensor.tensor_content.is_empty() {
-        tensor.tensor_content.clone()
-    } else if dtype == DType::F32 {
-        tensor
-            .float_val
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect()
-    } else if dtype == DType::F64 {
-        tensor
-            .double_val
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect()
-    } else {
-        return None;
-    };
-    let value = TensorValue::new(dtype, shape, bytes);
-    value.check().is_ok().then_some(value)
 }

@@ -9,8 +9,22 @@ use ember_write::{
     Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions, WriterPool,
 };
 
-use super::{Mode, RankLayout, SummaryRecord, SummaryTap};
+use super::plugin::{Mode, RankLayout};
+use super::record::SummaryRecord;
+use super::tap::SummaryTap;
 use crate::SummaryError;
+
+impl SummaryRecord {
+    /// A builder for a record writing under `log_dir`.
+    pub fn builder(log_dir: impl Into<PathBuf>) -> SummaryRecordBuilder {
+        SummaryRecordBuilder::new(log_dir.into())
+    }
+
+    /// A record with every default: TensorBoard files under `log_dir`.
+    pub fn new(log_dir: impl Into<PathBuf>) -> Result<Self, SummaryError> {
+        Self::builder(log_dir).build()
+    }
+}
 
 /// Builds a [`SummaryRecord`]; see each method for its default.
 ///

@@ -1,6 +1,5 @@
-//! `SummaryRecord`: MindSpore's summary API with tensorboardX's one-call convenience.
-//!
-//! `kinds.rs` holds the plugins, modes, rank layouts and the tap; `builder.rs` the builder.
+//! [`SummaryRecord`] itself: values added per step, recorded into the writer pool's queue,
+//! flushed and closed; how one is made is `builder.rs`'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,18 +11,15 @@ use ember_write::pack::{
     Audio, CustomScalarLayout, Embedding, Format, Graph, HParams, Histogram, HistogramRule, Image,
     ImageLayout, PackError, Packer, PrCurve, Record, Tag, Value,
 };
-use ember_write::{ErrorPolicy, PoolStats, WriteError, WriteErrors, WriterOptions, WriterPool};
+use ember_write::{
+    ErrorPolicy, WriteError, WriteErrors, WriterOptions, WriterPool, WriterPoolStats,
+};
 
-use crate::{SummaryError, ToScalar, ToTensorValue};
-
-mod builder;
-mod kinds;
+use super::plugin::{Mode, Plugin};
 #[cfg(feature = "object-store")]
-mod remote;
-
-pub use builder::SummaryRecordBuilder;
-use kinds::checked;
-pub use kinds::{Mode, Plugin, RankLayout, SummaryTap};
+use super::remote;
+use super::tap::{SummaryTap, checked};
+use crate::{SummaryError, ToScalar, ToTensorValue};
 
 /// Records training summaries for TensorBoard or MindInsight.
 ///
@@ -38,46 +34,36 @@ pub use kinds::{Mode, Plugin, RankLayout, SummaryTap};
 /// [`close`](Self::close) to learn of errors.
 #[derive(Debug)]
 pub struct SummaryRecord {
-    pool: Option<WriterPool>,
+    pub(super) pool: Option<WriterPool>,
     /// This record's hold on its directory: one writer per directory and rank.
-    lock: Option<ember_write::DirLock>,
-    log_dir: PathBuf,
-    pending: Vec<(Tag, Value)>,
-    tap: SummaryTap,
+    pub(super) lock: Option<ember_write::DirLock>,
+    pub(super) log_dir: PathBuf,
+    pub(super) pending: Vec<(Tag, Value)>,
+    pub(super) tap: SummaryTap,
     /// Checks values where they are added, as the writer will pack them.
-    packer: Arc<Packer>,
-    mode: Mode,
-    export_tensors: bool,
-    closed: bool,
+    pub(super) packer: Arc<Packer>,
+    pub(super) mode: Mode,
+    pub(super) export_tensors: bool,
+    pub(super) closed: bool,
     /// The writer's counters as `close` left them.
-    final_stats: Option<PoolStats>,
-    error_policy: ErrorPolicy,
-    rank: u32,
-    world_size: u32,
+    pub(super) final_stats: Option<WriterPoolStats>,
+    pub(super) error_policy: ErrorPolicy,
+    pub(super) rank: u32,
+    pub(super) world_size: u32,
     /// Whether this rank's files are in a directory of its own ([`RankLayout::Directory`]).
-    own_directory: bool,
+    pub(super) own_directory: bool,
     /// The wall time records carry instead of the clock's, when set.
-    wall_time: Option<f64>,
+    pub(super) wall_time: Option<f64>,
     /// The runs of `add_scalars`, by directory name.
-    children: std::collections::BTreeMap<String, WriterPool>,
+    pub(super) children: std::collections::BTreeMap<String, WriterPool>,
     /// The options their writers start from.
-    child_options: WriterOptions,
+    pub(super) child_options: WriterOptions,
     /// The object store the log directory is in, when it is a URL.
     #[cfg(feature = "object-store")]
-    remote: Option<remote::Remote>,
+    pub(super) remote: Option<remote::Remote>,
 }
 
 impl SummaryRecord {
-    /// A builder for a record writing under `log_dir`.
-    pub fn builder(log_dir: impl Into<PathBuf>) -> SummaryRecordBuilder {
-        SummaryRecordBuilder::new(log_dir.into())
-    }
-
-    /// A record with every default: TensorBoard files under `log_dir`.
-    pub fn new(log_dir: impl Into<PathBuf>) -> Result<Self, SummaryError> {
-        Self::builder(log_dir).build()
-    }
-
     /// The directory this record's files go to (a per-rank directory where the layout says so).
     pub fn log_dir(&self) -> &Path {
         &self.log_dir
@@ -572,7 +558,7 @@ impl SummaryRecord {
     /// The writer pool's statistics, if this record writes files; after
     /// [`close`](Self::close), the final ones, every record's fate settled. The runs of
     /// [`add_scalars`](Self::add_scalars) have writers of their own, not counted here.
-    pub fn stats(&self) -> Option<PoolStats> {
+    pub fn stats(&self) -> Option<WriterPoolStats> {
         match &self.pool {
             Some(pool) => Some(pool.stats()),
             None => self.final_stats.clone(),
@@ -640,10 +626,4 @@ fn wall_time() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_secs_f64())
         .unwrap_or(0.0)
-}
-
-impl From<WriteError> for SummaryError {
-    fn from(error: WriteError) -> Self {
-        SummaryError::Write(error)
-    }
 }

@@ -1,15 +1,9 @@
-//! The kinds a value is recorded as (MindSpore's plugins), the modes, the rank layouts, and the
-//! tap model code records through; values are checked where they are added.
+//! The kinds a value is recorded as ([`Plugin`], MindSpore's plugin names), the record's
+//! [`Mode`] and the [`RankLayout`] of a job's files.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use ember_write::pack::Value;
 
-use ember_write::pack::{Packer, Tag, Value};
-
-use crate::SummaryError;
-#[cfg(doc)]
-use crate::SummaryRecord;
-
-/// Which kind of value an [`add_value`](SummaryRecord::add_value) call adds: MindSpore's plugin
+/// Which kind of value an [`add_value`](crate::SummaryRecord::add_value) call adds: MindSpore's plugin
 /// names, plus TensorBoard's text, hparams, pr curves, audio and custom scalars. A value must be of its plugin's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Plugin {
@@ -75,7 +69,7 @@ impl Plugin {
     }
 }
 
-/// MindSpore's modes. In [`Mode::Eval`], [`record`](SummaryRecord::record) drops the values that
+/// MindSpore's modes. In [`Mode::Eval`], [`record`](crate::SummaryRecord::record) drops the values that
 /// model code sent through a [`SummaryTap`] (MindSpore's summary operators); values added with
 /// `add_value` are still written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,48 +89,4 @@ pub enum RankLayout {
     FileName,
     /// Each rank writes under `<log dir>/rank_<rank>/`.
     Directory,
-}
-
-/// A clonable handle for model code to record values from inside a step, as MindSpore's summary
-/// operators do. What it collects is added to the next [`record`](SummaryRecord::record) in
-/// [`Mode::Train`] and dropped in [`Mode::Eval`].
-#[derive(Debug, Clone)]
-pub struct SummaryTap {
-    values: Arc<Mutex<Vec<(Tag, Value)>>>,
-    packer: Arc<Packer>,
-}
-
-impl SummaryTap {
-    pub(super) fn new(packer: Arc<Packer>) -> Self {
-        Self {
-            values: Arc::default(),
-            packer,
-        }
-    }
-
-    /// Adds a value for the next record. An invalid tag or value is refused here, alone: the
-    /// step's other values are still recorded.
-    pub fn add(&self, tag: &str, value: impl Into<Value>) -> Result<(), SummaryError> {
-        let (tag, value) = checked(&self.packer, tag, value.into())?;
-        self.values
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((tag, value));
-        Ok(())
-    }
-
-    pub(super) fn take(&self) -> Vec<(Tag, Value)> {
-        std::mem::take(&mut *self.values.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
-/// Checks `tag` and `value` as packing will, so that a bad one is refused where it is added.
-pub(super) fn checked(
-    packer: &Packer,
-    tag: &str,
-    value: Value,
-) -> Result<(Tag, Value), SummaryError> {
-    let tag = Tag::new(tag)?;
-    packer.check(&tag, &value)?;
-    Ok((tag, value))
 }

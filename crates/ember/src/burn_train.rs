@@ -47,17 +47,14 @@
 //! and one made with [`resume_from`](SummaryLogger::resume_from) the epoch given to burn's
 //! `checkpoint(n)` rolls the log back to it, so a resumed run leaves one curve.
 //!
-//! `logger.rs` holds the logger, `resume.rs` its checkpoints, `strategy.rs` the strategy; they
-//! share only `EmberFailure`, the way an ember error reaches burn's `TrainingError`.
+//! `logger.rs` holds the logger (its checkpoints are `checkpoint/burn_train.rs`'s),
+//! `strategy.rs` the strategy; they share only `failure.rs`'s `EmberFailure`, the way an ember
+//! error reaches burn's `TrainingError`.
 
+mod failure;
 mod logger;
 mod strategy;
 
 pub(crate) use logger::split_prefix;
 pub use logger::{LoggerErrors, SummaryLogger, XAxis};
 pub use strategy::{PoolStrategy, PoolStrategyError};
-
-/// The message of an ember error that burn's `TrainingError` has no variant for.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct EmberFailure(String);

@@ -1,0 +1,44 @@
+//! Checkpoints and resuming, in one place: what lets a killed run start again where it was.
+//!
+//! - [`file`](Checkpoint): the file format, named byte sections under a checksum;
+//! - [`directory`](Checkpoints): a directory of them, written durably, the newest whole one
+//!   found and why any newer was passed over, a job's parts across ranks;
+//! - `log_place`: where the run's summary log is, to snapshot at a checkpoint and roll back
+//!   on resume (the snapshot itself, lengths of files, is ember-write's `LogSnapshot`);
+//! - `trainer`: the [`Trainer`](crate::Trainer)'s checkpoints: what a run's position and
+//!   identity are (`meta`), writing them off the training thread, and reading one back into a
+//!   run, with what a resume restores;
+//! - `burn_train`: the same for a burn-train run logged by
+//!   [`SummaryLogger`](crate::burn_train::SummaryLogger).
+//!
+//! A resume either finds a whole checkpoint of this very run (same devices, ranks,
+//! accumulation, reduction and model) or refuses before it changes anything
+//! ([`CheckpointError::NothingToResume`], [`CheckpointError::Mismatch`]); starting a run over
+//! is its own, named call ([`Trainer::start_over`](crate::Trainer::start_over)).
+//!
+//! A checkpoint is one file of named sections (the trainer's progress, the model, optimizer
+//! and scheduler records, the log directory's snapshot) followed by the CRC-32C of every byte
+//! before it, so that a torn or damaged file is told from a whole one by reading it alone:
+//!
+//! ```text
+//! "EMBERCKP" | version u32 | sections u32 | { name_len u16 | name | len u64 | bytes }* | crc32c u32
+//! ```
+//!
+//! (integers little-endian). [`Checkpoints::write`] makes one durable the way a file system
+//! allows: written whole under a temporary name, fsynced, renamed to `ckpt-<seq>.ember`, and
+//! the directory fsynced ([`ember_write::durable`]); only then are the oldest beyond the
+//! number to keep removed (a removal that fails is logged: the new checkpoint stands), so the
+//! directory never holds only torn checkpoints. [`Checkpoints::latest`] takes the newest whole
+//! one and says why it passed over any newer.
+
+pub(crate) mod burn_train;
+mod directory;
+mod error;
+mod file;
+pub(crate) mod log_place;
+pub(crate) mod trainer;
+
+pub use directory::{Checkpoints, Loaded};
+pub use error::CheckpointError;
+pub use file::{Checkpoint, read, write_durably};
+pub(crate) use log_place::LogPlace;

@@ -1,0 +1,17 @@
+//! `SummaryRecord`: MindSpore's summary API with tensorboardX's one-call convenience.
+//!
+//! `record.rs` holds the record, `builder.rs` how one is made, `plugin.rs` the plugins, modes
+//! and rank layouts, `tap.rs` the tap model code records through, and `remote.rs` the mirror of
+//! a log directory in an object store.
+
+mod builder;
+mod plugin;
+mod record;
+#[cfg(feature = "object-store")]
+mod remote;
+mod tap;
+
+pub use builder::SummaryRecordBuilder;
+pub use plugin::{Mode, Plugin, RankLayout};
+pub use record::SummaryRecord;
+pub use tap::SummaryTap;
