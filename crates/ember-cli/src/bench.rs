@@ -15,7 +15,7 @@ use ember::pack::{ImageLayout, TensorValue};
 use ember::{Plugin, SummaryRecord};
 use serde_json::json;
 
-use crate::FormatArg;
+use crate::format_arg::FormatArg;
 
 /// The write benchmark workloads. Each step makes the calls a user makes for it, and the data
 /// is that of `xtask/bench/workload.py` (see [`data`]).
@@ -143,7 +143,7 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
         bail!(
             "--out {} is not empty: the byte count covers everything under it; give a new or \
              empty directory",
-            crate::shown(&args.out)
+            crate::output::shown(&args.out)
         );
     }
     let workload = args.workload;
@@ -158,7 +158,7 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
     let mut summary = SummaryRecord::builder(&args.out)
         .format(args.format.format())
         .build()
-        .with_context(|| format!("cannot create {}", crate::shown(&args.out)))?;
+        .with_context(|| format!("cannot create {}", crate::output::shown(&args.out)))?;
 
     let started = Instant::now();
     for step in 0..args.n {
@@ -206,9 +206,9 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
     let bytes = match shipped {
         Some(bytes) => bytes,
         None => size_under(&args.out)
-            .with_context(|| format!("measuring {}", crate::shown(&args.out)))?,
+            .with_context(|| format!("measuring {}", crate::output::shown(&args.out)))?,
     };
-    crate::out(json!({
+    crate::output::out(json!({
         "peer": "ember",
         "workload": workload.name(),
         "n": args.n,
@@ -244,7 +244,7 @@ pub(crate) fn memory(args: MemoryArgs) -> anyhow::Result<ExitCode> {
     }
     let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
     std::hint::black_box(fold);
-    crate::out(json!({
+    crate::output::out(json!({
         "peer": "memory",
         "workload": "hist",
         "n": args.n,

@@ -7,19 +7,19 @@
 mod bench;
 mod devices;
 mod digits;
+mod format_arg;
 mod inspect;
 mod job;
+mod output;
 #[cfg(feature = "object-store")]
 mod pull;
 #[cfg(feature = "object-store")]
 mod push;
 mod train;
 
-use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 /// Observable multi-device training with Burn: summaries TensorBoard and MindInsight open.
 #[derive(Debug, Parser)]
@@ -68,36 +68,6 @@ enum BenchCommand {
     Scaling(bench::scaling::ScalingArgs),
 }
 
-/// The event file format to write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum FormatArg {
-    /// TensorBoard's `*.tfevents.*` files.
-    Tensorboard,
-    /// MindInsight's `*.out.events.summary.*` files.
-    Mindinsight,
-}
-
-impl FormatArg {
-    pub(crate) fn format(self) -> ember::pack::Format {
-        match self {
-            FormatArg::Tensorboard => ember::pack::Format::TensorBoard,
-            FormatArg::Mindinsight => ember::pack::Format::MindInsight,
-        }
-    }
-}
-
-/// A path as the user gave it, for messages.
-pub(crate) fn shown(path: &std::path::Path) -> String {
-    path.display().to_string()
-}
-
-/// Writes `text` and a newline to stdout. A closed stdout (`ember inspect | head`) is not an
-/// error worth reporting, so write failures are ignored.
-pub(crate) fn out(text: impl std::fmt::Display) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{text}");
-}
-
 fn main() -> ExitCode {
     quiet_vulkan_device_select();
     let cli = Cli::parse();
@@ -144,54 +114,9 @@ fn quiet_vulkan_device_select() {
 #[cfg(not(feature = "wgpu"))]
 fn quiet_vulkan_device_select() {}
 
-/// The default log directory for a run started at `secs`: `runs/<UTC date-time>`.
-pub(crate) fn default_logdir_at(secs: u64) -> PathBuf {
-    PathBuf::from("runs").join(utc_stamp(secs))
-}
-
-/// Seconds since the Unix epoch, now.
-pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// `YYYY-MM-DDTHH-MM-SSZ` for seconds since the Unix epoch (UTC; `-` rather than `:` so the
-/// name is valid on every file system).
-pub(crate) fn utc_stamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stamps_are_utc_calendar_dates() {
-        assert_eq!(utc_stamp(0), "1970-01-01T00-00-00Z");
-        // 2000-02-29 12:34:56 UTC, a leap day.
-        assert_eq!(utc_stamp(951_827_696), "2000-02-29T12-34-56Z");
-        // 2026-01-01 00:00:00 UTC.
-        assert_eq!(utc_stamp(1_767_225_600), "2026-01-01T00-00-00Z");
-    }
 
     #[test]
     fn the_command_line_parses() {

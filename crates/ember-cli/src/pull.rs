@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, ensure};
 use clap::Args;
 
-use crate::{out, shown};
+use crate::output::{out, shown};
 
 #[derive(Debug, Args)]
 pub(crate) struct PullArgs {

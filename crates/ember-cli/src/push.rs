@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::{out, shown};
+use crate::output::{out, shown};
 
 #[derive(Debug, Args)]
 pub(crate) struct PushArgs {

@@ -20,7 +20,7 @@
 //! [RUN_DIR]` trains it again from its first step, its log and checkpoints discarded. A log
 //! directory another run is writing is refused at once, naming that run's pid.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +32,6 @@ use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
-use clap::Args;
 use ember::checkpoint::Checkpoints;
 use ember::devices::open_devices;
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
@@ -41,17 +40,18 @@ use ember::{
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::FormatArg;
-use crate::devices::{
-    DeviceList, default_devices, parse_device_list, print_device_memory, worker_devices,
-};
+use crate::devices::{DeviceList, default_devices, print_device_memory, worker_devices};
 use crate::digits::{self, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
 use crate::job::Job;
 
+mod args;
 mod command;
+mod logdir;
 mod records;
 
+pub(crate) use args::TrainArgs;
 use command::{given_args, resumed_args, save_command};
+use logdir::CHECKPOINTS;
 use records::{record_embedding, record_pr_curves, record_samples};
 
 /// The seed of the train/test split and of the training shuffle.
@@ -74,94 +74,8 @@ const INTERRUPTED: u8 = 130;
 #[cfg(feature = "object-store")]
 const REMOTE_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
 
-/// The checkpoint directory, inside the run's log directory.
-const CHECKPOINTS: &str = "checkpoints";
-
 /// The trained model, in the log directory: Burn's burnpack of its parameters.
 const MODEL_FILE: &str = "model.bpk";
-
-#[derive(Debug, Args)]
-pub(crate) struct TrainArgs {
-    /// Devices to train on, comma-separated, the first being the main device: `cpu` (Burn's
-    /// flex backend), `wgpu:N` (the N-th logical wgpu device: the N-th GPU, or a device of its
-    /// own on the machine's one adapter), `cuda:N` [default: `cpu`; built with `--features
-    /// wgpu`, `wgpu:0,wgpu:1`; with `--features cuda`, every CUDA device]. A device listed
-    /// twice is shared by two workers.
-    #[arg(long, value_name = "LIST", value_parser = parse_device_list)]
-    device: Option<DeviceList>,
-    /// Worker threads [default: one per listed device; 2 on `cpu`, the flex backend's one
-    /// device, which its workers share]. More workers than listed devices is an error unless
-    /// --share-devices is given.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
-    devices: Option<u16>,
-    /// Let more workers than listed devices share them, taking the list round robin.
-    #[arg(long)]
-    share_devices: bool,
-    /// Passes over the training set.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
-    epochs: u16,
-    /// Where to write the summaries [default: runs/YYYY-MM-DDTHH-MM-SSZ, the UTC start time].
-    #[arg(long)]
-    logdir: Option<PathBuf>,
-    /// Event file format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Tensorboard)]
-    format: FormatArg,
-    /// Use only the first N examples of the shuffled data set (for quick runs and tests).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(10..))]
-    subset: Option<u64>,
-    /// Examples per batch on each worker.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
-    batch_size: u16,
-    /// Hidden units of the MLP.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
-    hidden: u16,
-    /// Adam's learning rate.
-    #[arg(long, default_value_t = 0.01)]
-    lr: f64,
-    /// Give up on a worker whose step takes longer than this many seconds (counted from when
-    /// its batch was sent): it is reported as timed out, abandoned and replaced. Off by default,
-    /// since a first step on a GPU may compile kernels for long.
-    #[arg(long, value_parser = parse_seconds)]
-    step_timeout: Option<std::time::Duration>,
-    /// Threads of each worker's own compute pool (CPU backends). By default every worker uses
-    /// the process's one pool over all cores; `1` gives each worker a core of its own, the CPU
-    /// stand-in for one device each.
-    #[arg(long, value_name = "N")]
-    worker_threads: Option<std::num::NonZeroUsize>,
-    /// Sample the process's CPU use and memory (and each device's, where the backend counts
-    /// it) this often, off the training thread, recorded as `system/…` scalars.
-    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
-    system_every: std::time::Duration,
-    /// Under mpirun: end the whole job when a rank waits longer than this many seconds for
-    /// the others in one round (a rank hung or gone). Rounds come once a step, so this bounds
-    /// the slowest rank's step and each epoch's validation.
-    #[cfg(feature = "mpi")]
-    #[arg(long, default_value = "300", value_parser = parse_seconds)]
-    collective_timeout: std::time::Duration,
-    /// Write a checkpoint every this many optimizer steps (and at each epoch's end), into
-    /// `<logdir>/checkpoints`.
-    #[arg(long, value_name = "STEPS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-    checkpoint_every: u32,
-    /// How many checkpoints to keep, newest first.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
-    keep_checkpoints: u16,
-    /// Write no checkpoints.
-    #[arg(long, conflicts_with_all = ["resume", "restart"])]
-    no_checkpoints: bool,
-    /// Go on with the run in RUN_DIR (default: the newest under `runs/`) from its newest whole
-    /// checkpoint, with the arguments it was started with; its log is rolled back to the
-    /// checkpoint first, so that every step shows once.
-    /// A run without a whole checkpoint is refused, and left as it is.
-    #[arg(long, value_name = "RUN_DIR")]
-    #[allow(clippy::option_option)]
-    resume: Option<Option<PathBuf>>,
-    /// Train the run in RUN_DIR (default: the newest under `runs/`) again from its first step,
-    /// with the arguments it was started with: its checkpoints and the log files it wrote are
-    /// removed first. For a run stopped before its first checkpoint, which --resume refuses.
-    #[arg(long, value_name = "RUN_DIR", conflicts_with = "resume")]
-    #[allow(clippy::option_option)]
-    restart: Option<Option<PathBuf>>,
-}
 
 /// How `ember train` begins a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,17 +86,6 @@ enum Begin {
     Resume,
     /// The run named by --restart, from its first step.
     Restart,
-}
-
-/// A positive, finite number of seconds.
-fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
-    let seconds: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    std::time::Duration::try_from_secs_f64(seconds)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("`{text}` is not a positive number of seconds"))
 }
 
 fn loader(
@@ -246,7 +149,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
 
     let logdir = match args.logdir.clone() {
         Some(logdir) => logdir,
-        None => crate::default_logdir_at(job.rank_zero_s(crate::now_secs())?),
+        None => logdir::default_logdir_at(job.rank_zero_s(logdir::now_secs())?),
     };
     // An object-store log directory gets everything a local one does: checkpoints, the
     // command line and the trained model are objects beside the log's.
@@ -269,7 +172,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
                 anyhow::bail!(
                     "{error}; nothing was changed. To train the run again from its first step, \
                      discarding its log: ember train --restart {}",
-                    crate::shown(&logdir)
+                    crate::output::shown(&logdir)
                 );
             }
         }
@@ -277,7 +180,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             !checkpointing || Checkpoints::new(&checkpoints, 1).list()?.is_empty(),
             "{} holds the checkpoints of another run: go on with it with --resume {0}, or \
              choose another --logdir",
-            crate::shown(&logdir)
+            crate::output::shown(&logdir)
         ),
         Begin::Restart => {}
     }
@@ -313,7 +216,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let builder = builder.remote_block_wait(REMOTE_BLOCK_DEADLINE, Some(stop.clone()));
     let mut summary = builder
         .build()
-        .with_context(|| format!("cannot create log dir {}", crate::shown(&logdir)))?;
+        .with_context(|| format!("cannot create log dir {}", crate::output::shown(&logdir)))?;
     if begin == Begin::Fresh && lead && checkpointing {
         save_command(&checkpoints, &given, &logdir)?;
     }
@@ -442,11 +345,11 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         for (path, reason) in &report.checkpoints_skipped {
             eprintln!(
                 "warning: passed over checkpoint {}: {reason}",
-                crate::shown(path)
+                crate::output::shown(path)
             );
         }
         if let Some(path) = &report.resumed_from {
-            eprintln!("resumed from {}", crate::shown(path));
+            eprintln!("resumed from {}", crate::output::shown(path));
         }
     }
     if lead {
@@ -462,7 +365,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     }
     summary
         .close()
-        .with_context(|| format!("writing summaries under {}", crate::shown(&logdir)))?;
+        .with_context(|| format!("writing summaries under {}", crate::output::shown(&logdir)))?;
     if lead {
         save_model(&model, &logdir)?;
     }
@@ -481,7 +384,10 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             report.epochs.len()
         );
         if checkpointing {
-            eprintln!("go on with: ember train --resume {}", crate::shown(&logdir));
+            eprintln!(
+                "go on with: ember train --resume {}",
+                crate::output::shown(&logdir)
+            );
         }
         print_logdir(&logdir, format);
         return Ok(ExitCode::from(INTERRUPTED));
@@ -496,7 +402,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Ok(times) = step_times.lock() {
         eprint!("{times}");
     }
-    crate::out(format!(
+    crate::output::out(format!(
         "test accuracy: {:.2}% ({test_len} held-out digits) after {epochs} epoch(s), \
          {} steps, {seconds:.1} s",
         accuracy * 100.0,
@@ -528,7 +434,7 @@ fn save_model(model: &DigitMlp, dir: &Path) -> anyhow::Result<()> {
     saved.with_context(|| {
         format!(
             "saving the trained model to {}",
-            crate::shown(&dir.join(MODEL_FILE))
+            crate::output::shown(&dir.join(MODEL_FILE))
         )
     })
 }
@@ -551,9 +457,9 @@ fn stop_on_ctrl_c(bar: ProgressBar, flag: Arc<AtomicBool>) {
 
 /// Where the logs are, and how to view them.
 fn print_logdir(logdir: &std::path::Path, format: Format) {
-    crate::out(format!("logs: {}", crate::shown(logdir)));
+    crate::output::out(format!("logs: {}", crate::output::shown(logdir)));
     let remote = logdir.to_str().filter(|l| ember::is_remote(l));
-    crate::out(match (format, remote) {
+    crate::output::out(match (format, remote) {
         // MindInsight reads local directories only.
         (Format::MindInsight, Some(url)) => {
             let run = url
@@ -568,12 +474,15 @@ fn print_logdir(logdir: &std::path::Path, format: Format) {
         // MindInsight lists every directory of summaries under its base directory as a run.
         (Format::MindInsight, None) => format!(
             "view: mindinsight start --summary-base-dir {}",
-            crate::shown(match logdir.parent() {
+            crate::output::shown(match logdir.parent() {
                 Some(parent) if !parent.as_os_str().is_empty() => parent,
                 _ => std::path::Path::new("."),
             })
         ),
-        _ => format!("view: tensorboard --logdir {}", crate::shown(logdir)),
+        _ => format!(
+            "view: tensorboard --logdir {}",
+            crate::output::shown(logdir)
+        ),
     });
 }
 

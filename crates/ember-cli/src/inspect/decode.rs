@@ -5,8 +5,8 @@ use ember::pack::proto::{mindspore, tensorboard};
 use ember::read::{ValueProblem, decode_audio, decode_custom_scalars, decode_pr_curve, decode_wav};
 use prost::Message;
 
-use super::kinds::Detail;
-use super::{FileKind, RunReport};
+use super::detail::Detail;
+use super::report::{FileKind, RunReport};
 
 pub(super) fn decode(
     kind: FileKind,

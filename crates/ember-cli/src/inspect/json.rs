@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use serde_json::{Value as Json, json};
 
-use super::kinds::Detail;
-use super::{Problem, RunReport, Severity, Skipped};
+use super::detail::Detail;
+use super::report::{Problem, RunReport, Severity, Skipped};
 
 pub(super) fn to_json(
     runs: &BTreeMap<PathBuf, RunReport>,
@@ -26,7 +26,7 @@ pub(super) fn to_json(
                 .map(|file| {
                     let problems: Vec<Json> = file.problems.iter().map(problem_json).collect();
                     json!({
-                        "path": crate::shown(&file.path),
+                        "path": crate::output::shown(&file.path),
                         "format": file.kind.format(),
                         "content": file.kind.content(),
                         "bytes": file.bytes,
@@ -77,13 +77,13 @@ pub(super) fn to_json(
                 .collect();
             let projector = run.projector.as_ref().map(|projector| {
                 json!({
-                    "path": crate::shown(&projector.path),
+                    "path": crate::output::shown(&projector.path),
                     "embeddings": projector.embeddings,
                     "problems": projector.problems.iter().map(problem_json).collect::<Vec<_>>(),
                 })
             });
             json!({
-                "dir": crate::shown(dir),
+                "dir": crate::output::shown(dir),
                 "files": files,
                 "projector": projector,
                 "tags": tags,
@@ -92,7 +92,7 @@ pub(super) fn to_json(
         .collect();
     let skipped: Vec<Json> = skipped
         .iter()
-        .map(|skip| json!({ "path": crate::shown(&skip.path), "reason": skip.reason }))
+        .map(|skip| json!({ "path": crate::output::shown(&skip.path), "reason": skip.reason }))
         .collect();
     json!({
         "runs": runs,

@@ -5,21 +5,21 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::kinds::{Detail, number};
-use super::{Problem, RunReport, Severity, TagStats};
+use super::detail::{Detail, number};
+use super::report::{Problem, RunReport, Severity, TagStats};
 
 pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, warnings: usize) {
     let mut files = 0;
     let mut records = 0;
     for (dir, run) in runs {
-        crate::out(format!("run {}", crate::shown(dir)));
+        crate::output::out(format!("run {}", crate::output::shown(dir)));
         if let Some(projector) = &run.projector {
             let state = if projector.problems.is_empty() {
                 "ok"
             } else {
                 "DAMAGED"
             };
-            crate::out(format!(
+            crate::output::out(format!(
                 "  projector config {}: {} embedding(s), {state}",
                 file_name(&projector.path),
                 projector.embeddings
@@ -37,7 +37,7 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
             } else {
                 "truncated tail"
             };
-            crate::out(format!(
+            crate::output::out(format!(
                 "  file {name}  [{} {}]  {} bytes, {} records, {state}",
                 file.kind.format(),
                 file.kind.content(),
@@ -52,7 +52,7 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
         }
         for (kind, tags) in kinds {
             let values: usize = tags.iter().map(|(_, s)| s.count).sum();
-            crate::out(format!(
+            crate::output::out(format!(
                 "  {kind}: {} tag(s), {values} value(s)",
                 tags.len()
             ));
@@ -76,16 +76,16 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
                 {
                     line.push_str(&format!("  {}", detail.text()));
                 }
-                crate::out(line);
+                crate::output::out(line);
             }
         }
         if let Some(times) = step_times(run) {
             for line in times.to_string().lines() {
-                crate::out(format!("  {line}"));
+                crate::output::out(format!("  {line}"));
             }
         }
     }
-    crate::out(format!(
+    crate::output::out(format!(
         "{} run(s), {files} file(s), {records} valid record(s), {errors} error(s), \
          {warnings} warning(s)",
         runs.len()
@@ -101,8 +101,10 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map_or_else(|| crate::shown(path), |n| n.to_string_lossy().into())
+    path.file_name().map_or_else(
+        || crate::output::shown(path),
+        |n| n.to_string_lossy().into(),
+    )
 }
 
 fn print_problems(problems: &[Problem]) {
@@ -111,7 +113,7 @@ fn print_problems(problems: &[Problem]) {
             Severity::Warning => "warning",
             Severity::Error => "error",
         };
-        crate::out(format!("    {level}: {}", problem.message));
+        crate::output::out(format!("    {level}: {}", problem.message));
     }
 }
 

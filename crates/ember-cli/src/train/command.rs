@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
 
-use super::*;
+use super::args::TrainArgs;
+use super::logdir::CHECKPOINTS;
 
 /// The file in it that holds the run's command line, for `--resume`.
 const COMMAND_FILE: &str = "command.json";
@@ -41,12 +42,16 @@ pub(super) fn resumed_args(
         .with_context(|| {
             format!(
                 "{} is not a run `ember train` can resume: cannot read {}",
-                crate::shown(&dir),
-                crate::shown(&command)
+                crate::output::shown(&dir),
+                crate::output::shown(&command)
             )
         })?;
-    let saved: Vec<String> = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a list of arguments", crate::shown(&command)))?;
+    let saved: Vec<String> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a list of arguments",
+            crate::output::shown(&command)
+        )
+    })?;
     #[derive(clap::Parser)]
     struct Saved {
         #[command(flatten)]
@@ -55,7 +60,7 @@ pub(super) fn resumed_args(
     let mut args = <Saved as clap::Parser>::try_parse_from(
         std::iter::once("ember-train".to_string()).chain(saved),
     )
-    .with_context(|| format!("the arguments saved in {}", crate::shown(&command)))?
+    .with_context(|| format!("the arguments saved in {}", crate::output::shown(&command)))?
     .args;
     args.logdir = Some(dir.clone());
     Ok((args, dir))
@@ -64,7 +69,12 @@ pub(super) fn resumed_args(
 /// The newest run under `runs` (their names are UTC start times) that has checkpoints.
 pub(super) fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(runs)
-        .with_context(|| format!("no run to resume: cannot list {}", crate::shown(runs)))?
+        .with_context(|| {
+            format!(
+                "no run to resume: cannot list {}",
+                crate::output::shown(runs)
+            )
+        })?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.join(CHECKPOINTS).join(COMMAND_FILE).is_file())
@@ -73,7 +83,7 @@ pub(super) fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
     found.pop().with_context(|| {
         format!(
             "no run to resume under {}; name one: --resume RUN_DIR",
-            crate::shown(runs)
+            crate::output::shown(runs)
         )
     })
 }
@@ -93,7 +103,7 @@ pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyho
     saved.push(logdir.to_string_lossy().into_owned());
     let path = dir.join(COMMAND_FILE);
     write_file(dir, COMMAND_FILE, serde_json::to_string(&saved)?.as_bytes())
-        .with_context(|| format!("writing {}", crate::shown(&path)))
+        .with_context(|| format!("writing {}", crate::output::shown(&path)))
 }
 
 /// The file `name` of the run directory `dir`, local or (with the `object-store` feature) a

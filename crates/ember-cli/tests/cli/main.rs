@@ -2,7 +2,9 @@
 //! truncated tails and corruption at their byte offsets with the documented exit codes, bench
 //! write prints one valid JSON line per workload, failures are one line without a panic, and
 //! Ctrl-C stops train with whole logs and exit code 130. This file holds the helpers that spawn
-//! the binary; each other file of `tests/cli/` one command.
+//! the binary; each other file of `tests/cli/` one command (`inspect_kinds` inspect's detailed
+//! kinds, `resume` train's `--resume` and `--restart` as a user types them). One test binary
+//! for the crate: each links ember and Burn.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -21,6 +23,8 @@ use prost::Message;
 mod bench;
 mod ctrl_c;
 mod inspect;
+mod inspect_kinds;
+mod resume;
 mod train;
 
 fn ember(args: &[&str]) -> Output {

@@ -14,24 +14,26 @@
 //! whose files are checked to be there. A value or config that does not decode, or an
 //! embedding file that is missing, is an error like a damaged record.
 //!
-//! The modules, bottom up: `kinds` (the per-kind details and their text and JSON forms),
-//! `decode` (one record of either format into a run's tags), `text` and `json` (the two
-//! outputs), and this one (the arguments, walking the directory, reading files).
+//! The modules, bottom up: `detail` (the per-kind details and their text and JSON forms),
+//! `report` (what is found: files, runs, tags, problems), `decode` (one record of either
+//! format into a run's tags), `text` and `json` (the two outputs), and this one (the
+//! arguments, walking the directory, reading files).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use ember::read::{EmbeddingEntry, ReadProblem, RecordReader, ValueProblem};
+use ember::read::RecordReader;
 
 mod decode;
+mod detail;
 mod json;
-mod kinds;
+mod report;
 mod text;
 
-use kinds::Detail;
+use report::{FileKind, FileReport, Problem, RunReport, Severity, Skipped};
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
@@ -46,256 +48,6 @@ pub(crate) struct InspectArgs {
     values: bool,
 }
 
-/// Which reader a file needs, from its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FileKind {
-    /// `*tfevents*`: TensorBoard `Event`s.
-    TensorBoard,
-    /// `*.out.events.summary.*` (not lineage or explain): MindInsight `Event`s.
-    MindInsightSummary,
-    /// `*.out.events.summary.*_explain`: MindInsight `Event`s holding explain records.
-    MindInsightExplain,
-    /// `*.out.events.summary.*_lineage`: MindInsight `LineageEvent`s.
-    MindInsightLineage,
-}
-
-impl FileKind {
-    fn of(path: &Path) -> Option<FileKind> {
-        let name = path.file_name()?.to_str()?;
-        if name.contains(".out.events.summary.") {
-            Some(if name.ends_with("_lineage") {
-                FileKind::MindInsightLineage
-            } else if name.ends_with("_explain") {
-                FileKind::MindInsightExplain
-            } else {
-                FileKind::MindInsightSummary
-            })
-        } else if name.contains("tfevents") {
-            Some(FileKind::TensorBoard)
-        } else {
-            None
-        }
-    }
-
-    fn format(self) -> &'static str {
-        match self {
-            FileKind::TensorBoard => "tensorboard",
-            _ => "mindinsight",
-        }
-    }
-
-    fn content(self) -> &'static str {
-        match self {
-            FileKind::TensorBoard | FileKind::MindInsightSummary => "summary",
-            FileKind::MindInsightExplain => "explain",
-            FileKind::MindInsightLineage => "lineage",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Severity {
-    /// A truncated tail: a file being written or cut by a crash.
-    Warning,
-    /// Damaged bytes, a record that does not decode, a file that cannot be read.
-    Error,
-}
-
-#[derive(Debug)]
-struct Problem {
-    offset: Option<u64>,
-    severity: Severity,
-    kind: &'static str,
-    message: String,
-}
-
-impl Problem {
-    fn from_read(problem: &ReadProblem) -> Self {
-        let kind = match problem {
-            ReadProblem::Truncated { .. } => "truncated_tail",
-            ReadProblem::BadLengthCrc { .. } => "bad_length_crc",
-            ReadProblem::ImpossibleLength { .. } => "impossible_length",
-            ReadProblem::BadDataCrc { .. } => "bad_data_crc",
-            ReadProblem::Io { .. } => "read_error",
-            _ => "unknown",
-        };
-        Problem {
-            offset: Some(problem.offset()),
-            severity: if problem.is_truncated_tail() {
-                Severity::Warning
-            } else {
-                Severity::Error
-            },
-            kind,
-            message: problem.to_string(),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct FileReport {
-    path: PathBuf,
-    kind: FileKind,
-    bytes: u64,
-    records: usize,
-    problems: Vec<Problem>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct ScalarStats {
-    first: f64,
-    last: f64,
-    min: f64,
-    max: f64,
-}
-
-#[derive(Debug, Default)]
-struct TagStats {
-    count: usize,
-    steps: Option<(i64, i64)>,
-    scalar: Option<ScalarStats>,
-    /// Every scalar value as (step, wall time, value), in file order.
-    series: Vec<(Option<i64>, f64, f64)>,
-    /// The first and the last decoded value of a kind with details (PR curves, audio, layouts,
-    /// embeddings).
-    first: Option<Detail>,
-    last: Option<Detail>,
-    /// Every decoded value as (step, wall time, value), kept for `--values` only: audio clips
-    /// are large. An embedding, listed in the projector config, has neither step nor time.
-    details: Vec<(Option<i64>, Option<f64>, Detail)>,
-}
-
-impl TagStats {
-    fn add(&mut self, step: Option<i64>, wall_time: f64, scalar: Option<f64>) {
-        self.count += 1;
-        if let Some(v) = scalar {
-            self.series.push((step, wall_time, v));
-        }
-        if let Some(step) = step {
-            self.steps = Some(match self.steps {
-                Some((lo, hi)) => (lo.min(step), hi.max(step)),
-                None => (step, step),
-            });
-        }
-        if let Some(v) = scalar {
-            self.scalar = Some(match self.scalar {
-                Some(s) => ScalarStats {
-                    first: s.first,
-                    last: v,
-                    min: s.min.min(v),
-                    max: s.max.max(v),
-                },
-                None => ScalarStats {
-                    first: v,
-                    last: v,
-                    min: v,
-                    max: v,
-                },
-            });
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct RunReport {
-    files: Vec<FileReport>,
-    /// (kind, tag) to statistics.
-    tags: BTreeMap<(String, String), TagStats>,
-    /// TensorBoard plugin of each tag, from the metadata on its first value in a file.
-    plugins: HashMap<String, String>,
-    /// The wall time of the event being decoded.
-    wall_time: f64,
-    /// Whether every decoded value is kept (`--values`), or the first and last.
-    keep_details: bool,
-    /// The values of the record being decoded that do not decode, with their tags.
-    value_problems: Vec<(String, ValueProblem)>,
-    /// The run's projector config, when it has one.
-    projector: Option<ProjectorReport>,
-}
-
-/// The run's `projector_config.pbtxt`: where it is and what is wrong with it or its files.
-#[derive(Debug)]
-struct ProjectorReport {
-    path: PathBuf,
-    embeddings: usize,
-    problems: Vec<Problem>,
-}
-
-impl RunReport {
-    fn add(&mut self, kind: &str, tag: &str, step: Option<i64>, scalar: Option<f64>) {
-        self.tags
-            .entry((kind.to_string(), tag.to_string()))
-            .or_default()
-            .add(step, self.wall_time, scalar);
-    }
-
-    /// Adds a value of a kind with details (after [`add`](Self::add) counted it), recorded at
-    /// the wall time of the event being decoded when there is one.
-    fn add_detail(&mut self, kind: &str, tag: &str, step: Option<i64>, detail: Detail) {
-        let wall_time = (!matches!(detail, Detail::Embedding(_))).then_some(self.wall_time);
-        let stats = self
-            .tags
-            .entry((kind.to_string(), tag.to_string()))
-            .or_default();
-        if self.keep_details {
-            stats.details.push((step, wall_time, detail.clone()));
-        }
-        if stats.first.is_none() {
-            stats.first = Some(detail.clone());
-        }
-        stats.last = Some(detail);
-    }
-
-    /// Reads the projector config of the run in `dir`, its embeddings becoming tags.
-    fn add_projector(&mut self, dir: &Path) {
-        let path = dir.join(ember::pack::projector_files::CONFIG);
-        if std::fs::symlink_metadata(&path).is_err() {
-            return;
-        }
-        let mut report = ProjectorReport {
-            path,
-            embeddings: 0,
-            problems: Vec::new(),
-        };
-        match ember::read::embeddings(dir) {
-            Ok(entries) => {
-                report.embeddings = entries.len();
-                for entry in entries {
-                    report
-                        .problems
-                        .extend(entry.problems.iter().map(|problem| Problem {
-                            offset: None,
-                            severity: Severity::Error,
-                            kind: "missing_file",
-                            message: format!("embedding {:?}: {problem}", entry.tensor_name),
-                        }));
-                    self.add_embedding(entry);
-                }
-            }
-            Err(error) => report.problems.push(Problem {
-                offset: None,
-                severity: Severity::Error,
-                kind: "undecodable",
-                message: error.to_string(),
-            }),
-        }
-        self.projector = Some(report);
-    }
-
-    fn add_embedding(&mut self, entry: EmbeddingEntry) {
-        let tag = entry.tensor_name.clone();
-        self.add("embedding", &tag, None, None);
-        self.add_detail("embedding", &tag, None, Detail::Embedding(entry));
-    }
-}
-
-/// A path named like an event file that is not read.
-#[derive(Debug)]
-struct Skipped {
-    path: PathBuf,
-    reason: String,
-}
-
 pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = args.path.to_str().filter(|p| ember::is_remote(p)) {
         // An object-store log directory: its objects (a file's segments in order) downloaded
@@ -306,7 +58,7 @@ pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "{url}: {} object(s), downloaded into {}",
                 local.objects,
-                crate::shown(local.path())
+                crate::output::shown(local.path())
             );
             return run(InspectArgs {
                 path: local.path().to_path_buf(),
@@ -332,7 +84,7 @@ pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        crate::out(json::to_json(
+        crate::output::out(json::to_json(
             &runs,
             &skipped,
             errors,
@@ -356,8 +108,8 @@ fn inspect(
     path: &Path,
     keep_details: bool,
 ) -> anyhow::Result<(BTreeMap<PathBuf, RunReport>, Vec<Skipped>)> {
-    let metadata =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", crate::shown(path)))?;
+    let metadata = std::fs::metadata(path)
+        .with_context(|| format!("cannot read {}", crate::output::shown(path)))?;
     let mut files = Vec::new();
     let mut skipped = Vec::new();
     if metadata.is_dir() {
@@ -365,7 +117,7 @@ fn inspect(
         for skip in &skipped {
             eprintln!(
                 "warning: skipped {}: {}",
-                crate::shown(&skip.path),
+                crate::output::shown(&skip.path),
                 skip.reason
             );
         }
@@ -376,13 +128,13 @@ fn inspect(
             };
             bail!(
                 "no event files under {} (looked for *tfevents* and *.out.events.summary.*{skipped})",
-                crate::shown(path)
+                crate::output::shown(path)
             );
         }
     } else if !metadata.is_file() {
         bail!(
             "{} is not a regular file: {}",
-            crate::shown(path),
+            crate::output::shown(path),
             file_type_name(&metadata.file_type())
         );
     } else {
@@ -390,7 +142,7 @@ fn inspect(
             format!(
                 "{} is not an event file by its name (expected *tfevents* or \
                  *.out.events.summary.*)",
-                crate::shown(path)
+                crate::output::shown(path)
             )
         })?;
         files.push((path.to_path_buf(), kind));
@@ -420,14 +172,14 @@ fn collect(
     files: &mut Vec<(PathBuf, FileKind)>,
     skipped: &mut Vec<Skipped>,
 ) -> anyhow::Result<()> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", crate::shown(dir)))?;
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", crate::output::shown(dir)))?;
     for entry in entries {
-        let entry = entry.with_context(|| format!("cannot read {}", crate::shown(dir)))?;
+        let entry = entry.with_context(|| format!("cannot read {}", crate::output::shown(dir)))?;
         let path = entry.path();
         let file_type = entry
             .file_type()
-            .with_context(|| format!("cannot read {}", crate::shown(&path)))?;
+            .with_context(|| format!("cannot read {}", crate::output::shown(&path)))?;
         if file_type.is_dir() {
             collect(&path, files, skipped)?;
         } else if let Some(kind) = FileKind::of(&path) {

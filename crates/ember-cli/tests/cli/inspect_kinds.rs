@@ -4,7 +4,6 @@
 //! quantized here by hand) and from invariants of the curves, not from inspect's own code.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use ember::SummaryRecord;
 use ember::pack::proto::tensorboard as tbp;
@@ -12,16 +11,7 @@ use ember::read::framing;
 use prost::Message;
 use serde_json::Value as Json;
 
-fn ember(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ember"))
-        .args(args)
-        .output()
-        .expect("the ember binary runs")
-}
-
-fn path_str(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+use super::{ember, path_str};
 
 /// `ember inspect --json [--values] <path>`, its exit code and document.
 fn inspect_json(path: &Path, values: bool) -> (Option<i32>, Json) {

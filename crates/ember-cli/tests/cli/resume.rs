@@ -6,34 +6,23 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use ember::read::Summaries;
 
+use super::{Spawned, text};
+
 const ARGS: &[&str] = &["--epochs", "4", "--checkpoint-every", "5"];
 
-fn ember(args: &[&str], dir: &Path) -> Output {
+/// `ember ARGS` run in `dir`.
+fn ember_in(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ember"))
         .args(args)
         .current_dir(dir)
         .output()
         .expect("the ember binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A run that is killed (with the test's help) before it finishes.
-struct Spawned(Child);
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Starts `ember train ARGS --logdir run` in `dir`, and once it has finished its first epoch,
@@ -134,7 +123,7 @@ fn model(run: &Path) -> Vec<u8> {
 }
 
 fn uninterrupted(dir: &Path) -> std::path::PathBuf {
-    let output = ember(&[&["train"], ARGS, &["--logdir", "whole"]].concat(), dir);
+    let output = ember_in(&[&["train"], ARGS, &["--logdir", "whole"]].concat(), dir);
     assert!(output.status.success(), "{}", text(&output.stderr));
     dir.join("whole")
 }
@@ -149,7 +138,7 @@ fn after_ctrl_c_the_printed_resume_command_finishes_the_run_as_one() {
         stderr.contains("go on with: ember train --resume run"),
         "{stderr}"
     );
-    let output = ember(&["train", "--resume", "run"], dir.path());
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
     let printed = text(&output.stderr);
     assert!(output.status.success(), "{printed}");
     assert!(
@@ -174,7 +163,7 @@ fn after_kill_9_resume_finishes_the_run_as_one() {
     std::fs::create_dir(dir.path().join("runs")).unwrap();
     let run = dir.path().join("runs").join("2026-12-04T00-00-00Z");
     std::fs::rename(dir.path().join("run"), &run).unwrap();
-    let output = ember(&["train", "--resume"], dir.path());
+    let output = ember_in(&["train", "--resume"], dir.path());
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(model(&run), model(&whole));
     assert_eq!(series(&run), series(&whole));
@@ -183,7 +172,7 @@ fn after_kill_9_resume_finishes_the_run_as_one() {
 #[test]
 fn resume_refuses_what_would_make_another_run() {
     let dir = tempfile::tempdir().unwrap();
-    let output = ember(&["train", "--resume", "nowhere"], dir.path());
+    let output = ember_in(&["train", "--resume", "nowhere"], dir.path());
     assert_eq!(output.status.code(), Some(1));
     assert!(
         text(&output.stderr).contains("is not a run `ember train` can resume"),
@@ -191,14 +180,14 @@ fn resume_refuses_what_would_make_another_run() {
         text(&output.stderr)
     );
     uninterrupted(dir.path());
-    let output = ember(&["train", "--resume", "whole", "--epochs", "9"], dir.path());
+    let output = ember_in(&["train", "--resume", "whole", "--epochs", "9"], dir.path());
     assert!(
         text(&output.stderr).contains("leave out --epochs"),
         "{}",
         text(&output.stderr)
     );
     // Starting afresh over a run's checkpoints would mix two runs.
-    let output = ember(&["train", "--logdir", "whole"], dir.path());
+    let output = ember_in(&["train", "--logdir", "whole"], dir.path());
     assert!(
         text(&output.stderr).contains("holds the checkpoints of another run"),
         "{}",
@@ -243,7 +232,7 @@ fn a_resume_without_a_checkpoint_refuses_in_one_line_and_restart_trains_the_run_
         }
     }
     let before = tree(&run);
-    let output = ember(&["train", "--resume", "run"], dir.path());
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert_eq!(printed.lines().count(), 1, "{printed}");
@@ -254,7 +243,7 @@ fn a_resume_without_a_checkpoint_refuses_in_one_line_and_restart_trains_the_run_
     );
     assert_eq!(tree(&run), before, "the refused resume changed the run");
 
-    let output = ember(&["train", "--restart", "run"], dir.path());
+    let output = ember_in(&["train", "--restart", "run"], dir.path());
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(model(&run), model(&whole));
     assert_eq!(series(&run), series(&whole));
@@ -291,7 +280,7 @@ fn a_second_run_on_a_live_log_directory_is_refused_at_once_naming_the_first() {
         &["train", "--logdir", "live", "--epochs", "1"],
     ] {
         let started = std::time::Instant::now();
-        let output = ember(args, dir.path());
+        let output = ember_in(args, dir.path());
         let took = started.elapsed();
         let printed = text(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {printed}");

@@ -1,0 +1,103 @@
+//! `ember train`'s flags ([`TrainArgs`]), parsed by clap, saved beside a run's checkpoints and
+//! parsed again on `--resume`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::devices::{DeviceList, parse_device_list};
+use crate::format_arg::FormatArg;
+
+#[derive(Debug, Args)]
+pub(crate) struct TrainArgs {
+    /// Devices to train on, comma-separated, the first being the main device: `cpu` (Burn's
+    /// flex backend), `wgpu:N` (the N-th logical wgpu device: the N-th GPU, or a device of its
+    /// own on the machine's one adapter), `cuda:N` [default: `cpu`; built with `--features
+    /// wgpu`, `wgpu:0,wgpu:1`; with `--features cuda`, every CUDA device]. A device listed
+    /// twice is shared by two workers.
+    #[arg(long, value_name = "LIST", value_parser = parse_device_list)]
+    pub(super) device: Option<DeviceList>,
+    /// Worker threads [default: one per listed device; 2 on `cpu`, the flex backend's one
+    /// device, which its workers share]. More workers than listed devices is an error unless
+    /// --share-devices is given.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(super) devices: Option<u16>,
+    /// Let more workers than listed devices share them, taking the list round robin.
+    #[arg(long)]
+    pub(super) share_devices: bool,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(super) epochs: u16,
+    /// Where to write the summaries [default: runs/YYYY-MM-DDTHH-MM-SSZ, the UTC start time].
+    #[arg(long)]
+    pub(super) logdir: Option<PathBuf>,
+    /// Event file format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Tensorboard)]
+    pub(super) format: FormatArg,
+    /// Use only the first N examples of the shuffled data set (for quick runs and tests).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(10..))]
+    pub(super) subset: Option<u64>,
+    /// Examples per batch on each worker.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(super) batch_size: u16,
+    /// Hidden units of the MLP.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(super) hidden: u16,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub(super) lr: f64,
+    /// Give up on a worker whose step takes longer than this many seconds (counted from when
+    /// its batch was sent): it is reported as timed out, abandoned and replaced. Off by default,
+    /// since a first step on a GPU may compile kernels for long.
+    #[arg(long, value_parser = parse_seconds)]
+    pub(super) step_timeout: Option<std::time::Duration>,
+    /// Threads of each worker's own compute pool (CPU backends). By default every worker uses
+    /// the process's one pool over all cores; `1` gives each worker a core of its own, the CPU
+    /// stand-in for one device each.
+    #[arg(long, value_name = "N")]
+    pub(super) worker_threads: Option<std::num::NonZeroUsize>,
+    /// Sample the process's CPU use and memory (and each device's, where the backend counts
+    /// it) this often, off the training thread, recorded as `system/…` scalars.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
+    pub(super) system_every: std::time::Duration,
+    /// Under mpirun: end the whole job when a rank waits longer than this many seconds for
+    /// the others in one round (a rank hung or gone). Rounds come once a step, so this bounds
+    /// the slowest rank's step and each epoch's validation.
+    #[cfg(feature = "mpi")]
+    #[arg(long, default_value = "300", value_parser = parse_seconds)]
+    pub(super) collective_timeout: std::time::Duration,
+    /// Write a checkpoint every this many optimizer steps (and at each epoch's end), into
+    /// `<logdir>/checkpoints`.
+    #[arg(long, value_name = "STEPS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) checkpoint_every: u32,
+    /// How many checkpoints to keep, newest first.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(super) keep_checkpoints: u16,
+    /// Write no checkpoints.
+    #[arg(long, conflicts_with_all = ["resume", "restart"])]
+    pub(super) no_checkpoints: bool,
+    /// Go on with the run in RUN_DIR (default: the newest under `runs/`) from its newest whole
+    /// checkpoint, with the arguments it was started with; its log is rolled back to the
+    /// checkpoint first, so that every step shows once.
+    /// A run without a whole checkpoint is refused, and left as it is.
+    #[arg(long, value_name = "RUN_DIR")]
+    #[allow(clippy::option_option)]
+    pub(super) resume: Option<Option<PathBuf>>,
+    /// Train the run in RUN_DIR (default: the newest under `runs/`) again from its first step,
+    /// with the arguments it was started with: its checkpoints and the log files it wrote are
+    /// removed first. For a run stopped before its first checkpoint, which --resume refuses.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "resume")]
+    #[allow(clippy::option_option)]
+    pub(super) restart: Option<Option<PathBuf>>,
+}
+
+/// A positive, finite number of seconds.
+pub(super) fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("`{text}` is not a positive number of seconds"))
+}
