@@ -1,7 +1,7 @@
 //! Why a value could not be packed.
 
 use crate::dtype::DType;
-use crate::kinds::{Format, ImageLayout};
+use crate::format::{Format, ImageLayout};
 use crate::tag::Tag;
 
 /// A value of a record that was not packed; the rest of the record was.

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::dtype::DType;
 use crate::error::PackErrorKind;
-use crate::kinds::{Format, ImageLayout};
+use crate::format::{Format, ImageLayout};
 use crate::tensor::{TensorValue, buffer_len};
 
 /// One image or a batch, as `u8` (0-255) or float data. TensorBoard scales floats in [0, 1] to

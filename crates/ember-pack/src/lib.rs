@@ -52,12 +52,12 @@ mod error;
 #[rustfmt::skip]
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, rustdoc::all)]
 mod generated;
+mod format;
 mod histogram;
 mod image;
-mod kinds;
 mod ms;
 mod npy;
-mod pack;
+mod packed;
 mod packer;
 mod plugins;
 mod projector;
@@ -70,9 +70,9 @@ mod wire;
 
 pub use dtype::DType;
 pub use error::{PackError, PackErrorKind};
+pub use format::{FileKind, Format, HistogramRule, ImageLayout};
 pub use image::Image;
-pub use kinds::{FileKind, Format, HistogramRule, ImageLayout};
-pub use pack::{ExportKey, MetadataFor, PackOptions, PackedItem, PackedRecord};
+pub use packed::{ExportKey, MetadataFor, PackOptions, PackedItem, PackedRecord};
 pub use packer::Packer;
 pub use plugins::{
     Audio, Category, Chart, ChartContent, CustomScalarLayout, MarginSeries, PrCurve, pcm16_sample,

@@ -9,11 +9,11 @@ use prost::Message;
 
 use crate::dtype::DType;
 use crate::error::PackErrorKind;
+use crate::format::{FileKind, Format};
 use crate::histogram;
 use crate::image::{self, Image};
-use crate::kinds::{FileKind, Format};
 use crate::npy;
-use crate::pack::{Part, Sink};
+use crate::packed::{Part, Sink};
 use crate::proto::mindspore as msp;
 use crate::tag::Tag;
 use crate::tensor::{TensorValue, buffer_len};

@@ -4,8 +4,8 @@
 use rayon::prelude::*;
 
 use crate::error::{PackError, PackErrorKind};
-use crate::kinds::{FileKind, Format};
-use crate::pack::{MetadataFor, PackOptions, PackedItem, PackedRecord, Sink, summary_event};
+use crate::format::{FileKind, Format};
+use crate::packed::{MetadataFor, PackOptions, PackedItem, PackedRecord, Sink, summary_event};
 use crate::record::{Record, finite_wall_time};
 use crate::tag::Tag;
 use crate::value::Value;

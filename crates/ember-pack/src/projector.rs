@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use crate::dtype::DType;
 use crate::error::PackErrorKind;
+use crate::format::{Format, ImageLayout};
 use crate::image::{self, Image};
-use crate::kinds::{Format, ImageLayout};
 use crate::tag::Tag;
 use crate::tensor::TensorValue;
 

@@ -7,11 +7,11 @@ use std::borrow::Cow;
 use prost::Message;
 
 use crate::error::PackErrorKind;
+use crate::format::{FileKind, Format, HistogramRule};
 use crate::histogram;
 use crate::image::{self, Image};
-use crate::kinds::{FileKind, Format, HistogramRule};
 use crate::npy;
-use crate::pack::{PackOptions, Part, Sink};
+use crate::packed::{PackOptions, Part, Sink};
 use crate::plugins::{Audio, CustomScalarLayout, PrCurve};
 use crate::proto::tensorboard::{self as tbp};
 use crate::tag::Tag;

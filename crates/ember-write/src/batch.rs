@@ -5,7 +5,7 @@
 use crossbeam_channel::Sender;
 use ember_pack::{FileKind, Histogram, PackedItem, PackedRecord, Record, Value};
 
-use crate::files;
+use crate::event_file;
 use crate::framing::masked_crc32c;
 
 /// A value at least this large is worth a packing task of its own.
@@ -118,7 +118,7 @@ pub(crate) fn crc_if_held(item: &PackedItem) -> Option<u32> {
     held(item).then(|| masked_crc32c(&item.bytes))
 }
 
-/// Whether the writer will hold `item` as it is (see `files::HOLD_MIN`).
+/// Whether the writer will hold `item` as it is (see `event_file::HOLD_MIN`).
 pub(crate) fn held(item: &PackedItem) -> bool {
-    item.kind == FileKind::Summary && item.bytes.len() >= files::HOLD_MIN
+    item.kind == FileKind::Summary && item.bytes.len() >= event_file::HOLD_MIN
 }

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use ember_pack::FileKind;
 
+use crate::batch_context::{Ctx, Fate};
 use crate::error::FileError;
-use crate::files::{FileSettings, io_err, seal};
-use crate::ledger::{Ctx, Fate};
+use crate::event_file::{FileSettings, io_err, seal};
 use crate::naming;
 use crate::options::Durability;
 use crate::stats::WriterStats;

@@ -62,7 +62,7 @@
 //! Every record handed to `write` ends as exactly one of: written (every
 //! event reached its file), dropped for a full queue, dropped by a writer
 //! (size cap, export refused), rejected (nothing could be packed) or failed
-//! (lost to a failed writer); see [`PoolStats`]. When a `write(2)` fails part
+//! (lost to a failed writer); see [`WriterPoolStats`]. When a `write(2)` fails part
 //! way, the events that reached the file whole count as written, the file is
 //! cut back to the last of them, and the rest count as failed, so the counts
 //! equal what a reader finds.
@@ -89,25 +89,25 @@
 #![deny(missing_docs)]
 
 mod batch;
+mod batch_context;
 mod builder;
 pub mod durable;
 mod error;
+mod event_file;
 mod export;
-mod files;
 pub mod framing;
 mod free_space;
 mod guard;
-mod ledger;
 pub mod lock;
 pub mod naming;
 mod options;
 mod pool;
+mod pool_state;
 mod projector;
 pub mod reader;
 #[cfg(feature = "object-store")]
 pub mod remote;
 pub mod rollback;
-mod shared;
 mod stats;
 mod summary_file;
 mod worker;
@@ -125,7 +125,11 @@ pub use options::{
 pub use pool::WriterPool;
 pub use reader::{RawRecord, ReadProblem, RecordReader, Scan};
 pub use rollback::{LogSnapshot, Ownership, Restored, RollbackError};
-pub use stats::{PoolStats, WriterStats};
+pub use stats::{WriterPoolStats, WriterStats};
+
+/// The writer pool's statistics under their old name, which read as the device pool's.
+#[deprecated(note = "renamed `WriterPoolStats`: `PoolStats` read as ember-pool's device pool")]
+pub type PoolStats = WriterPoolStats;
 
 /// Whether `log_dir` names an object store (`s3://`, `gs://`, `az://`, `file://`, …) rather
 /// than a local directory: such a log directory needs the `object-store` feature.

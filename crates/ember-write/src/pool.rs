@@ -1,5 +1,5 @@
 //! The handle callers hold: [`WriterPool`]. The state it shares with the pool thread
-//! (counters, kept errors, the queue's byte budget) is `shared.rs`.
+//! (counters, kept errors, the queue's byte budget) is `pool_state.rs`.
 //!
 //! `write` sends a record over a bounded crossbeam channel after reserving
 //! its payload bytes; the pool thread (see `worker.rs`) releases them once the
@@ -18,8 +18,8 @@ use ember_pack::Record;
 use crate::batch::{Msg, record_weight};
 use crate::error::{WriteError, WriteErrors};
 use crate::options::{FullQueuePolicy, WriterOptions, create_dir_private};
-use crate::shared::Shared;
-use crate::stats::PoolStats;
+use crate::pool_state::Shared;
+use crate::stats::WriterPoolStats;
 use crate::worker::Worker;
 
 /// Writes records to event files from a dedicated thread; see the crate docs.
@@ -169,7 +169,7 @@ impl WriterPool {
 
     /// [`close`](Self::close), also returning the final counters: every
     /// record's fate is settled by then.
-    pub fn close_with_stats(mut self) -> (Result<(), WriteErrors>, PoolStats) {
+    pub fn close_with_stats(mut self) -> (Result<(), WriteErrors>, WriterPoolStats) {
         let errors = self.shutdown();
         let not_kept = self.shared.not_kept.swap(0, Ordering::Relaxed);
         let result = if errors.is_empty() && not_kept == 0 {
@@ -188,7 +188,7 @@ impl WriterPool {
 
     /// A snapshot of the counters. Per-writer figures are as of the last
     /// batch the pool thread finished.
-    pub fn stats(&self) -> PoolStats {
+    pub fn stats(&self) -> WriterPoolStats {
         let s = &self.shared;
         // Fates first: a record is submitted before it is settled, so the
         // submissions read afterwards are never fewer than the fates.
@@ -197,7 +197,7 @@ impl WriterPool {
         let records_rejected = s.rejected.load(Ordering::SeqCst);
         let records_failed = s.failed.load(Ordering::SeqCst);
         let records_dropped_queue_full = s.dropped_full.load(Ordering::SeqCst);
-        PoolStats {
+        WriterPoolStats {
             records_submitted: s.submitted.load(Ordering::SeqCst),
             records_written,
             records_dropped_queue_full,

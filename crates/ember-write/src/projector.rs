@@ -22,9 +22,9 @@ use std::path::PathBuf;
 
 use ember_pack::{FileKind, ProjectorFiles, projector_files};
 
+use crate::batch_context::{Ctx, Fate};
 use crate::error::FileError;
-use crate::files::{FileSettings, io_err, seal};
-use crate::ledger::{Ctx, Fate};
+use crate::event_file::{FileSettings, io_err, seal};
 use crate::naming;
 use crate::options::Durability;
 use crate::stats::WriterStats;

@@ -52,7 +52,7 @@ impl WriterStats {
 
 /// A snapshot of a pool's counters; see the module docs for how they add up.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PoolStats {
+pub struct WriterPoolStats {
     /// Records handed to `write` (those refused for a full queue included).
     pub records_submitted: u64,
     /// Records every event of which reached its file.
@@ -84,7 +84,7 @@ pub struct PoolStats {
     pub writers: Vec<WriterStats>,
 }
 
-impl PoolStats {
+impl WriterPoolStats {
     /// The counters of the `kind` writer.
     pub fn writer(&self, kind: FileKind) -> Option<&WriterStats> {
         self.writers.iter().find(|w| w.kind == kind)

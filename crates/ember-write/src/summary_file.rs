@@ -15,10 +15,10 @@ use std::collections::HashSet;
 
 use ember_pack::{FileKind, MetadataFor, Packer, Record, Tag};
 
+use crate::batch_context::Ctx;
 use crate::error::FileError;
-use crate::files::{Event, EventFileWriter, Prepared};
+use crate::event_file::{Event, EventFileWriter, Prepared};
 use crate::framing;
-use crate::ledger::Ctx;
 
 /// How many times a record is packed again when rotations keep changing
 /// which of its tags are new.

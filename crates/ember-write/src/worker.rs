@@ -18,14 +18,14 @@ use ember_pack::{FileKind, PackedItem, PackedRecord, Packer, Record, Tag, Value}
 use rayon::prelude::*;
 
 use crate::batch::{Msg, PARALLEL_MIN_HEAVY, Packed, is_heavy, splits};
+use crate::batch_context::{Ctx, Fate, Ledger, Spare};
 use crate::error::{FileError, WriteError};
+use crate::event_file::{self, Event, EventFileWriter, FileSettings, HeaderFn};
 use crate::export::{ExportOutcome, ExportWriter};
-use crate::files::{self, Event, EventFileWriter, FileSettings, HeaderFn};
 use crate::guard::DiskGuard;
-use crate::ledger::{Ctx, Fate, Ledger, Spare};
 use crate::options::{Durability, WriterOptions};
+use crate::pool_state::Shared;
 use crate::projector::{ProjectorOutcome, ProjectorWriter};
-use crate::shared::Shared;
 use crate::stats::WriterStats;
 use crate::summary_file::{NewTags, Planned, SummaryFailure, SummaryFile, pack_caught};
 
@@ -95,7 +95,7 @@ impl Worker {
         let settings = FileSettings {
             log_dir: options.log_dir.clone(),
             naming: options.naming(),
-            start_secs: files::unix_secs(),
+            start_secs: event_file::unix_secs(),
             max_file_size: options.max_file_size,
             size_policy: options.size_policy,
             durability: options.durability,
@@ -303,7 +303,7 @@ impl Worker {
                             _ => 0,
                         })
                         .sum();
-                    if raw >= files::HOLD_MIN {
+                    if raw >= event_file::HOLD_MIN {
                         self.ctx.spare.take()
                     } else {
                         Vec::new()

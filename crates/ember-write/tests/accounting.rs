@@ -22,7 +22,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, Sender};
 use ember_pack::{DType, FileKind, Format, Record, Tag, TensorValue, Value};
 use ember_write::{
-    ErrorPolicy, FileError, FullQueuePolicy, PoolStats, Scan, SizePolicy, WriteError, WriterPool,
+    ErrorPolicy, FileError, FullQueuePolicy, Scan, SizePolicy, WriteError, WriterPool,
+    WriterPoolStats,
 };
 use prost::Message;
 
@@ -43,7 +44,7 @@ struct Books {
 
 /// Checks every counter against `books`, and the equation with `pending`
 /// records not settled yet.
-fn assert_books(stats: &PoolStats, books: &Books, pending: u64, when: &str) {
+fn assert_books(stats: &WriterPoolStats, books: &Books, pending: u64, when: &str) {
     let got = Books {
         submitted: stats.records_submitted,
         written: stats.records_written,

@@ -17,7 +17,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use ember_pack::{FileKind, Format, Record, Tag, TensorValue, Value};
-use ember_write::{FileError, FreeSpace, PoolStats, Scan, SystemFreeSpace, WriteError, WriterPool};
+use ember_write::{
+    FileError, FreeSpace, Scan, SystemFreeSpace, WriteError, WriterPool, WriterPoolStats,
+};
 use prost::Message;
 
 const TMPFS_SIZE: &str = "512k";
@@ -185,7 +187,7 @@ fn read_summary(log: &Path, format: Format) -> (PathBuf, Vec<i64>) {
 /// or failed, the written ones are exactly the whole records in the file,
 /// and they are steps `0..written` (the writer fails for good at the first
 /// record it cannot write).
-fn assert_stats_match_file(stats: &PoolStats, log: &Path, format: Format, submitted: u64) {
+fn assert_stats_match_file(stats: &WriterPoolStats, log: &Path, format: Format, submitted: u64) {
     assert_eq!(stats.records_submitted, submitted, "{stats:?}");
     assert_eq!(stats.records_dropped_queue_full, 0, "{stats:?}");
     assert_eq!(stats.records_dropped, 0, "{stats:?}");
@@ -230,7 +232,7 @@ fn write_until_full(
     n: i64,
     flush_every: i64,
     record: fn(i64) -> Record,
-) -> (Vec<WriteError>, PoolStats) {
+) -> (Vec<WriteError>, WriterPoolStats) {
     within_deadline(move || {
         let mut builder = WriterPool::builder(&log)
             .format(format)

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use prost::Message;
 
-use crate::pack::Part;
+use crate::packed::Part;
 use crate::proto::google::protobuf as pb;
 use crate::proto::tensorboard::{self as tbp, hparams as hp};
 use crate::value::{HParamValue, HParams, SessionPart, SessionStatus};

@@ -2,8 +2,8 @@
 //! headers, histograms, WAV audio, custom-scalar layouts and graphs.
 
 use crate::error::PackErrorKind;
+use crate::format::HistogramRule;
 use crate::histogram;
-use crate::kinds::HistogramRule;
 use crate::plugins::{Audio, ChartContent, CustomScalarLayout, pcm16_sample};
 use crate::proto::tensorboard as tbp;
 use crate::tensor::TensorValue;

@@ -4,7 +4,7 @@
 use prost::Message;
 
 use crate::dtype::DType;
-use crate::pack::Part;
+use crate::packed::Part;
 use crate::proto::tensorboard as tbp;
 
 /// Serialized `SummaryMetadata` of each plugin, built once per packer.

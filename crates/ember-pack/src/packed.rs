@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 use crate::error::PackError;
-use crate::kinds::{FileKind, Format, HistogramRule};
+use crate::format::{FileKind, Format, HistogramRule};
 use crate::tag::Tag;
 use crate::wire;
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use ember_pack::FileKind;
 
+use crate::batch_context::Fate;
 use crate::error::{MAX_KEPT_ERRORS, WriteError};
-use crate::ledger::Fate;
 use crate::options::{ErrorPolicy, WriterOptions};
 use crate::stats::WriterStats;
 

@@ -23,9 +23,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ember_pack::FileKind;
 
+use crate::batch_context::{Ctx, Fate};
 use crate::error::{FileError, kind_name};
 use crate::framing::{self, MAX_RECORD_LEN};
-use crate::ledger::{Ctx, Fate};
 use crate::naming::{self, Naming};
 use crate::options::{Durability, SizePolicy};
 use crate::stats::WriterStats;
