@@ -6,8 +6,8 @@
 //! 1. Finds lavapipe's Vulkan driver and the Vulkan loader; as root with `apt-get`, installs
 //!    Debian's `mesa-vulkan-drivers libvulkan1` when missing. Without them the task is skipped
 //!    in one line, except under `CI=true`, where that is a failure.
-//! 2. Runs `tests/tests/distinct_devices.rs` (the `wgpu` feature of the tests crate): the two
-//!    devices are distinct; the Trainer on both trains like one device on the concatenated
+//! 2. Runs `tests/tests/integration/distinct_devices.rs` (the `wgpu` feature of the tests
+//!    crate): the two devices are distinct; the Trainer on both trains like one device on the concatenated
 //!    batch, with gradient accumulation; burn-train's `Learner` on ember's `PoolStrategy` logs
 //!    what burn's `LearnerSummary` summarises; every failure of the pool is named by device and
 //!    leaves nothing on a wrong device.
@@ -62,7 +62,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             "--features",
             "wgpu",
             "--test",
-            "distinct_devices",
+            "integration",
+            "distinct_devices::",
             "--",
             // The suite measures each device's memory; tests side by side would blur it.
             "--test-threads=1",

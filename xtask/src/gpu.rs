@@ -2,8 +2,8 @@
 //! some (CI has none; `cargo clippy --features cuda` is what CI checks of this path).
 //!
 //! 1. Counts the GPUs with `nvidia-smi -L`; with none, it says so and fails.
-//! 2. With two or more, runs the distinct-device suite (`tests/tests/distinct_devices.rs`) on
-//!    `cuda:0,cuda:1` in a release build: two devices train like one on the concatenated batch
+//! 2. With two or more, runs the distinct-device suite
+//!    (`tests/tests/integration/distinct_devices.rs`) on `cuda:0,cuda:1` in a release build: two devices train like one on the concatenated batch
 //!    (parameters within the suite's tolerance), and every failure path of the pool.
 //! 3. Trains `ember train --features cuda` (release) on 1, 2, … N GPUs, the same epochs each,
 //!    and prints, per device count: examples per second, seconds per step, test accuracy and
@@ -47,7 +47,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
                 "--features",
                 "cuda",
                 "--test",
-                "distinct_devices",
+                "integration",
+                "distinct_devices::",
                 "--",
                 "--test-threads=1",
                 "--nocapture",

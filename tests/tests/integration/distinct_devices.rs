@@ -10,8 +10,6 @@
 //! lavapipe, and `cargo xtask gpu` on a machine's CUDA devices (`EMBER_TEST_DEVICES`, e.g.
 //! `cuda:0,cuda:1`; default `wgpu:0,wgpu:1`).
 
-#![cfg(any(feature = "wgpu", feature = "cuda"))]
-
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
