@@ -3,7 +3,8 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::{CollectiveError, Communicator};
+use crate::communicator::Communicator;
+use crate::error::CollectiveError;
 
 /// Makes the ranks of one job whose ranks are threads of this process: each thread takes one
 /// [`LocalComm`]. Sums are taken in rank order, so every run gives the same bits.

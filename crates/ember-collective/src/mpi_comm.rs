@@ -7,7 +7,8 @@ use mpi::environment::Universe;
 use mpi::request::{Request, Scope, scope};
 use mpi::topology::{Communicator as _, SimpleCommunicator};
 
-use crate::{CollectiveError, Communicator};
+use crate::communicator::Communicator;
+use crate::error::CollectiveError;
 
 /// Why MPI could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +29,8 @@ pub enum MpiInitError {
 /// which operation waited how long and calls `MPI_Abort`, which ends every process of the
 /// job. A rank that dies (killed, out of memory) is found sooner by `mpirun` itself, which
 /// ends the job and names the rank. A rank that *fails* is not a timeout: it announces its
-/// failure in the next round (see [`Ranks::announce_failure`](crate::Ranks::announce_failure)).
+/// failure in the next round (see
+/// [`Ranks::announce_failure`](crate::ranks::Ranks::announce_failure)).
 pub struct MpiComm {
     // Declared before the universe: the world is dropped before MPI is finalized.
     world: SimpleCommunicator,

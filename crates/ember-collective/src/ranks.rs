@@ -4,8 +4,10 @@ use burn::module::Module;
 use burn::optim::GradientsParams;
 use ember_step::burn::{GradientWindow, Reduction};
 
+use crate::communicator::Communicator;
+use crate::error::CollectiveError;
 use crate::flat::{parameter_sizes, parameters, read_gradients, with_parameters, write_gradients};
-use crate::{CollectiveError, Communicator, shard_range};
+use crate::shard::shard_range;
 
 /// A data-parallel job's ranks, as this process takes part in them: the communicator and the
 /// shape of a round.
