@@ -24,7 +24,8 @@ use std::time::SystemTime;
 use anyhow::{Context, bail, ensure};
 use serde_json::json;
 
-use crate::compat::{self, VenvError};
+use crate::process::{cargo, skip_or_fail, target_dir};
+use crate::venv::{VenvError, ensure_venv};
 
 mod figures;
 mod report;
@@ -181,7 +182,7 @@ fn dd_limit(dir: &Path, bs: u64, count: u64) -> anyhow::Result<Figure> {
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let options = parse(args)?;
-    let target = compat::target_dir(root);
+    let target = target_dir(root);
     let bench_dir = target.join("bench");
     std::fs::create_dir_all(&bench_dir)
         .with_context(|| format!("creating {}", bench_dir.display()))?;
@@ -191,24 +192,20 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let mut tbx_python = None;
     let mut ms_python = None;
     if options.peers {
-        match compat::ensure_venv(&target.join("bench-venv"), BENCH_REQUIREMENTS) {
+        match ensure_venv(&target.join("bench-venv"), BENCH_REQUIREMENTS) {
             Ok(python) => {
                 tbx_python = Some(python);
                 sides.extend([Side::Tbx, Side::TbxCrc]);
             }
-            Err(VenvError::Unavailable(why)) => {
-                compat::skip_or_fail("bench --peers: tensorboardX", &why)?
-            }
+            Err(VenvError::Unavailable(why)) => skip_or_fail("bench --peers: tensorboardX", &why)?,
             Err(VenvError::Failed(e)) => return Err(e),
         }
-        match compat::ensure_venv(&target.join("bench-venv-mindspore"), MINDSPORE_REQUIREMENTS) {
+        match ensure_venv(&target.join("bench-venv-mindspore"), MINDSPORE_REQUIREMENTS) {
             Ok(python) => {
                 ms_python = Some(python);
                 sides.push(Side::MindSpore);
             }
-            Err(VenvError::Unavailable(why)) => {
-                compat::skip_or_fail("bench --peers: MindSpore", &why)?
-            }
+            Err(VenvError::Unavailable(why)) => skip_or_fail("bench --peers: MindSpore", &why)?,
             Err(VenvError::Failed(e)) => return Err(e),
         }
     }
@@ -217,7 +214,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let mut criterion = Vec::new();
     if !options.skip_criterion {
         eprintln!("bench: cargo bench --workspace");
-        let status = compat::cargo()
+        let status = cargo()
             .args(["bench", "--workspace"])
             .current_dir(root)
             .status()
@@ -234,7 +231,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     }
 
     eprintln!("bench: cargo build --release -p ember-cli");
-    let status = compat::cargo()
+    let status = cargo()
         .args(["build", "--release", "-p", "ember-cli"])
         .current_dir(root)
         .status()

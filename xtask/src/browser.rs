@@ -21,8 +21,8 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{VenvError, ensure_venv, skip_or_fail, target_dir, venv_python};
-use crate::process::ensure_installed;
+use crate::process::{ensure_installed, skip_or_fail, target_dir};
+use crate::venv::{VenvError, ensure_venv, venv_python};
 
 const TASK: &str = "compat browser";
 

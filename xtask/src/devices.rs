@@ -24,9 +24,9 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::compat::{cargo, skip_or_fail, target_dir};
 use crate::process::{
-    build, collect_tags, ensure_installed, expect_success, inspect_json, run_limited,
+    build, cargo, collect_tags, ensure_installed, expect_success, inspect_json, run_limited,
+    skip_or_fail, target_dir,
 };
 
 const TASK: &str = "devices";

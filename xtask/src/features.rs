@@ -16,7 +16,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::target_dir;
+use crate::process::target_dir;
 
 /// The normal-dependency crates of `ember` with the given feature flags, deduplicated.
 fn crates(root: &Path, flags: &[&str]) -> anyhow::Result<BTreeSet<String>> {

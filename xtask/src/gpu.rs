@@ -20,8 +20,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{cargo, target_dir};
-use crate::process::{build, expect_success, positive_arg, run_limited};
+use crate::process::{build, cargo, expect_success, positive_arg, run_limited, target_dir};
 
 const TASK: &str = "gpu";
 

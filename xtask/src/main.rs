@@ -44,9 +44,12 @@ mod mpi;
 mod objects;
 mod objects_azure;
 mod objects_bench;
+mod objects_scenarios;
 mod process;
 mod resume;
 mod scaling;
+mod server;
+mod venv;
 
 use std::path::PathBuf;
 

@@ -31,8 +31,9 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::compat::{cargo, skip_or_fail, target_dir};
-use crate::process::{build, ensure_installed, is_root, on_path, positive_arg};
+use crate::process::{
+    build, cargo, ensure_installed, is_root, on_path, positive_arg, skip_or_fail, target_dir,
+};
 
 mod bench;
 mod scenarios;

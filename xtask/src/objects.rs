@@ -29,102 +29,24 @@
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{
-    COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS, VenvError, ensure_venv, skip_or_fail, target_dir,
+use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
+use crate::objects_scenarios::{inspect, killed_then_pushed, two_at_once};
+use crate::process::{
+    Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
 };
-use crate::process::{Ran, build, expect_success, run_limited};
+use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, wait_for_port};
+use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects";
 
-/// The S3 server and client, pinned as resolved with Python 3.11, beside TensorBoard.
-pub(crate) const S3_REQUIREMENTS: &[&str] = &[
-    "tensorboard==2.21.0",
-    "protobuf==7.36.2",
-    "numpy==2.4.6",
-    "pillow==12.0.0",
-    "moto[server]==5.2.5",
-    "boto3==1.44.8",
-];
-
 /// About five seconds in a debug build: segments shipped at intervals, then the rest at close.
 const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
-
-/// A server process (moto, the proxy), stopped when dropped.
-pub(crate) struct Server(pub(crate) Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-pub(crate) fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        ensure!(
-            started.elapsed() < Duration::from_secs(60),
-            "{what} did not listen on 127.0.0.1:{port} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
-/// Starts moto's S3 server on `port`, with `settings` in its environment, logging into `log`.
-pub(crate) fn moto(
-    python: &Path,
-    port: u16,
-    settings: &[(&str, &Path)],
-    log: &Path,
-) -> anyhow::Result<Server> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)?;
-    let mut command = Command::new(python);
-    command
-        .args([
-            "-m",
-            "moto.server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    for (name, value) in settings {
-        command.env(name, value);
-    }
-    let server = Server(command.spawn().context("starting moto's S3 server")?);
-    wait_for_port(port, "moto's S3 server")?;
-    Ok(server)
-}
-
-/// What every S3 client of the check is given: credentials, region, endpoint.
-pub(crate) fn s3_env(command: &mut Command, endpoint: &str) {
-    command
-        .env("AWS_ACCESS_KEY_ID", "ember")
-        .env("AWS_SECRET_ACCESS_KEY", "ember-secret")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("S3_ENDPOINT", endpoint)
-        .env("TF_CPP_MIN_LOG_LEVEL", "3");
-}
 
 /// The paths and programs every scenario uses.
 struct Check<'a> {
@@ -220,14 +142,14 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         command.env("TMPDIR", &tmp);
         command
     };
-    crate::objects_azure::killed_then_pushed(
+    killed_then_pushed(
         &s3,
         "s3://ember/pushed",
         &tmp,
         &work.join("pushed.log"),
         TASK,
     )?;
-    crate::objects_azure::two_at_once(&s3, "s3://ember", TASK)?;
+    two_at_once(&s3, "s3://ember", TASK)?;
     resumed_in_the_bucket(&check, &endpoint)?;
     restarted(&check)?;
     refused(&check)?;
@@ -255,8 +177,7 @@ fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         &["compare", "s3://ember/run", local_str],
         "TensorBoard's S3 reader against the local run",
     )?;
-    let remote =
-        crate::objects_azure::inspect(&|args| check.ember(endpoint, args), "s3://ember/run")?;
+    let remote = inspect(&|args| check.ember(endpoint, args), "s3://ember/run")?;
     crate::resume::same_values(
         &crate::process::inspect_json(check.ember, &local)?,
         &remote,
@@ -355,25 +276,6 @@ fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
     )
 }
 
-/// Starts `command` (its output to `log`) and kills it with SIGKILL after `after`, which must
-/// find it still running.
-pub(crate) fn kill_after(mut command: Command, log: &Path, after: Duration) -> anyhow::Result<()> {
-    let log = std::fs::File::create(log)?;
-    let mut child = command
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting ember train")?;
-    std::thread::sleep(after);
-    ensure!(
-        child.try_wait()?.is_none(),
-        "the run to kill ended before it was killed"
-    );
-    child.kill()?;
-    child.wait()?;
-    Ok(())
-}
-
 /// Kills of runs in the bucket resumed from the bucket: (`EMBER_RESUME_SEED` replays a seed).
 const BUCKET_KILLS: usize = 10;
 
@@ -452,7 +354,7 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
             crate::resume::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
             "{url}: the resumed run's parameters differ from the uninterrupted run's"
         );
-        let inspected = crate::objects_azure::inspect(&|args| check.ember(endpoint, args), &url)?;
+        let inspected = inspect(&|args| check.ember(endpoint, args), &url)?;
         crate::resume::same_values(&reference, &inspected, Path::new(&url))?;
         last = url;
     }

@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{VenvError, ensure_venv, target_dir};
-use crate::objects::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, wait_for_port};
-use crate::process::build;
+use crate::process::{build, target_dir};
+use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, wait_for_port};
+use crate::venv::{VenvError, ensure_venv};
 
 /// The S3 venv's packages and tensorboardX with its native CRC, as `cargo xtask bench --peers`
 /// pins them.
@@ -247,7 +247,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     }
 
     // The Trainer with an s3:// log directory, straight to the server.
-    let mut bench = crate::compat::cargo();
+    let mut bench = crate::process::cargo();
     bench
         .args([
             "bench",

@@ -1,18 +1,52 @@
-//! What the xtasks that run programs share: finding and installing Debian packages, building
-//! with cargo, running a command under a wall-clock limit, and reading a run's logs back with
-//! `ember inspect`.
+//! What the xtasks that run programs share: the cargo that runs xtask and its target
+//! directory, finding and installing Debian packages (and skipping, outside CI, what is still
+//! missing), building with cargo, running a command under a wall-clock limit or killing it
+//! mid-run, and reading a run's logs back with `ember inspect`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::cargo;
-
 /// How long any one run may take before it counts as hung (a debug build of 2 ranks trains
 /// in about a second; `ember train` on two lavapipe devices in about 20 s).
 const LIMIT: Duration = Duration::from_secs(120);
+
+/// The cargo target directory: `CARGO_TARGET_DIR` when set, else `<root>/target`.
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                root.join(dir)
+            }
+        }
+        _ => root.join("target"),
+    }
+}
+
+/// The cargo that runs xtask, so nested builds use the same toolchain.
+pub(crate) fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Whether this run is under CI (`CI=true`), where a missing tool is a failure.
+pub(crate) fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// Turns what the machine lacks (Python, PyPI, a Debian package) into one line and success,
+/// except under CI.
+pub(crate) fn skip_or_fail(task: &str, why: &str) -> anyhow::Result<()> {
+    if under_ci() {
+        bail!("{task}: {why}; CI=true, so this is a failure");
+    }
+    eprintln!("{task}: skipped: {why} (set CI=true to make this an error)");
+    Ok(())
+}
 
 /// Finds what a task needs (`missing` names what is not there), installing Debian's `packages`
 /// when this process may; `Err` says what is still missing.
@@ -141,6 +175,25 @@ pub(crate) fn expect_success(ran: &Ran, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts `command` (its output to `log`) and kills it with SIGKILL after `after`, which must
+/// find it still running.
+pub(crate) fn kill_after(mut command: Command, log: &Path, after: Duration) -> anyhow::Result<()> {
+    let log = std::fs::File::create(log)?;
+    let mut child = command
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting ember train")?;
+    std::thread::sleep(after);
+    ensure!(
+        child.try_wait()?.is_none(),
+        "the run to kill ended before it was killed"
+    );
+    child.kill()?;
+    child.wait()?;
+    Ok(())
+}
+
 /// `ember inspect --json --values` of `logdir`: every record whole (the command fails on a
 /// corrupt one), as ember's checking reader finds it.
 pub(crate) fn inspect_json(ember: &Path, logdir: &Path) -> anyhow::Result<serde_json::Value> {
@@ -189,7 +242,14 @@ pub(crate) fn positive_arg(args: &[String], flag: &str, default: usize) -> anyho
 
 #[cfg(test)]
 mod tests {
-    use super::positive_arg;
+    use super::{positive_arg, skip_or_fail, under_ci};
+
+    #[test]
+    fn a_missing_python_skips_outside_ci_only() {
+        // The environment of the test decides which branch runs; both are checked by value.
+        let result = skip_or_fail("compat", "python3 was not found");
+        assert_eq!(result.is_err(), under_ci());
+    }
 
     #[test]
     fn a_flag_takes_the_positive_number_after_it_or_its_default() {

@@ -33,10 +33,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{
-    COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS, VenvError, ensure_venv, skip_or_fail, target_dir,
-};
-use crate::process::{build, expect_success, inspect_json, run_limited};
+use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
+use crate::process::{build, expect_success, inspect_json, run_limited, skip_or_fail, target_dir};
+use crate::venv::{VenvError, ensure_venv};
 
 /// Kills of TensorBoard-format runs.
 const KILLS_TB: usize = 18;

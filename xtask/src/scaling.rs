@@ -39,8 +39,7 @@ use std::process::Command;
 use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::compat::target_dir;
-use crate::process::{build, on_path, positive_arg, run_limited};
+use crate::process::{build, on_path, positive_arg, run_limited, target_dir};
 
 const TASK: &str = "scaling";
 

@@ -5,8 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::*;
-use crate::compat::target_dir;
-use crate::process::{build, expect_success, run_limited};
+use crate::process::{build, expect_success, run_limited, target_dir};
 
 /// Gradient sizes timed, in `f32` values.
 const BENCH_SIZES: &[usize] = &[1_000, 10_000, 100_000, 1_000_000, 10_000_000];

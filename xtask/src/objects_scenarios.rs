@@ -1,0 +1,162 @@
+//! The object-store scenarios that run alike against every store (moto's S3 and Azurite): a
+//! run killed with SIGKILL then `ember push`ed, two runs into one URL at once, and `ember
+//! inspect` of a URL. A module of their own, so that `objects` and its Azure part share them
+//! without either reaching into the other.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+
+use crate::process::kill_after;
+
+/// The last step of `train/loss` in an `ember inspect --json --values` report, checking that
+/// the steps are 1..N with none missing.
+fn loss_steps(inspected: &serde_json::Value) -> anyhow::Result<i64> {
+    let mut steps: Vec<i64> = inspected["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
+        .filter(|tag| tag["tag"] == "train/loss")
+        .flat_map(|tag| tag["values"].as_array().into_iter().flatten())
+        .filter_map(|point| point[0].as_i64())
+        .collect();
+    steps.sort_unstable();
+    ensure!(!steps.is_empty(), "no train/loss in the killed run");
+    let expected: Vec<i64> = (1..=steps.len() as i64).collect();
+    ensure!(
+        steps == expected,
+        "train/loss steps are not 1..N: {:?}…",
+        &steps[..steps.len().min(20)]
+    );
+    Ok(steps.len() as i64)
+}
+
+/// `ember inspect --json --values` of `url`, `ember` making the command.
+pub(crate) fn inspect(
+    ember: &dyn Fn(&[&str]) -> Command,
+    url: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let out = ember(&["inspect", "--json", "--values", url])
+        .output()
+        .context("starting ember inspect")?;
+    ensure!(
+        out.status.success(),
+        "ember inspect {url} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")
+}
+
+/// A run into `url` killed with SIGKILL mid-run: whole records and no step missing; then
+/// `ember push` (its staging under `tmp`, the `TMPDIR` `ember` gives the runs) ships what the
+/// kill left, no step lost or repeated, and leaves no staging directory.
+pub(crate) fn killed_then_pushed(
+    ember: &dyn Fn(&[&str]) -> Command,
+    url: &str,
+    tmp: &Path,
+    log: &Path,
+    task: &str,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(tmp)?;
+    let train = ember(&[
+        "train",
+        "--epochs",
+        "5000",
+        "--subset",
+        "400",
+        "--devices",
+        "2",
+        "--logdir",
+        url,
+    ]);
+    kill_after(train, log, Duration::from_secs(6))?;
+    let before = loss_steps(&inspect(ember, url)?)?;
+    let push = ember(&["push"]).output().context("starting ember push")?;
+    ensure!(
+        push.status.success(),
+        "ember push failed:\n{}{}",
+        String::from_utf8_lossy(&push.stdout),
+        String::from_utf8_lossy(&push.stderr)
+    );
+    let after = loss_steps(&inspect(ember, url)?)?;
+    ensure!(
+        after >= before,
+        "ember push lost steps: {after} after, {before} before"
+    );
+    let left = std::fs::read_dir(tmp)?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("ember-staging-")
+        })
+        .flat_map(|parent| std::fs::read_dir(parent.path()).into_iter().flatten())
+        .count();
+    ensure!(
+        left == 0,
+        "{left} staging directories left after ember push"
+    );
+    eprintln!(
+        "{task}: after SIGKILL, whole records with train/loss at steps 1..{before}, none \
+         missing; ember push shipped the staging the kill left: 1..{after}"
+    );
+    Ok(())
+}
+
+/// Two runs into one URL under `base` at the same moment, in both formats: both runs'
+/// summary files are in the store, each whole (before, two MindInsight-format runs of one
+/// host and rank in one second had one name, and the second's PUTs replaced the first's).
+pub(crate) fn two_at_once(
+    ember: &dyn Fn(&[&str]) -> Command,
+    base: &str,
+    task: &str,
+) -> anyhow::Result<()> {
+    for (format, ending) in [("tensorboard", ""), ("mindinsight", "_MS")] {
+        let url = format!("{base}/twice-{format}");
+        let args = [
+            "train", "--epochs", "2", "--subset", "400", "--format", format, "--logdir", &url,
+        ];
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                ember(&args)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+            })
+            .collect::<Result<_, _>>()
+            .context("starting ember train")?;
+        for child in children {
+            let out = child.wait_with_output()?;
+            ensure!(
+                out.status.success(),
+                "a run into {url} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let inspected = inspect(ember, &url)?;
+        let files: Vec<String> = inspected["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|run| run["files"].as_array().into_iter().flatten())
+            .filter_map(|file| file["path"].as_str().map(str::to_owned))
+            .filter(|path| {
+                let name = path.rsplit('/').next().unwrap_or(path);
+                (name.contains("tfevents") || name.contains(".summary."))
+                    && (ending.is_empty() || name.ends_with(ending))
+            })
+            .collect();
+        ensure!(
+            files.len() == 2,
+            "two runs into {url} left {} summary file(s): {files:?}",
+            files.len()
+        );
+    }
+    eprintln!(
+        "{task}: two runs into one URL at once keep both their summary files, in both formats"
+    );
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! The servers the object-store checks run on loopback (moto's S3 server, the outage proxy,
+//! Azurite): a module of their own, so that `objects`, its Azure part and its benchmark all
+//! start them without reaching into one another.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+
+/// The S3 server and client, pinned as resolved with Python 3.11, beside TensorBoard.
+pub(crate) const S3_REQUIREMENTS: &[&str] = &[
+    "tensorboard==2.21.0",
+    "protobuf==7.36.2",
+    "numpy==2.4.6",
+    "pillow==12.0.0",
+    "moto[server]==5.2.5",
+    "boto3==1.44.8",
+];
+
+/// A server process (moto, the proxy), stopped when dropped.
+pub(crate) struct Server(pub(crate) Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+pub(crate) fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what} did not listen on 127.0.0.1:{port} within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Starts moto's S3 server on `port`, with `settings` in its environment, logging into `log`.
+pub(crate) fn moto(
+    python: &Path,
+    port: u16,
+    settings: &[(&str, &Path)],
+    log: &Path,
+) -> anyhow::Result<Server> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let mut command = Command::new(python);
+    command
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let server = Server(command.spawn().context("starting moto's S3 server")?);
+    wait_for_port(port, "moto's S3 server")?;
+    Ok(server)
+}
+
+/// What every S3 client of the check is given: credentials, region, endpoint.
+pub(crate) fn s3_env(command: &mut Command, endpoint: &str) {
+    command
+        .env("AWS_ACCESS_KEY_ID", "ember")
+        .env("AWS_SECRET_ACCESS_KEY", "ember-secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("S3_ENDPOINT", endpoint)
+        .env("TF_CPP_MIN_LOG_LEVEL", "3");
+}
