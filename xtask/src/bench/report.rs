@@ -6,7 +6,9 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::*;
+use super::figures::{Figure, median};
+use super::options::Options;
+use super::sides::{BENCH_REQUIREMENTS, MINDSPORE_REQUIREMENTS, Side};
 
 /// `YYYY-MM-DD` (UTC) of a time, by the days-from-civil inverse (Howard Hinnant's algorithm).
 pub(super) fn utc_date(time: SystemTime) -> String {
