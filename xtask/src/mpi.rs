@@ -27,27 +27,23 @@
 //! into `target/bench/mpi.{md,json}`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, ensure};
 
 use crate::process::{
-    build, cargo, ensure_installed, is_root, on_path, positive_arg, skip_or_fail, target_dir,
+    build, cargo, ensure_installed, on_path, positive_arg, skip_or_fail, target_dir,
 };
 
 mod bench;
+mod launch;
 mod scenarios;
 
 use bench::bench;
+use launch::{TASK, Transport};
 use scenarios::{equivalence, faults, resume, train, transports_are_forced};
-
-const TASK: &str = "mpi";
 
 /// Debian's packages for Open MPI and rsmpi's bindgen.
 const PACKAGES: &[&str] = &["openmpi-bin", "libopenmpi-dev", "libclang-dev"];
-
-/// The wait of the hang scenario: rank 0 must end the job soon after it.
-const HANG_TIMEOUT_SECS: u64 = 5;
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     if let Err(why) = ensure_mpi() {
@@ -125,63 +121,6 @@ fn has_libclang() -> bool {
         })
 }
 
-/// How the ranks of a job reach each other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Transport {
-    /// Open MPI's choice on one host: shared memory.
-    SharedMemory,
-    /// Open MPI's TCP transport over the loopback interface, the one that crosses hosts: the
-    /// `ob1` message layer with only the `tcp` (and `self`) byte-transfer layers, so neither
-    /// shared memory nor UCX can stand in for it.
-    Tcp,
-}
-
-impl Transport {
-    const ALL: [Transport; 2] = [Transport::SharedMemory, Transport::Tcp];
-
-    fn name(self) -> &'static str {
-        match self {
-            Transport::SharedMemory => "shared memory",
-            Transport::Tcp => "TCP",
-        }
-    }
-
-    /// A file-name-safe name, for logs and output directories.
-    fn slug(self) -> &'static str {
-        match self {
-            Transport::SharedMemory => "shm",
-            Transport::Tcp => "tcp",
-        }
-    }
-}
-
-/// `mpirun` with `ranks` ranks on this machine over `transport` (as root, where Open MPI asks
-/// for consent).
-fn mpirun(ranks: usize, transport: Transport) -> Command {
-    let mut command = Command::new("mpirun");
-    command.args(["--oversubscribe", "-n", &ranks.to_string()]);
-    if transport == Transport::Tcp {
-        command.args([
-            "--mca",
-            "pml",
-            "ob1",
-            "--mca",
-            "btl",
-            "tcp,self",
-            "--mca",
-            "btl_tcp_if_include",
-            "lo",
-            "--mca",
-            "oob_tcp_if_include",
-            "lo",
-        ]);
-    }
-    if is_root() {
-        command.arg("--allow-run-as-root");
-    }
-    command
-}
-
 fn lint(root: &Path) -> anyhow::Result<()> {
     build(
         root,
@@ -220,12 +159,4 @@ fn tempdir(target: &Path) -> anyhow::Result<PathBuf> {
     let dir = target.join(format!("mpi-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
-}
-
-fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
 }

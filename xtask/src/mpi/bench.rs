@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::*;
+use super::launch::{TASK, Transport, mpirun};
 use crate::process::{build, expect_success, run_limited, target_dir};
 
 /// Gradient sizes timed, in `f32` values.

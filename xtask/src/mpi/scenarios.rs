@@ -6,8 +6,11 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use super::*;
+use super::launch::{TASK, Transport, mpirun};
 use crate::process::{Ran, collect_tags, expect_success, inspect_json, run_limited};
+
+/// The wait of the hang scenario: rank 0 must end the job soon after it.
+const HANG_TIMEOUT_SECS: u64 = 5;
 
 /// The control that makes the TCP runs mean something: under the same `ob1` layer with only the
 /// `self` transport the ranks cannot reach each other, so the transport named is the one used.
@@ -350,4 +353,12 @@ pub(super) fn rank_process(logdir: &Path, rank: usize) -> Option<u32> {
                 .any(|var| var == wanted.as_bytes())
                 .then_some(pid)
         })
+}
+
+fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
 }
