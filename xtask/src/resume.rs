@@ -276,6 +276,10 @@ impl Program {
     }
 }
 
+/// The share of the reference run's duration that kill moments are drawn from. Of the runs,
+/// a fifth may still end before their kill (a slower reference, a faster repeat).
+const KILL_SPAN: f64 = 0.85;
+
 /// Trains a reference run in `dir/reference`, then `kills` runs each killed at a seeded moment
 /// and resumed, each compared with the reference; returns the reference and the resumed runs.
 fn kill_and_resume(
@@ -300,7 +304,9 @@ fn kill_and_resume(
     let mut runs = vec![reference];
     for kill in 0..kills {
         let run = dir.join(format!("killed-{kill:02}"));
-        let at = duration.mul_f64(rng.unit());
+        // Over most of the reference run only: a run timed on a busy machine may take longer
+        // than its repeats, which then end before a kill late in its span.
+        let at = duration.mul_f64(KILL_SPAN * rng.unit());
         let was_killed = start_and_kill(program.command(dir, &run, Begin::Fresh), &run, at)?;
         let checkpointed = hits.count(
             &program.checkpoints(&run),
@@ -364,7 +370,7 @@ fn kill_and_resume(
          uninterrupted run's parameters byte for byte and its values in ember inspect; {hits}"
     );
     ensure!(
-        hits.killed + 2 >= kills,
+        hits.killed + kills / 5 >= kills,
         "only {} of {kills} runs were killed before they finished",
         hits.killed
     );
