@@ -1,13 +1,17 @@
 //! The layering check: each crate under `crates/` depends, among the workspace's own crates,
 //! only on crates of the layer directly below it, as `docs/architecture.md`'s layer table says;
 //! and inside no crate (xtask and the tests' crate included) do modules import each other in
-//! circles (`module_cycles.rs`).
+//! circles (`module_cycles.rs`); the paths docs/architecture.md names exist
+//! (`architecture_doc.rs`); and the Trainer's loop keeps to short functions
+//! (`layers/function_length.rs`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, bail};
+
+mod function_length;
 
 /// A workspace crate under `crates/` and the workspace crates it depends on (dev-dependencies
 /// aside).
@@ -40,12 +44,25 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     for problem in &doc {
         eprintln!("layers: {problem}");
     }
-    if !violations.is_empty() || !cycles.is_empty() || !doc.is_empty() {
+    let long = function_length::check(root)?;
+    if long.is_empty() {
+        eprintln!(
+            "layers: no function in {} over {} lines",
+            function_length::RULED.join(", "),
+            function_length::MAX_LINES
+        );
+    }
+    for problem in &long {
+        eprintln!("layers: {problem}");
+    }
+    if !violations.is_empty() || !cycles.is_empty() || !doc.is_empty() || !long.is_empty() {
         bail!(
-            "{} layering violation(s), {} module cycle(s), {} architecture doc problem(s)",
+            "{} layering violation(s), {} module cycle(s), {} architecture doc problem(s), {} \
+             function(s) too long",
             violations.len(),
             cycles.len(),
-            doc.len()
+            doc.len(),
+            long.len()
         )
     }
     Ok(())

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-mod tokens;
+pub(crate) mod tokens;
 
 use tokens::{Token, tokens};
 

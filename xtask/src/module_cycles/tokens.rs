@@ -3,7 +3,7 @@
 
 /// A token of Rust source, comments and literals left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Token {
+pub(crate) enum Token {
     Ident(String),
     /// `::`
     PathSep,
@@ -11,7 +11,7 @@ pub(super) enum Token {
 }
 
 /// The tokens of `text` with their lines.
-pub(super) fn tokens(text: &str) -> Vec<(Token, usize)> {
+pub(crate) fn tokens(text: &str) -> Vec<(Token, usize)> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let (mut i, mut line) = (0, 1);
