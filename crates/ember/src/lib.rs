@@ -121,6 +121,6 @@ pub use ember_write::{
 };
 
 /// The writer pool's statistics under their old name, which read as the device pool's
-/// ([`PoolOptions`] is the device pool's).
+/// (the device pool's options are `PoolOptions`).
 #[deprecated(note = "renamed `WriterPoolStats`: `PoolStats` read as the device pool's")]
 pub type PoolStats = WriterPoolStats;

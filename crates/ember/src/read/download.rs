@@ -16,7 +16,7 @@ pub fn download_private(url: &str) -> Result<ember_write::remote::Downloaded, Re
 }
 
 /// Downloads the objects of the object-store log directory `url` (`s3://…`, `gs://…`, …) into
-/// the local directory `into`, segments and all, so that [`Summaries::read_dir`] and any
+/// the local directory `into`, segments and all, so that [`Summaries::read_dir`](super::Summaries::read_dir) and any
 /// reader of local directories read it; returns how many objects there were. Needs the
 /// `object-store` feature.
 pub fn download(url: &str, into: &Path) -> Result<usize, ReadError> {

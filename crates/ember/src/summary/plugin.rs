@@ -70,7 +70,7 @@ impl Plugin {
 }
 
 /// MindSpore's modes. In [`Mode::Eval`], [`record`](crate::SummaryRecord::record) drops the values that
-/// model code sent through a [`SummaryTap`] (MindSpore's summary operators); values added with
+/// model code sent through a [`SummaryTap`](crate::SummaryTap) (MindSpore's summary operators); values added with
 /// `add_value` are still written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {

@@ -50,7 +50,10 @@ pub struct SummaryRecord {
     pub(super) error_policy: ErrorPolicy,
     pub(super) rank: u32,
     pub(super) world_size: u32,
-    /// Whether this rank's files are in a directory of its own ([`RankLayout::Directory`]).
+    /// Whether this rank's files are in a directory of its own
+    /// ([`RankLayout::Directory`](crate::RankLayout::Directory)).
+    /// Read only by checkpoints, which need Burn.
+    #[cfg_attr(not(feature = "burn"), allow(dead_code))]
     pub(super) own_directory: bool,
     /// The wall time records carry instead of the clock's, when set.
     pub(super) wall_time: Option<f64>,
@@ -75,8 +78,9 @@ impl SummaryRecord {
     }
 
     /// Which files of the log directory are this record's to roll back: in a directory of its
-    /// own (one rank, or [`RankLayout::Directory`]) every file ember writes; in one shared by
-    /// ranks, its rank's.
+    /// own (one rank, or [`RankLayout::Directory`](crate::RankLayout::Directory)) every file
+    /// ember writes; in one shared by ranks, its rank's.
+    #[cfg(feature = "burn")]
     pub(crate) fn ownership(&self) -> ember_write::Ownership {
         if self.own_directory {
             ember_write::Ownership::ALONE

@@ -60,7 +60,7 @@ pub struct TrainReport {
     pub interrupted: bool,
     /// Summary errors that training went past (under any [`ErrorPolicy`](crate::ErrorPolicy) but `Raise`); the
     /// first of each kind was logged. Write failures that happen on the writer threads are not
-    /// among them: the record keeps those ([`SummaryRecord::take_errors`]).
+    /// among them: the record keeps those ([`SummaryRecord::take_errors`](crate::SummaryRecord::take_errors)).
     pub summary_errors: u64,
     /// The checkpoint the run resumed from, when it did.
     pub resumed_from: Option<PathBuf>,
