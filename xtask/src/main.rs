@@ -19,6 +19,10 @@
 //! - `features`: checks that `ember` without its `burn` feature builds no Burn, that the logging
 //!   example builds and runs that way in a crate of its own, and that the docs of both feature
 //!   sets build without warnings.
+//! - `hosts`: ranks on hosts of their own (network namespaces joined by veth links, as root):
+//!   2 hosts x 1 rank against one host, a host's link cut mid-run (every process gone within a
+//!   bound, then `--resume` from the bucket), and links slowed by tc (all-reduce against the
+//!   α–β model) into `target/bench/hosts.md`.
 //! - `layers`: checks that each crate depends only on the layer directly below it, and that no
 //!   modules of any crate (xtask and the tests' crate included) import each other in circles, and
 //!   every path docs/architecture.md names exists.
@@ -39,6 +43,7 @@ mod compat;
 mod devices;
 mod features;
 mod gpu;
+mod hosts;
 mod layers;
 mod module_cycles;
 mod mpi;
@@ -66,6 +71,7 @@ fn main() -> anyhow::Result<()> {
         Some("devices") => devices::run(&root),
         Some("features") => features::run(&root),
         Some("gpu") => gpu::run(&root, &args[1..]),
+        Some("hosts") => hosts::run(&root),
         Some("layers") => layers::run(&root),
         Some("mpi") => mpi::run(&root, &args[1..]),
         Some("objects") => objects::run(&root, &args[1..]),
@@ -73,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         Some("scaling") => scaling::run(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, ember train on 1..N GPUs (--epochs E), and the scaling table against burn-train's strategies (--rounds R)\n  layers   check the crate layering against docs/architecture.md, no module cycle in any crate, and the doc's paths\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader\n  scaling  examples/s of 1 and 2 workers, ember against burn-train's own strategies, into target/bench/scaling.md (--rounds R; --mpi: ember as mpirun ranks too; --wgpu: on two wgpu devices too; --quick: one small round, as CI runs it)"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, ember train on 1..N GPUs (--epochs E), and the scaling table against burn-train's strategies (--rounds R)\n  hosts    ranks on hosts of their own (network namespaces, as root): equivalence, a cut link, slow links into target/bench/hosts.md\n  layers   check the crate layering against docs/architecture.md, no module cycle in any crate, and the doc's paths\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader\n  scaling  examples/s of 1 and 2 workers, ember against burn-train's own strategies, into target/bench/scaling.md (--rounds R; --mpi: ember as mpirun ranks too; --wgpu: on two wgpu devices too; --quick: one small round, as CI runs it)"
             );
             Ok(())
         }

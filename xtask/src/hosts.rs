@@ -1,0 +1,150 @@
+//! `cargo xtask hosts`: ember's ranks on hosts of their own, with a network between them that
+//! can be cut and slowed, which `cargo xtask mpi` (every rank on one host, over loopback)
+//! cannot show.
+//!
+//! Each host is a Linux network namespace with its own address, loopback, host name and
+//! `TMPDIR`, joined by a veth link to a bridge in the root namespace (`hosts/net.rs`, subnet
+//! 10.203.7.0/24, no route out). `mpirun` runs in the root namespace and starts one rank per
+//! host through Open MPI's remote-shell launcher, pointed at a script that does what `ssh`
+//! does on real hosts (`hosts/launch.rs`); the ranks reach each other over Open MPI's TCP
+//! transport on the hosts' addresses. The S3 server (moto) listens on the bridge's address,
+//! and every run's log directory is an `s3://` URL, so no two ranks share a directory on disk.
+//!
+//! Scenarios, each checked by what the readers show afterwards:
+//! - (a) `hosts/equivalence.rs`: 2 hosts x 1 rank train the model of 2 ranks on one host, byte
+//!   for byte, with the same values in `ember inspect` and TensorBoard's S3 reader.
+//! - (b) `hosts/cut.rs`: one host's link goes down mid-run: every process of the job on both
+//!   sides (`mpirun`, the `orted`s, the ranks) is gone within a bound of the cut, the output
+//!   names the lost host, `ember push` on each host ships what its writers accepted, and the
+//!   job resumed from the bucket ends as the uninterrupted one did.
+//! - (c) `hosts/slow.rs`: the links limited to 1 Gbit/s and 100 Mbit/s: the all-reduce's cost
+//!   per gradient size against the α–β model, and the scaling benchmark's step time, into
+//!   `target/bench/hosts.{md,json}`.
+//!
+//! Needs root, `ip`, `tc` and `unshare`, Open MPI (installed as `cargo xtask mpi` installs it),
+//! and Python with PyPI for moto and TensorBoard; without them it skips in one line, which is a
+//! failure under `CI=true`. Namespaces, links, qdiscs, moto and every process started are
+//! removed at the end, when a scenario fails too, and at the start, when an earlier run was
+//! killed before it could.
+
+use std::path::Path;
+
+use anyhow::ensure;
+
+use crate::process::{build, is_root, on_path, run_limited, skip_or_fail, target_dir};
+use crate::server::S3_REQUIREMENTS;
+use crate::venv::{VenvError, ensure_venv};
+
+mod check;
+mod cut;
+mod equivalence;
+mod launch;
+mod net;
+mod report;
+mod slow;
+mod store;
+
+use check::Check;
+use launch::{Cluster, TASK, kill_leftovers};
+use net::Network;
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    if !is_root() {
+        return skip_or_fail(TASK, "network namespaces need root");
+    }
+    if let Some(tool) = ["ip", "tc", "unshare"].into_iter().find(|t| !on_path(t)) {
+        return skip_or_fail(TASK, &format!("no `{tool}` (Debian: iproute2, util-linux)"));
+    }
+    if let Err(why) = crate::mpi::ensure_mpi() {
+        return skip_or_fail(TASK, &why);
+    }
+    let target = target_dir(root);
+    let python = match ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS) {
+        Ok(python) => python,
+        Err(VenvError::Unavailable(why)) => return skip_or_fail(TASK, &why),
+        Err(VenvError::Failed(e)) => return Err(e),
+    };
+    build(
+        root,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "ember-cli",
+            "--features",
+            "mpi,object-store",
+        ],
+    )?;
+    build(
+        root,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "ember-collective",
+            "--features",
+            "mpi",
+            "--example",
+            "allreduce",
+        ],
+    )?;
+    let work = target.join("hosts-check");
+    kill_leftovers(&work.join("agent"))?;
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+
+    // Dropped in reverse: the server, then the network with every process left inside it.
+    let network = Network::up()?;
+    let (_server, endpoint) = store::start(root, &python, &work.join("moto.log"))?;
+    let cluster = Cluster::new(&work, &network, &endpoint)?;
+    let check = Check {
+        root,
+        python: &python,
+        ember: &target.join("release/ember"),
+        allreduce: &target.join("release/examples/allreduce"),
+        work: &work,
+        network: &network,
+        cluster: &cluster,
+    };
+    one_rank_per_host(&check)?;
+    let (one_host, equal_seconds) = equivalence::equivalence(&check)?;
+    let cut = cut::cut(&check, &endpoint, &one_host)?;
+    eprintln!(
+        "{TASK}: (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the \
+         cut (bound {:.0} s), the output naming the lost host (`{}`); ember push on each host \
+         left train/loss at steps 1..{} (1..{} before it); the job resumed from the bucket ends \
+         with the uninterrupted job's model byte for byte, each step once in ember inspect and \
+         TensorBoard's S3 reader",
+        cut.gone_after.as_secs_f64(),
+        cut::BOUND.as_secs_f64(),
+        cut.named,
+        cut.steps.1,
+        cut.steps.0
+    );
+    let rates = slow::slow(&check)?;
+    let md = report::write(&target.join("bench"), equal_seconds, &cut, &rates)?;
+    eprintln!("{md}");
+    eprintln!("{TASK}: all scenarios passed; report in target/bench/hosts.md");
+    Ok(())
+}
+
+/// Each rank runs on a host of its own: rank r on host r, under that host's name.
+fn one_rank_per_host(check: &Check) -> anyhow::Result<()> {
+    let mut job = check.cluster.mpirun();
+    job.args([
+        "sh",
+        "-c",
+        "echo \"$(hostname) rank $OMPI_COMM_WORLD_RANK\"",
+    ]);
+    let ran = run_limited(job, "mpirun of hostname", &check.work.join("hostname.log"))?;
+    for host in 0..check.network.hosts.len() {
+        let line = format!("h{host} rank {host}");
+        ensure!(
+            ran.success && ran.output.contains(&line),
+            "rank {host} did not run on host h{host}:\n{}",
+            ran.output
+        );
+    }
+    eprintln!("{TASK}: mpirun starts rank 0 on h0 and rank 1 on h1 through its remote-shell agent");
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! What every scenario uses: the programs, the work directory, the hosts and their launcher,
+//! and the readers of a run in the bucket (`ember pull`, `ember inspect`, TensorBoard's S3
+//! reader through `xtask/objects/check_s3.py`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, ensure};
+
+use super::launch::Cluster;
+use super::net::Network;
+use crate::process::{Ran, expect_success, run_limited};
+
+pub(super) struct Check<'a> {
+    pub(super) root: &'a Path,
+    pub(super) python: &'a Path,
+    /// `ember` built with `mpi,object-store`, release.
+    pub(super) ember: &'a Path,
+    /// ember-collective's `allreduce` example, release.
+    pub(super) allreduce: &'a Path,
+    pub(super) work: &'a Path,
+    pub(super) network: &'a Network,
+    pub(super) cluster: &'a Cluster,
+}
+
+impl Check<'_> {
+    /// `ember` with `args`, in the root namespace, with the S3 settings.
+    pub(super) fn ember(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(self.ember);
+        command.args(args);
+        self.cluster.s3(&mut command);
+        command
+    }
+
+    /// `mpirun` of `program args` with one rank on each host.
+    pub(super) fn on_hosts(&self, program: &Path, args: &[&str]) -> Command {
+        let mut command = self.cluster.mpirun();
+        command.arg(program).args(args);
+        command
+    }
+
+    /// Runs `command` to its end (bounded), its output in `<work>/<name>.log`, and requires
+    /// success.
+    pub(super) fn succeed(&self, command: Command, name: &str) -> anyhow::Result<Ran> {
+        let ran = run_limited(command, name, &self.work.join(format!("{name}.log")))?;
+        expect_success(&ran, name)?;
+        Ok(ran)
+    }
+
+    /// `ember pull` of `url` into `<work>/<name>`.
+    pub(super) fn pull(&self, url: &str, name: &str) -> anyhow::Result<PathBuf> {
+        let dir = self.work.join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = self
+            .ember(&["pull", url])
+            .arg(&dir)
+            .output()
+            .context("starting ember pull")?;
+        ensure!(
+            out.status.success(),
+            "ember pull {url} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(dir)
+    }
+
+    /// `ember inspect --json --values` of `url`.
+    pub(super) fn inspect(&self, url: &str) -> anyhow::Result<serde_json::Value> {
+        crate::objects_scenarios::inspect(&|args| self.ember(args), url)
+    }
+
+    /// TensorBoard's own S3 reader shows every value of the run at `url` as of the local run
+    /// `local`, and the bucket holds only whole records.
+    pub(super) fn tensorboard_same(&self, url: &str, local: &Path) -> anyhow::Result<()> {
+        let mut command = Command::new(self.python);
+        command
+            .arg(self.root.join("xtask/objects/check_s3.py"))
+            .args(["compare", url])
+            .arg(local);
+        self.cluster.s3(&mut command);
+        let out = command.output().context("starting check_s3.py")?;
+        ensure!(
+            out.status.success(),
+            "TensorBoard's S3 reader does not show {url} as {}:\n{}{}",
+            local.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+}

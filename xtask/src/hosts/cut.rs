@@ -1,0 +1,214 @@
+//! Scenario (b): host 1's cable pulled (`ip link set <veth> down`) mid-run, after the job's
+//! first whole checkpoint is in the bucket. Every process of the job on both sides of the cut
+//! (`mpirun`, each host's `orted`, both ranks) must be gone within [`BOUND`] of the cut, and
+//! the job's output must name the host it lost (rank 1's). With the link back, `ember push` on
+//! each host ships what its writers had accepted and not yet shipped (train/loss in the bucket
+//! then has every step up to the cut, none missing), and `mpirun … ember train --resume
+//! s3://…` ends with the uninterrupted run's model, byte for byte, and its values, each step
+//! once, in `ember inspect` and TensorBoard's S3 reader.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+
+use super::check::Check;
+use super::equivalence::TRAIN;
+use super::store::keys;
+use crate::resume::{model_without_ids, same_values};
+use crate::server::Server;
+
+/// The run in the bucket whose host loses its link.
+const URL: &str = "s3://ember/cut";
+
+/// How long after the cut every process of the job may still run: Open MPI's keepalive finds
+/// the silent connection dead in about 3 s (`launch::KEEPALIVE`), under the collective
+/// timeout of 5 s; the rest is the job's teardown.
+pub(super) const BOUND: Duration = Duration::from_secs(10);
+
+/// What the scenario measured.
+pub(super) struct CutFigures {
+    /// From the cut until no process of the job was left, on either side.
+    pub(super) gone_after: Duration,
+    /// The line of the job's output that names the lost host.
+    pub(super) named: String,
+    /// train/loss steps in the bucket before and after `ember push`.
+    pub(super) steps: (usize, usize),
+}
+
+pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Result<CutFigures> {
+    let mut job = check.on_hosts(check.ember, TRAIN);
+    job.args(["--logdir", URL]);
+    let log_path = check.work.join("cut.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut running = Server(
+        job.stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting mpirun")?,
+    );
+    let started = Instant::now();
+    while !keys(endpoint, "cut/checkpoints/")?
+        .iter()
+        .any(|k| k.ends_with(".ember") && !k.contains(".rank"))
+    {
+        ensure!(
+            running.0.try_wait()?.is_none() && started.elapsed() < Duration::from_secs(90),
+            "the job ended or hung before its first checkpoint was in the bucket:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check.network.link(1, false)?;
+    let gone_after = all_gone(check, &mut running)?;
+    ensure!(
+        running.0.try_wait()?.is_some_and(|s| !s.success()),
+        "mpirun succeeded although a host was cut off"
+    );
+    let output = std::fs::read_to_string(&log_path)?;
+    let lost = &check.cluster.addrs[1];
+    let named = output
+        .lines()
+        .find(|l| l.contains(lost.as_str()) || l.contains("rank 1"))
+        .with_context(|| format!("the job's output names neither {lost} nor rank 1:\n{output}"))?
+        .trim()
+        .to_owned();
+    check.network.link(1, true)?;
+    check.network.reachable()?;
+
+    let steps = pushed(check)?;
+    resumed(check, reference)?;
+    Ok(CutFigures {
+        gone_after,
+        named,
+        steps,
+    })
+}
+
+/// Waits (at most [`BOUND`]) until `mpirun`, the hosts' processes and every process of the
+/// job anywhere (its URL or the task's agent on the command line) are gone; returns how long
+/// that took from the cut.
+fn all_gone(check: &Check, running: &mut Server) -> anyhow::Result<Duration> {
+    let cut = Instant::now();
+    let agent = check.cluster.agent().to_string_lossy().into_owned();
+    loop {
+        let mpirun = running.0.try_wait()?.is_none();
+        let mut left: Vec<String> = (0..check.network.hosts.len())
+            .flat_map(|host| check.network.pids(host))
+            .map(|pid| format!("{pid} in a host's namespace"))
+            .collect();
+        left.extend(
+            processes_with(&[&agent, URL])
+                .into_iter()
+                .map(|(pid, cmd)| format!("{pid} {cmd}")),
+        );
+        if !mpirun && left.is_empty() {
+            return Ok(cut.elapsed());
+        }
+        ensure!(
+            cut.elapsed() < BOUND,
+            "{:.0?} after host 1's link went down, the job still runs (mpirun {}): {left:?}",
+            BOUND,
+            if mpirun { "running" } else { "gone" }
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Processes of this machine (but this one) whose command line holds one of `needles`.
+fn processes_with(needles: &[&str]) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (pid != me && needles.iter().any(|n| cmdline.contains(n)))
+                .then(|| (pid, cmdline.chars().take(120).collect()))
+        })
+        .collect()
+}
+
+/// `ember push` on each host (its own `TMPDIR`): afterwards no staging is left, and train/loss
+/// in the bucket has steps 1..N, none missing, N at least what it had before.
+fn pushed(check: &Check) -> anyhow::Result<(usize, usize)> {
+    let before = loss_steps(&check.inspect(URL)?)?;
+    for host in 0..check.cluster.tmp.len() {
+        let mut push = check.cluster.on_host(host, check.ember);
+        push.arg("push");
+        let ran = check.succeed(push, &format!("cut-push-h{host}"))?;
+        let left = staging_left(&check.cluster.tmp[host])?;
+        ensure!(
+            left == 0,
+            "{left} staging directories left on host {host} after ember push:\n{}",
+            ran.output
+        );
+    }
+    let after = loss_steps(&check.inspect(URL)?)?;
+    ensure!(
+        after >= before,
+        "ember push lost steps: {after} after, {before} before"
+    );
+    Ok((before, after))
+}
+
+/// `ember train --resume` of the cut run on the hosts: the uninterrupted run's model and values.
+fn resumed(check: &Check, reference: &Path) -> anyhow::Result<()> {
+    let resume = check.on_hosts(check.ember, &["train", "--resume", URL]);
+    let ran = check.succeed(resume, "cut-resumed")?;
+    ensure!(
+        ran.output.contains("resumed from"),
+        "the job did not go on from a checkpoint:\n{}",
+        ran.output
+    );
+    let pulled = check.pull(URL, "cut-pulled")?;
+    ensure!(
+        model_without_ids(&pulled.join("model.bpk"))?
+            == model_without_ids(&reference.join("model.bpk"))?,
+        "the resumed job's model differs from the uninterrupted job's"
+    );
+    same_values(
+        &crate::process::inspect_json(check.ember, reference)?,
+        &check.inspect(URL)?,
+        Path::new(URL),
+    )?;
+    check.tensorboard_same(URL, reference)
+}
+
+/// The number of train/loss steps in an `ember inspect --json --values` report, which must
+/// be 1..N with none missing or twice.
+fn loss_steps(inspected: &serde_json::Value) -> anyhow::Result<usize> {
+    let mut steps: Vec<i64> = inspected["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
+        .filter(|tag| tag["tag"] == "train/loss")
+        .flat_map(|tag| tag["values"].as_array().into_iter().flatten())
+        .filter_map(|point| point[0].as_i64())
+        .collect();
+    steps.sort_unstable();
+    let expected: Vec<i64> = (1..=steps.len() as i64).collect();
+    ensure!(
+        !steps.is_empty() && steps == expected,
+        "train/loss steps in the bucket are not 1..N: {:?}",
+        &steps[..steps.len().min(20)]
+    );
+    Ok(steps.len())
+}
+
+/// The staging directories left under `tmp` (`ember-staging-<uid>/*`).
+fn staging_left(tmp: &Path) -> anyhow::Result<usize> {
+    Ok(std::fs::read_dir(tmp)?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("ember-staging-")
+        })
+        .flat_map(|parent| std::fs::read_dir(parent.path()).into_iter().flatten())
+        .count())
+}

@@ -1,0 +1,75 @@
+//! The S3 server every host writes to: moto, as `cargo xtask objects` runs it, but listening on
+//! the bridge's address in the root namespace, which each host reaches over its own link; and a
+//! listing of a prefix of its bucket over plain HTTP (moto checks no signature by default).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+
+use super::net::BRIDGE_ADDR;
+use crate::server::Server;
+
+/// The bucket every run of the task writes into.
+pub(super) const BUCKET: &str = "ember";
+
+/// Starts moto on a free port of the bridge's address, logging into `log`, and creates the
+/// bucket with `check_s3.py`; returns the server and its endpoint.
+pub(super) fn start(root: &Path, python: &Path, log: &Path) -> anyhow::Result<(Server, String)> {
+    let port = TcpListener::bind((BRIDGE_ADDR, 0))?.local_addr()?.port();
+    let log = std::fs::File::create(log)?;
+    let server = Server(
+        Command::new(python)
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                BRIDGE_ADDR,
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting moto's S3 server")?,
+    );
+    let started = Instant::now();
+    while TcpStream::connect((BRIDGE_ADDR, port)).is_err() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "moto did not listen on {BRIDGE_ADDR}:{port} within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let endpoint = format!("http://{BRIDGE_ADDR}:{port}");
+    let mut bucket = Command::new(python);
+    bucket
+        .arg(root.join("xtask/objects/check_s3.py"))
+        .args(["bucket", &endpoint, BUCKET]);
+    crate::server::s3_env(&mut bucket, &endpoint);
+    let status = bucket.status().context("starting check_s3.py")?;
+    ensure!(status.success(), "creating the bucket failed ({status})");
+    Ok((server, endpoint))
+}
+
+/// The keys under `prefix` in the bucket (the first thousand), from moto's ListObjectsV2.
+pub(super) fn keys(endpoint: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let host = endpoint.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(host)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET /{BUCKET}?list-type=2&prefix={prefix} HTTP/1.0\r\nHost: {host}\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body)?;
+    Ok(body
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|rest| rest.split("</Key>").next())
+        .map(str::to_owned)
+        .collect())
+}
