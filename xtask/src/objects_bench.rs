@@ -13,6 +13,10 @@
 //!    - `tensor`, 200 steps of 100,000 f32 (80 MB), no flush but the close: MB/s.
 //! 3. The Trainer's step time with an `s3://` log directory against a local one and none
 //!    (`cargo bench -p ember --features object-store --bench remote`).
+//! 4. What a checkpoint costs in the bucket against the local disk: one checkpoint of the
+//!    digits model and of a 10 M-parameter model, and the Trainer's step time with its log and
+//!    checkpoints in the bucket (`cargo bench -p ember --features object-store --bench
+//!    checkpoint`).
 //!
 //! Medians with the spread over rounds go to `target/bench/objects.md` and stdout; the figures
 //! quoted in docs/benchmarks.md come from here.
@@ -246,7 +250,38 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         }
     }
 
-    // The Trainer with an s3:// log directory, straight to the server.
+    // The Trainer with an s3:// log directory, straight to the server; then what a checkpoint
+    // costs there against the local disk.
+    let trainer = ember_bench(root, &direct, "remote", &[], "s3://bench/trainer")?;
+    let checkpoints = ember_bench(
+        root,
+        &direct,
+        "checkpoint",
+        &["20"],
+        "s3://bench/checkpoint",
+    )?;
+
+    let text = format!(
+        "# Object-store log directories: what they cost\n\n{rounds} rounds, rotating order; moto \
+         5.2.5 on loopback, behind a proxy that counts what clients send.\n\n{report}\n{trainer}\n\n\
+         ## Checkpoints\n\n{checkpoints}\n"
+    );
+    let path: PathBuf = target.join("bench").join("objects.md");
+    std::fs::create_dir_all(path.parent().context("no bench dir")?)?;
+    std::fs::write(&path, &text)?;
+    println!("{text}\n(written to {})", path.display());
+    Ok(())
+}
+
+/// Runs ember's bench `name` (release, `object-store` feature) against the S3 server at
+/// `endpoint` with `EMBER_BENCH_URL=url`; its result lines.
+fn ember_bench(
+    root: &Path,
+    endpoint: &str,
+    name: &str,
+    args: &[&str],
+    url: &str,
+) -> anyhow::Result<String> {
     let mut bench = crate::process::cargo();
     bench
         .args([
@@ -256,32 +291,26 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
             "--features",
             "object-store",
             "--bench",
-            "remote",
+            name,
         ])
+        .arg("--")
+        .args(args)
         .current_dir(root)
-        .env("EMBER_BENCH_URL", "s3://bench/trainer");
-    s3_env(&mut bench, &direct);
-    let output = bench.output().context("running the remote bench")?;
+        .env("EMBER_BENCH_URL", url);
+    s3_env(&mut bench, endpoint);
+    let output = bench
+        .output()
+        .with_context(|| format!("running the {name} bench"))?;
     ensure!(
         output.status.success(),
-        "the remote bench failed:\n{}",
+        "the {name} bench failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let trainer = String::from_utf8_lossy(&output.stdout)
+    Ok(String::from_utf8_lossy(&output.stdout)
         .lines()
-        .filter(|l| l.starts_with("Trainer"))
+        .filter(|l| l.starts_with("Trainer") || l.contains(": "))
         .collect::<Vec<_>>()
-        .join("\n");
-
-    let text = format!(
-        "# Object-store log directories: what they cost\n\n{rounds} rounds, rotating order; moto \
-         5.2.5 on loopback, behind a proxy that counts what clients send.\n\n{report}\n{trainer}\n"
-    );
-    let path: PathBuf = target.join("bench").join("objects.md");
-    std::fs::create_dir_all(path.parent().context("no bench dir")?)?;
-    std::fs::write(&path, &text)?;
-    println!("{text}\n(written to {})", path.display());
-    Ok(())
+        .join("\n"))
 }
 
 fn median(values: impl Iterator<Item = f64>) -> f64 {

@@ -9,6 +9,11 @@
 //! 2. The Trainer's step time with a checkpoint every 50 optimizer steps (`ember train`'s
 //!    default) and at the epoch's end, against none: the run of `overhead_paired` (200 steps on
 //!    2 workers), in pairs whose order alternates; the median ratio with its quartiles.
+//! 3. With the `object-store` feature and `EMBER_BENCH_URL=s3://bucket/prefix` (and the store's
+//!    `AWS_*` settings): each checkpoint of 1. also PUT into the bucket, the time until the
+//!    PUT returns, when the object is whole; and 2. with the log and the checkpoints in the
+//!    bucket, where a checkpoint also waits until every record before it is in the bucket.
+//!    `cargo xtask objects --bench` starts a loopback S3 server (moto) and runs it so.
 //!
 //! `cargo bench -p ember --bench checkpoint [-- PAIRS]`
 
@@ -62,8 +67,9 @@ fn median(mut xs: Vec<f64>) -> (f64, f64, f64) {
     (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
 }
 
-/// Checkpoint rounds of `model` after one Adam step: (stall ms, write ms, bytes, parameters).
-fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
+/// Checkpoint rounds of `model` after one Adam step: its stall on the training thread and its
+/// write to the local disk and, given one, into `bucket`.
+fn checkpoint_cost(name: &str, model: Mlp, rounds: usize, bucket: Option<&Store>) {
     let device = Device::flex().autodiff();
     let mut optimizer = AdamConfig::new().init();
     let mut scheduler =
@@ -75,7 +81,7 @@ fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
     let model = optimizer.step(lr, model, grads);
     let parameters = model.num_params();
     let dir = tempfile::tempdir().expect("temp dir");
-    let (mut stalls, mut writes) = (Vec::new(), Vec::new());
+    let (mut stalls, mut writes, mut puts) = (Vec::new(), Vec::new(), Vec::new());
     let mut bytes = 0;
     for round in 0..rounds {
         // What the Trainer does on the training thread: the state read out at this step.
@@ -100,9 +106,15 @@ fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
                 "scheduler",
                 vec(scheduler_record.into_bytes().expect("scheduler bytes")),
             );
+        let serialized = started.elapsed();
         let path = write_durably(dir.path(), &format!("ckpt-{round}.ember"), &checkpoint)
             .expect("checkpoint written");
         let written = started.elapsed();
+        if let Some(bucket) = bucket {
+            // Into bytes as for the disk, then written whole into the bucket.
+            let whole = serialized.as_secs_f64() + put_whole(bucket, round, &checkpoint);
+            puts.push(whole * 1e3);
+        }
         bytes = std::fs::metadata(&path).expect("checkpoint size").len();
         std::fs::remove_file(&path).expect("checkpoint removed");
         stalls.push(stalled.as_secs_f64() * 1e3);
@@ -115,6 +127,15 @@ fn checkpoint_cost(name: &str, model: Mlp, rounds: usize) {
          {stall:.2} ms ({stall_min:.2}-{stall_max:.2}), written and fsynced on the checkpoint \
          thread {write:.2} ms ({write_min:.2}-{write_max:.2}); median (min-max) of {rounds}"
     );
+    if !puts.is_empty() {
+        let (put, put_min, put_max) = median(puts);
+        println!(
+            "{name}: the same checkpoint into bytes and whole in the bucket (one PUT returned) \
+             {put:.2} ms ({put_min:.2}-{put_max:.2}), {:.1}x the local disk; median (min-max) of \
+             {rounds}",
+            put / write
+        );
+    }
 }
 
 fn main() {
@@ -123,12 +144,22 @@ fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(40);
     let device = Device::flex().autodiff();
-    checkpoint_cost("digits MLP 64-64-10", Mlp::new(&[64, 64, 10], &device), 50);
+    let bucket = bucket();
+    checkpoint_cost(
+        "digits MLP 64-64-10",
+        Mlp::new(&[64, 64, 10], &device),
+        50,
+        bucket.as_ref(),
+    );
     checkpoint_cost(
         "MLP 64-3136-3136-10",
         Mlp::new(&[64, 3136, 3136, 10], &device),
         7,
+        bucket.as_ref(),
     );
+    if let Some(bucket) = &bucket {
+        in_the_bucket(pairs, bucket);
+    }
 
     let dir = tempfile::tempdir().expect("temp dir");
     let every_50 = || Some(CheckpointConfig::new(dir.path().join("checkpoints"), 50));
@@ -177,4 +208,77 @@ fn paired(
         on_total.as_secs_f64() / off_total.as_secs_f64(),
         (on_total.as_secs_f64() - off_total.as_secs_f64()) * 1e3 / (pairs * 5) as f64
     );
+}
+
+/// Where bucket checkpoints go: the bucket and its URL.
+#[cfg(feature = "object-store")]
+struct Store {
+    bucket: ember::Bucket,
+    url: String,
+}
+
+#[cfg(not(feature = "object-store"))]
+enum Store {}
+
+/// The bucket `EMBER_BENCH_URL` names, with the `object-store` feature; `None` otherwise.
+fn bucket() -> Option<Store> {
+    let url = std::env::var("EMBER_BENCH_URL").ok()?;
+    #[cfg(feature = "object-store")]
+    {
+        let url = format!("{}/checkpoint-bench", url.trim_end_matches('/'));
+        let bucket = ember::Bucket::open(&url).expect("the bench's bucket opens");
+        Some(Store { bucket, url })
+    }
+    #[cfg(not(feature = "object-store"))]
+    {
+        println!("checkpoint: {url} needs the object-store feature; the bucket side is left out");
+        None
+    }
+}
+
+/// Seconds until `checkpoint`, turned into bytes, is whole in the bucket: one PUT, which a
+/// store takes whole or not at all.
+fn put_whole(bucket: &Store, round: usize, checkpoint: &Checkpoint) -> f64 {
+    #[cfg(feature = "object-store")]
+    {
+        let started = Instant::now();
+        let name = format!("ckpt-{round}.ember");
+        bucket
+            .bucket
+            .put(&name, checkpoint.encode())
+            .expect("checkpoint PUT");
+        let whole = started.elapsed().as_secs_f64();
+        bucket.bucket.delete(&name).expect("checkpoint removed");
+        whole
+    }
+    #[cfg(not(feature = "object-store"))]
+    {
+        let _ = (round, checkpoint);
+        match *bucket {}
+    }
+}
+
+/// The Trainer run with its log and its checkpoints in the bucket, checkpoints every 50
+/// optimizer steps against none, as [`paired`] does locally.
+fn in_the_bucket(pairs: usize, bucket: &Store) {
+    #[cfg(feature = "object-store")]
+    {
+        let mut summary = SummaryRecord::new(format!("{}/log", bucket.url))
+            .expect("summary record in the bucket");
+        let every_50 = || {
+            Some(CheckpointConfig::new(
+                format!("{}/checkpoints", bucket.url),
+                50,
+            ))
+        };
+        paired(
+            pairs,
+            "summaries and checkpoints in the bucket",
+            Some(&mut summary),
+            every_50,
+        );
+        summary.close().expect("summaries close");
+    }
+    #[cfg(not(feature = "object-store"))]
+    let _ = (pairs, bucket);
 }
