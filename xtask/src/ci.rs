@@ -22,6 +22,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo test -p ember-write -p ember --lib --features ember-write/object-store,ember/object-store",
     "cargo xtask objects",
     "cargo xtask mpi",
+    "cargo xtask hosts",
     "cargo xtask devices",
 ];
 

@@ -27,7 +27,7 @@
 //! removed at the end, when a scenario fails too, and at the start, when an earlier run was
 //! killed before it could.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::ensure;
 
@@ -49,45 +49,11 @@ use launch::{Cluster, TASK, kill_leftovers};
 use net::Network;
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    if !is_root() {
-        return skip_or_fail(TASK, "network namespaces need root");
-    }
-    if let Some(tool) = ["ip", "tc", "unshare"].into_iter().find(|t| !on_path(t)) {
-        return skip_or_fail(TASK, &format!("no `{tool}` (Debian: iproute2, util-linux)"));
-    }
-    if let Err(why) = crate::mpi::ensure_mpi() {
-        return skip_or_fail(TASK, &why);
-    }
     let target = target_dir(root);
-    let python = match ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS) {
-        Ok(python) => python,
-        Err(VenvError::Unavailable(why)) => return skip_or_fail(TASK, &why),
-        Err(VenvError::Failed(e)) => return Err(e),
+    let Some(python) = ready(&target)? else {
+        return Ok(());
     };
-    build(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "ember-cli",
-            "--features",
-            "mpi,object-store",
-        ],
-    )?;
-    build(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "ember-collective",
-            "--features",
-            "mpi",
-            "--example",
-            "allreduce",
-        ],
-    )?;
+    build_programs(root)?;
     let work = target.join("hosts-check");
     kill_leftovers(&work.join("agent"))?;
     let _ = std::fs::remove_dir_all(&work);
@@ -126,6 +92,56 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     eprintln!("{md}");
     eprintln!("{TASK}: all scenarios passed; report in target/bench/hosts.md");
     Ok(())
+}
+
+/// The S3 venv's Python, or `None` when the machine lacks what the task needs (said in one
+/// line; an error under CI).
+fn ready(target: &Path) -> anyhow::Result<Option<PathBuf>> {
+    if !is_root() {
+        skip_or_fail(TASK, "network namespaces need root")?;
+        return Ok(None);
+    }
+    if let Some(tool) = ["ip", "tc", "unshare"].into_iter().find(|t| !on_path(t)) {
+        skip_or_fail(TASK, &format!("no `{tool}` (Debian: iproute2, util-linux)"))?;
+        return Ok(None);
+    }
+    if let Err(why) = crate::mpi::ensure_mpi() {
+        skip_or_fail(TASK, &why)?;
+        return Ok(None);
+    }
+    match ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS) {
+        Ok(python) => Ok(Some(python)),
+        Err(VenvError::Unavailable(why)) => skip_or_fail(TASK, &why).map(|()| None),
+        Err(VenvError::Failed(e)) => Err(e),
+    }
+}
+
+/// `ember` with MPI and object stores, and the all-reduce benchmark, both release.
+fn build_programs(root: &Path) -> anyhow::Result<()> {
+    build(
+        root,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "ember-cli",
+            "--features",
+            "mpi,object-store",
+        ],
+    )?;
+    build(
+        root,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "ember-collective",
+            "--features",
+            "mpi",
+            "--example",
+            "allreduce",
+        ],
+    )
 }
 
 /// Each rank runs on a host of its own: rank r on host r, under that host's name.

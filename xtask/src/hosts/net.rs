@@ -121,17 +121,19 @@ impl Network {
         ip(&["link", "set", &self.hosts[host].veth, state])
     }
 
-    /// Limits every host's link to `rate` (tc's token bucket on the bridge's side, so both
-    /// directions between two hosts cross one limit), or lifts the limit (`None`).
-    pub(super) fn shape(&self, rate: Option<&str>) -> anyhow::Result<()> {
+    /// Limits every host's link to `rate` (tc's words) of `bits` per second (tc's token bucket
+    /// on the bridge's side, so both directions between two hosts cross one limit), or lifts
+    /// the limit (`None`).
+    pub(super) fn shape(&self, rate: Option<(&str, f64)>) -> anyhow::Result<()> {
         for host in &self.hosts {
             let _ = quiet(Command::new("tc").args(["qdisc", "del", "dev", &host.veth, "root"]));
-            if let Some(rate) = rate {
-                // A burst of a few 64 KiB segments (veth offloads send them whole) and a queue
-                // that holds 50 ms at the rate.
+            if let Some((rate, bits)) = rate {
+                // A bucket of 1 ms at the rate (16 KiB at least, a few packets): a larger one
+                // lets the smaller gradients through at veth's own speed. The queue holds 50 ms.
+                let burst = format!("{}b", ((bits / 8.0 / 1000.0) as u64).max(16 * 1024));
                 let done = quiet(Command::new("tc").args([
                     "qdisc", "add", "dev", &host.veth, "root", "tbf", "rate", rate, "burst",
-                    "256kb", "latency", "50ms",
+                    &burst, "latency", "50ms",
                 ]))?;
                 ensure!(done, "tc could not limit {} to {rate}", host.veth);
             }

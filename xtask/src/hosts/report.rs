@@ -59,22 +59,39 @@ pub(super) fn write(
 
 /// The all-reduce's median time per size at each rate, beside the fitted model's, and the fit.
 fn allreduce_table(rates: &[AtRate]) -> String {
-    let mut md = String::from("\n## The all-reduce between the hosts: measured (α–β model)\n\n");
-    md.push_str("| link | α | β | 1/β | the link's 1/β |\n|---|---:|---:|---:|---:|\n");
+    let mut md = String::from(
+        "\n## The all-reduce between the hosts: measured (α–β model)\n\n\
+         The ring's model for p ranks, t = 2(p−1)α + 2(p−1)/p·n·β (n bytes), fitted per link \
+         (least squares, relative errors); for 2 ranks t = 2α + n·β, so a link of rate r bytes/s \
+         would give β = 1/r. Open MPI 4.1's non-blocking all-reduce (libnbc, under `MPI_Iallreduce`) \
+         takes for fewer than 4 ranks a binomial schedule instead: a reduce to rank 0, then a \
+         broadcast, one after the other, each the whole gradient over the link: t = 2α + 2n/r, \
+         so the fitted β comes out near 2/r.\n\n\
+         | link | α | β | 1/β | the link's r | β·r |\n|---|---:|---:|---:|---:|---:|\n",
+    );
     for at in rates {
-        let link = at
+        let (link, ratio) = at
             .bits_per_second
-            .map_or("–".to_owned(), |r| format!("{:.1} MB/s", r / 8.0 / 1e6));
+            .map_or(("–".to_owned(), "–".to_owned()), |r| {
+                (
+                    format!("{:.1} MB/s", r / 8.0 / 1e6),
+                    format!("{:.2}", at.beta * r / 8.0),
+                )
+            });
         let _ = writeln!(
             md,
-            "| {} | {:.0} µs | {:.2} ns/B | {:.1} MB/s | {link} |",
+            "| {} | {:.0} µs | {:.2} ns/B | {:.1} MB/s | {link} | {ratio} |",
             at.rate,
             at.alpha * 1e6,
             at.beta * 1e9,
             1.0 / at.beta / 1e6
         );
     }
-    md.push_str("\n| gradient (f32 values) | bytes |");
+    md.push_str(
+        "\nEach cell: the median all-reduce measured between the hosts (the fitted model's; the \
+         binomial schedule's at the link's rate, 2α + 2n/r).\n\n\
+         | gradient (f32 values) | bytes |",
+    );
     for at in rates {
         let _ = write!(md, " {} |", at.rate);
     }
@@ -89,7 +106,10 @@ fn allreduce_table(rates: &[AtRate]) -> String {
         let _ = write!(md, "| {values} | {} |", 4 * values);
         for at in rates {
             let us = at.times.get(row).map_or(f64::NAN, |t| t.1);
-            let _ = write!(md, " {us:.0} µs ({:.0}) |", at.model_us(*values));
+            let binomial = at
+                .binomial_us(*values)
+                .map_or(String::new(), |b| format!("; {b:.0}"));
+            let _ = write!(md, " {us:.0} µs ({:.0}{binomial}) |", at.model_us(*values));
         }
         md.push('\n');
     }
@@ -99,9 +119,11 @@ fn allreduce_table(rates: &[AtRate]) -> String {
 /// The scaling benchmark's step on the hosts at each rate.
 fn scaling_table(rates: &[AtRate]) -> String {
     let mut md = String::from(
-        "\n## The scaling benchmark's step on the hosts (`ember bench scaling`, digits, width 512)\n\n\
-         | link | parameters | step | round + optimizer per step | the model's all-reduce | examples/s |\n\
-         |---|---:|---:|---:|---:|---:|\n",
+        "\n## The scaling benchmark's step on the hosts (`ember bench scaling`, digits, width 4096, 1 rank per host)\n\n\
+         A round is one all-reduce of the gradient (and each rank's state), inside the step's \
+         \"round + optimizer\" part; beside it, the all-reduce the fit above gives for it.\n\n\
+         | link | parameters | step | round + optimizer per step | the fit's all-reduce | binomial at the link's rate | examples/s |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n",
     );
     for at in rates {
         let s = &at.scaling;
@@ -111,11 +133,13 @@ fn scaling_table(rates: &[AtRate]) -> String {
         let parameters = s["parameters"].as_u64().unwrap_or(0);
         let _ = writeln!(
             md,
-            "| {} | {parameters} | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} |",
+            "| {} | {parameters} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.0} |",
             at.rate,
             step * 1e3,
             round * 1e3,
             at.model_us(parameters as usize) / 1e3,
+            at.binomial_us(parameters as usize)
+                .map_or("–".to_owned(), |b| format!("{:.1} ms", b / 1e3)),
             s["examples_per_second"].as_f64().unwrap_or(f64::NAN)
         );
     }

@@ -22,7 +22,8 @@ pub(super) const RATES: &[(&str, Option<f64>)] = &[
 /// timed at least 8 times).
 const SIZES: &[usize] = &[1_000, 10_000, 100_000, 1_000_000];
 
-/// The scaling benchmark's digits perceptron, small: 407 k parameters, 1.6 MB a round.
+/// The scaling benchmark's digits perceptron, 4096 wide: 307 k parameters, 1.2 MB a round;
+/// two epochs of the whole set, 6 steps of 128 digits a rank each.
 const SCALING: &[&str] = &[
     "bench",
     "scaling",
@@ -33,11 +34,9 @@ const SCALING: &[&str] = &[
     "--model",
     "digits",
     "--width",
-    "512",
+    "4096",
     "--epochs",
-    "1",
-    "--subset",
-    "2000",
+    "2",
 ];
 
 /// What was measured at one rate.
@@ -59,6 +58,13 @@ impl AtRate {
         (2.0 * self.alpha + (4 * values) as f64 * self.beta) * 1e6
     }
 
+    /// Open MPI's binomial schedule for 2 ranks at the link's own rate, in µs: the fitted α,
+    /// and the gradient over the link twice, one way then the other (`None` unlimited).
+    pub(super) fn binomial_us(&self, values: usize) -> Option<f64> {
+        self.bits_per_second
+            .map(|r| (2.0 * self.alpha + 2.0 * (4 * values) as f64 * 8.0 / r) * 1e6)
+    }
+
     pub(super) fn json(&self) -> Value {
         json!({
             "rate": self.rate,
@@ -68,6 +74,7 @@ impl AtRate {
             "link_beta_ns_per_byte": self.bits_per_second.map(|r| 8.0 / r * 1e9),
             "allreduce": self.times.iter().map(|(n, us)| json!({
                 "values": n, "median_us": us, "model_us": self.model_us(*n),
+                "binomial_at_link_us": self.binomial_us(*n),
             })).collect::<Vec<_>>(),
             "scaling": self.scaling,
         })
@@ -78,7 +85,7 @@ impl AtRate {
 pub(super) fn slow(check: &Check) -> anyhow::Result<Vec<AtRate>> {
     let mut found = Vec::new();
     for (rate, bits) in RATES {
-        check.network.shape(bits.map(|_| *rate))?;
+        check.network.shape(bits.map(|b| (*rate, b)))?;
         let measured = at_rate(check, rate, *bits);
         check.network.shape(None)?;
         found.push(measured?);
