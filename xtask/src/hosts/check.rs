@@ -16,6 +16,8 @@ pub(super) struct Check<'a> {
     pub(super) python: &'a Path,
     /// `ember` built with `mpi,object-store`, release.
     pub(super) ember: &'a Path,
+    /// ember's `mpi_ranks` example, debug (as `cargo xtask mpi` builds it).
+    pub(super) ranks: &'a Path,
     /// ember-collective's `allreduce` example, release.
     pub(super) allreduce: &'a Path,
     pub(super) work: &'a Path,

@@ -2,11 +2,17 @@
 //! the bucket, against the same job of two ranks on one host (shared memory) into a local
 //! directory: the same model, byte for byte, and the same values in `ember inspect` and in
 //! TensorBoard's S3 reader. Hosts change where the bytes travel, not what is computed.
+//!
+//! One process of 2 workers is not that computation (each rank trains its own shard, the
+//! workers of one process share one loader), so against one process the scenario compares as
+//! `cargo xtask mpi` does: ember's `mpi_ranks` example as 2 hosts x 2 workers against
+//! `--single` with 4 workers, the ranks' parameters after every optimizer step the same bytes
+//! on both hosts and within 1e-5 of the one process's.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 
 use super::check::Check;
 use super::launch::TASK;
@@ -73,4 +79,56 @@ pub(super) fn equivalence(check: &Check) -> anyhow::Result<(PathBuf, f64)> {
          one host, byte for byte; ember inspect and TensorBoard's S3 reader show the same values"
     );
     Ok((one_host, seconds))
+}
+
+/// `mpi_ranks` as 2 hosts x 2 workers against one process of 4 workers; returns the largest
+/// difference of a parameter after any optimizer step.
+pub(super) fn against_one_process(check: &Check) -> anyhow::Result<f32> {
+    let out = check.work.join("ranks");
+    std::fs::create_dir_all(&out)?;
+    let out_arg = out.to_str().context("a path that is not UTF-8")?;
+    let mut single = Command::new(check.ranks);
+    single.args(["--single", "--workers", "4", "--out", out_arg]);
+    check.succeed(single, "ranks-single")?;
+    let hosts = check.on_hosts(check.ranks, &["--workers", "2", "--out", out_arg]);
+    check.succeed(hosts, "ranks-hosts")?;
+    let rank0 = read_f32s(&out.join("params.rank0"))?;
+    let rank1 = read_f32s(&out.join("params.rank1"))?;
+    let one = read_f32s(&out.join("params.single"))?;
+    ensure!(!rank0.is_empty(), "rank 0 recorded no optimizer step");
+    ensure!(
+        rank0
+            .iter()
+            .map(|v| v.to_bits())
+            .eq(rank1.iter().map(|v| v.to_bits())),
+        "the hosts' parameters differ after some optimizer step"
+    );
+    ensure!(
+        rank0.len() == one.len(),
+        "the hosts made {} optimizer-step values, one process {}",
+        rank0.len(),
+        one.len()
+    );
+    let worst = rank0
+        .iter()
+        .zip(&one)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    ensure!(
+        worst <= 1e-5,
+        "2 hosts x 2 workers and 1 process x 4 differ by {worst:e} (more than 1e-5)"
+    );
+    eprintln!(
+        "{TASK}: (a) mpi_ranks on 2 hosts x 2 workers: both hosts' parameters the same bytes \
+         after every optimizer step, within {worst:.1e} of one process of 4 workers"
+    );
+    Ok(worst)
+}
+
+fn read_f32s(path: &std::path::Path) -> anyhow::Result<Vec<f32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
 }

@@ -12,7 +12,7 @@ use super::slow::AtRate;
 /// Writes the report into `dir`; returns the Markdown.
 pub(super) fn write(
     dir: &Path,
-    equal_seconds: f64,
+    (equal_seconds, worst): (f64, f32),
     cut: &CutFigures,
     rates: &[AtRate],
 ) -> anyhow::Result<String> {
@@ -24,7 +24,8 @@ pub(super) fn write(
     let keepalive: Vec<String> = KEEPALIVE.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(
         md,
-        "- (a) `ember train` on 2 hosts x 1 rank: {equal_seconds:.1} s; the model of 2 ranks on one host, byte for byte.\n\
+        "- (a) `ember train` on 2 hosts x 1 rank: {equal_seconds:.1} s; the model of 2 ranks on one host, byte for byte. \
+         `mpi_ranks` on 2 hosts x 2 workers: within {worst:.1e} of one process of 4 workers.\n\
          - (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the cut (bound {:.0} s; `{}`); \
          the output names the lost host: `{}`. train/loss in the bucket: steps 1..{} before `ember push` of the \
          hosts' staging, 1..{} after; the resumed job ends with the uninterrupted job's model, byte for byte.\n",
@@ -41,6 +42,7 @@ pub(super) fn write(
     std::fs::write(dir.join("hosts.md"), &md)?;
     let report = json!({
         "equivalence_seconds": equal_seconds,
+        "hosts_against_one_process_max_difference": worst,
         "cut": {
             "gone_after_seconds": cut.gone_after.as_secs_f64(),
             "bound_seconds": BOUND.as_secs_f64(),
