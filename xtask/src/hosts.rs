@@ -77,18 +77,6 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let (one_host, equal_seconds) = equivalence::equivalence(&check)?;
     let worst = equivalence::against_one_process(&check)?;
     let cut = cut::cut(&check, &endpoint, &one_host)?;
-    eprintln!(
-        "{TASK}: (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the \
-         cut (bound {:.0} s), the output naming the lost host (`{}`); ember push on each host \
-         left train/loss at steps 1..{} (1..{} before it); the job resumed from the bucket ends \
-         with the uninterrupted job's model byte for byte, each step once in ember inspect and \
-         TensorBoard's S3 reader",
-        cut.gone_after.as_secs_f64(),
-        cut::BOUND.as_secs_f64(),
-        cut.named,
-        cut.steps.1,
-        cut.steps.0
-    );
     let rates = slow::slow(&check)?;
     let md = report::write(&target.join("bench"), (equal_seconds, worst), &cut, &rates)?;
     eprintln!("{md}");

@@ -14,6 +14,7 @@ use anyhow::{Context, ensure};
 
 use super::check::Check;
 use super::equivalence::TRAIN;
+use super::launch::TASK;
 use super::store::keys;
 use crate::resume::{model_without_ids, same_values};
 use crate::server::Server;
@@ -32,8 +33,11 @@ pub(super) struct CutFigures {
     pub(super) gone_after: Duration,
     /// The line of the job's output that names the lost host.
     pub(super) named: String,
-    /// train/loss steps in the bucket before and after `ember push`.
-    pub(super) steps: (usize, usize),
+    /// train/loss steps (rank 0, on the connected host) in the bucket before and after
+    /// `ember push`.
+    pub(super) loss: (usize, usize),
+    /// Steps of the cut host's rank 1 (its step times) in the bucket before and after.
+    pub(super) cut_host: (usize, usize),
 }
 
 pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Result<CutFigures> {
@@ -76,12 +80,27 @@ pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Re
     check.network.link(1, true)?;
     check.network.reachable()?;
 
-    let steps = pushed(check)?;
+    let (loss, cut_host) = pushed(check)?;
     resumed(check, reference)?;
+    eprintln!(
+        "{TASK}: (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the \
+         cut (bound {:.0} s), the output naming the lost host (`{named}`); after ember push on \
+         each host the bucket has train/loss at steps 1..{} (1..{} before) and the cut host's \
+         step times at 1..{} (1..{} before); the job resumed from the bucket ends with the \
+         uninterrupted job's model byte for byte, each step once in ember inspect and \
+         TensorBoard's S3 reader",
+        gone_after.as_secs_f64(),
+        BOUND.as_secs_f64(),
+        loss.1,
+        loss.0,
+        cut_host.1,
+        cut_host.0
+    );
     Ok(CutFigures {
         gone_after,
         named,
-        steps,
+        loss,
+        cut_host,
     })
 }
 
@@ -132,10 +151,17 @@ fn processes_with(needles: &[&str]) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// `ember push` on each host (its own `TMPDIR`): afterwards no staging is left, and train/loss
-/// in the bucket has steps 1..N, none missing, N at least what it had before.
-fn pushed(check: &Check) -> anyhow::Result<(usize, usize)> {
-    let before = loss_steps(&check.inspect(URL)?)?;
+/// The series of rank 0 (the connected host) and of rank 1 (the cut one) in the bucket.
+const LOSS: &str = "train/loss";
+const CUT_HOST: &str = "rank/1/device/0/step_seconds";
+
+/// `ember push` on each host (its own `TMPDIR`): afterwards no staging is left, both series in
+/// the bucket have steps 1..N, none missing, no fewer than before, and the cut host's reaches
+/// the step rank 0's had reached (the ranks step together: what rank 1 had accepted before
+/// the cut is there). Returns both series' step counts before and after.
+fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
+    let inspected = check.inspect(URL)?;
+    let before = (steps(&inspected, LOSS)?, steps(&inspected, CUT_HOST)?);
     for host in 0..check.cluster.tmp.len() {
         let mut push = check.cluster.on_host(host, check.ember);
         push.arg("push");
@@ -147,12 +173,20 @@ fn pushed(check: &Check) -> anyhow::Result<(usize, usize)> {
             ran.output
         );
     }
-    let after = loss_steps(&check.inspect(URL)?)?;
+    let inspected = check.inspect(URL)?;
+    let after = (steps(&inspected, LOSS)?, steps(&inspected, CUT_HOST)?);
     ensure!(
-        after >= before,
-        "ember push lost steps: {after} after, {before} before"
+        after.0 >= before.0 && after.1 >= before.1,
+        "ember push lost steps: {after:?} after, {before:?} before ({LOSS}, {CUT_HOST})"
     );
-    Ok((before, after))
+    ensure!(
+        after.0 > 0 && after.1 + 1 >= after.0,
+        "the cut host's {CUT_HOST} stops at step {} in the bucket, rank 0's {LOSS} at {}: what \
+         rank 1 had accepted is lost",
+        after.1,
+        after.0
+    );
+    Ok(((before.0, after.0), (before.1, after.1)))
 }
 
 /// `ember train --resume` of the cut run on the hosts: the uninterrupted run's model and values.
@@ -178,23 +212,23 @@ fn resumed(check: &Check, reference: &Path) -> anyhow::Result<()> {
     check.tensorboard_same(URL, reference)
 }
 
-/// The number of train/loss steps in an `ember inspect --json --values` report, which must
-/// be 1..N with none missing or twice.
-fn loss_steps(inspected: &serde_json::Value) -> anyhow::Result<usize> {
+/// The number of steps of `tag` in an `ember inspect --json --values` report, which must be
+/// 1..N with none missing or twice (0: none yet).
+fn steps(inspected: &serde_json::Value, tag: &str) -> anyhow::Result<usize> {
     let mut steps: Vec<i64> = inspected["runs"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|run| run["tags"].as_array().into_iter().flatten())
-        .filter(|tag| tag["tag"] == "train/loss")
-        .flat_map(|tag| tag["values"].as_array().into_iter().flatten())
+        .filter(|t| t["tag"] == tag)
+        .flat_map(|t| t["values"].as_array().into_iter().flatten())
         .filter_map(|point| point[0].as_i64())
         .collect();
     steps.sort_unstable();
     let expected: Vec<i64> = (1..=steps.len() as i64).collect();
     ensure!(
-        !steps.is_empty() && steps == expected,
-        "train/loss steps in the bucket are not 1..N: {:?}",
+        steps == expected,
+        "{tag} steps in the bucket are not 1..N: {:?}",
         &steps[..steps.len().min(20)]
     );
     Ok(steps.len())

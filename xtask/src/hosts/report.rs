@@ -27,14 +27,16 @@ pub(super) fn write(
         "- (a) `ember train` on 2 hosts x 1 rank: {equal_seconds:.1} s; the model of 2 ranks on one host, byte for byte. \
          `mpi_ranks` on 2 hosts x 2 workers: within {worst:.1e} of one process of 4 workers.\n\
          - (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the cut (bound {:.0} s; `{}`); \
-         the output names the lost host: `{}`. train/loss in the bucket: steps 1..{} before `ember push` of the \
-         hosts' staging, 1..{} after; the resumed job ends with the uninterrupted job's model, byte for byte.\n",
+         the output names the lost host: `{}`. in the bucket before `ember push` of the hosts' staging: train/loss \
+         (rank 0, connected) at steps 1..{}, the cut host's rank 1 at 1..{}; after: 1..{} and 1..{}; the resumed job ends with the uninterrupted job's model, byte for byte.\n",
         cut.gone_after.as_secs_f64(),
         BOUND.as_secs_f64(),
         keepalive.join(" "),
         cut.named,
-        cut.steps.0,
-        cut.steps.1,
+        cut.loss.0,
+        cut.cut_host.0,
+        cut.loss.1,
+        cut.cut_host.1,
     );
     md.push_str(&allreduce_table(rates));
     md.push_str(&scaling_table(rates));
@@ -47,8 +49,10 @@ pub(super) fn write(
             "gone_after_seconds": cut.gone_after.as_secs_f64(),
             "bound_seconds": BOUND.as_secs_f64(),
             "named": cut.named,
-            "loss_steps_before_push": cut.steps.0,
-            "loss_steps_after_push": cut.steps.1,
+            "loss_steps_before_push": cut.loss.0,
+            "loss_steps_after_push": cut.loss.1,
+            "cut_host_steps_before_push": cut.cut_host.0,
+            "cut_host_steps_after_push": cut.cut_host.1,
         },
         "rates": rates.iter().map(AtRate::json).collect::<Vec<Value>>(),
     });
