@@ -3,7 +3,7 @@
 //! reader through `xtask/objects/check_s3.py`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 
 use anyhow::{Context, ensure};
 
@@ -89,5 +89,16 @@ impl Check<'_> {
             String::from_utf8_lossy(&out.stderr)
         );
         Ok(())
+    }
+}
+
+/// A job started in the background (`mpirun`), killed when dropped: when a check fails while it
+/// runs, what it started inside the hosts goes with the network.
+pub(super) struct Running(pub(super) Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

@@ -2,22 +2,25 @@
 //! first whole checkpoint is in the bucket. Every process of the job on both sides of the cut
 //! (`mpirun`, each host's `orted`, both ranks) must be gone within [`BOUND`] of the cut, and
 //! the job's output must name the host it lost (rank 1's). With the link back, `ember push` on
-//! each host ships what its writers had accepted and not yet shipped (train/loss in the bucket
-//! then has every step up to the cut, none missing), and `mpirun … ember train --resume
-//! s3://…` ends with the uninterrupted run's model, byte for byte, and its values, each step
-//! once, in `ember inspect` and TensorBoard's S3 reader.
+//! each host ships what its writers had accepted and not yet shipped (rank 0's train/loss and
+//! the cut host's own step times in the bucket then reach the cut, no step missing), and
+//! `mpirun … ember train --resume s3://…` ends with the uninterrupted run's model, byte for
+//! byte, and its values, each step once, in `ember inspect` and TensorBoard's S3 reader.
+//!
+//! What ends the job is Open MPI's keepalive on its control connections
+//! ([`KEEPALIVE`](super::launch::KEEPALIVE)), which must find the cut before the ranks' own
+//! collective timeout makes them abort: see docs/benchmarks.md, "Across hosts".
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
-use super::check::Check;
+use super::check::{Check, Running};
 use super::equivalence::TRAIN;
 use super::launch::TASK;
 use super::store::keys;
 use crate::resume::{model_without_ids, same_values};
-use crate::server::Server;
 
 /// The run in the bucket whose host loses its link.
 const URL: &str = "s3://ember/cut";
@@ -41,28 +44,8 @@ pub(super) struct CutFigures {
 }
 
 pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Result<CutFigures> {
-    let mut job = check.on_hosts(check.ember, TRAIN);
-    job.args(["--logdir", URL]);
     let log_path = check.work.join("cut.log");
-    let log = std::fs::File::create(&log_path)?;
-    let mut running = Server(
-        job.stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting mpirun")?,
-    );
-    let started = Instant::now();
-    while !keys(endpoint, "cut/checkpoints/")?
-        .iter()
-        .any(|k| k.ends_with(".ember") && !k.contains(".rank"))
-    {
-        ensure!(
-            running.0.try_wait()?.is_none() && started.elapsed() < Duration::from_secs(90),
-            "the job ended or hung before its first checkpoint was in the bucket:\n{}",
-            std::fs::read_to_string(&log_path).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut running = until_checkpoint(check, endpoint, &log_path)?;
     check.network.link(1, false)?;
     let gone_after = all_gone(check, &mut running)?;
     ensure!(
@@ -104,10 +87,37 @@ pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Re
     })
 }
 
+/// Starts the job into [`URL`], its output into `log`, and waits (bounded) until its first
+/// whole checkpoint (rank 0's, written after every rank's part) is in the bucket.
+fn until_checkpoint(check: &Check, endpoint: &str, log: &Path) -> anyhow::Result<Running> {
+    let mut job = check.on_hosts(check.ember, TRAIN);
+    job.args(["--logdir", URL]);
+    let file = std::fs::File::create(log)?;
+    let mut running = Running(
+        job.stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("starting mpirun")?,
+    );
+    let started = Instant::now();
+    while !keys(endpoint, "cut/checkpoints/")?
+        .iter()
+        .any(|k| k.ends_with(".ember") && !k.contains(".rank"))
+    {
+        ensure!(
+            running.0.try_wait()?.is_none() && started.elapsed() < Duration::from_secs(90),
+            "the job ended or hung before its first checkpoint was in the bucket:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(running)
+}
+
 /// Waits (at most [`BOUND`]) until `mpirun`, the hosts' processes and every process of the
 /// job anywhere (its URL or the task's agent on the command line) are gone; returns how long
 /// that took from the cut.
-fn all_gone(check: &Check, running: &mut Server) -> anyhow::Result<Duration> {
+fn all_gone(check: &Check, running: &mut Running) -> anyhow::Result<Duration> {
     let cut = Instant::now();
     let agent = check.cluster.agent().to_string_lossy().into_owned();
     loop {

@@ -27,7 +27,7 @@ pub(super) fn write(
         "- (a) `ember train` on 2 hosts x 1 rank: {equal_seconds:.1} s; the model of 2 ranks on one host, byte for byte. \
          `mpi_ranks` on 2 hosts x 2 workers: within {worst:.1e} of one process of 4 workers.\n\
          - (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the cut (bound {:.0} s; `{}`); \
-         the output names the lost host: `{}`. in the bucket before `ember push` of the hosts' staging: train/loss \
+         the output names the lost host: `{}`. In the bucket before `ember push` of the hosts' staging: train/loss \
          (rank 0, connected) at steps 1..{}, the cut host's rank 1 at 1..{}; after: 1..{} and 1..{}; the resumed job ends with the uninterrupted job's model, byte for byte.\n",
         cut.gone_after.as_secs_f64(),
         BOUND.as_secs_f64(),
@@ -72,7 +72,7 @@ fn allreduce_table(rates: &[AtRate]) -> String {
          would give β = 1/r. Open MPI 4.1's non-blocking all-reduce (libnbc, under `MPI_Iallreduce`) \
          takes for fewer than 4 ranks a binomial schedule instead: a reduce to rank 0, then a \
          broadcast, one after the other, each the whole gradient over the link: t = 2α + 2n/r, \
-         so the fitted β comes out near 2/r.\n\n\
+         so the fitted β comes out between 1/r and 2/r (2/r for the large gradients).\n\n\
          | link | α | β | 1/β | the link's r | β·r |\n|---|---:|---:|---:|---:|---:|\n",
     );
     for at in rates {
