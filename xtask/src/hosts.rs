@@ -45,7 +45,7 @@ mod slow;
 mod store;
 
 use check::Check;
-use launch::{Cluster, TASK, kill_leftovers};
+use launch::{Cluster, TASK, hold_machine, kill_leftovers};
 use net::Network;
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
@@ -54,6 +54,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         return Ok(());
     };
     build_programs(root)?;
+    let _machine = hold_machine()?;
     let work = target.join("hosts-check");
     kill_leftovers(&work.join("agent"))?;
     let _ = std::fs::remove_dir_all(&work);

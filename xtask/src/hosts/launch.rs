@@ -3,10 +3,12 @@
 //! own host name and temporary directory), a hostfile of the hosts' addresses, and the `mpirun`
 //! command line over TCP between them. Shared by every scenario, so a module of its own.
 
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, ensure};
 
 use super::net::{BRIDGE_ADDR, Network, SUBNET};
 use crate::process::is_root;
@@ -73,7 +75,7 @@ impl Cluster {
         let agent = work.join("agent");
         std::fs::write(&agent, agent_script(&cases))?;
         let chmod = Command::new("chmod").arg("755").arg(&agent).status()?;
-        anyhow::ensure!(chmod.success(), "chmod of {} failed", agent.display());
+        ensure!(chmod.success(), "chmod of {} failed", agent.display());
         let hosts = work.join("hostfile");
         std::fs::write(&hosts, hostfile)?;
         Ok(Cluster {
@@ -151,6 +153,49 @@ fn agent_script(cases: &str) -> String {
          exec env TMPDIR=\"$tmp\" ip netns exec \"$ns\" unshare --uts sh -c \
          'hostname \"$0\" && exec sh -c \"$1\"' \"$name\" \"$*\"\n"
     )
+}
+
+/// The lock that gives one run of the task the machine's share of it (the namespaces' names,
+/// the subnet, the bridge): root's, beside the machine's other locks, whatever the target
+/// directory.
+const MACHINE_LOCK: &str = "/run/lock/ember-xtask-hosts.lock";
+
+/// How long a run waits for another run of the task on this machine (one takes about a minute).
+const MACHINE_WAIT: Duration = Duration::from_secs(300);
+
+/// Takes the machine's lock for this run (held until the returned file is dropped), waiting
+/// (bounded) for another run of the task (from another checkout, maybe another target
+/// directory) to end, so that this one does not remove that one's network as leftovers.
+pub(super) fn hold_machine() -> anyhow::Result<File> {
+    let path = Path::new(MACHINE_LOCK);
+    let path = if path.parent().is_some_and(Path::is_dir) {
+        path.to_path_buf()
+    } else {
+        std::env::temp_dir().join("ember-xtask-hosts.lock")
+    };
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let started = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) => {
+                ensure!(
+                    started.elapsed() < MACHINE_WAIT,
+                    "another `cargo xtask hosts` on this machine has held {} for {MACHINE_WAIT:?}",
+                    path.display()
+                );
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+    }
 }
 
 /// Kills what an earlier run of the task that was itself killed left in the root namespace:
