@@ -236,20 +236,54 @@ pub fn shuffled_loader(
     builder.build(InMemDataset::new(regression_rows(3, rows)))
 }
 
-/// An [`Mlp`] with `hidden` units initialised from `seed`, its parameters drawn at once.
+/// An [`Mlp`] with `hidden` units initialised from `seed` alone: the same seed gives the same
+/// model whatever else the process draws.
 ///
-/// The device's generator is the process's, which tests running beside one another draw from
-/// too, and Burn draws parameters lazily, on first use: both are done here under one lock, so
-/// the same seed always gives the same model.
+/// The device's generator is the process's, which every test of the binary running beside this
+/// one draws from (Burn draws parameters lazily, on first use, so even a lock around seeding
+/// and drawing left a test's `Mlp::new` room to draw in between). The values come instead from a
+/// SplitMix64 sequence of `seed`, uniform in ±1/√fan-in as Burn's `Linear` draws them (a bias
+/// takes its weight's fan-in).
 pub fn seeded_mlp(hidden: usize, seed: u64, device: &Device) -> Mlp {
-    static GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _alone = GENERATOR
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    device.seed(seed);
-    let model = Mlp::new(hidden, device);
-    parameters(&model);
-    model
+    struct Seeded {
+        state: u64,
+        fan_in: usize,
+    }
+    impl burn::module::ModuleMapper for Seeded {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            param.map(|tensor| {
+                let shape = tensor.shape();
+                if D == 2 {
+                    self.fan_in = shape.dims::<D>()[0];
+                }
+                let bound = 1.0 / (self.fan_in.max(1) as f64).sqrt();
+                let values: Vec<f32> = (0..shape.num_elements())
+                    .map(|_| ((2.0 * split_mix(&mut self.state) - 1.0) * bound) as f32)
+                    .collect();
+                let fresh =
+                    Tensor::<D>::from_data(TensorData::new(values, shape), &tensor.device());
+                if tensor.is_require_grad() {
+                    fresh.require_grad()
+                } else {
+                    fresh
+                }
+            })
+        }
+    }
+    Mlp::new(hidden, device).map(&mut Seeded {
+        state: seed,
+        fan_in: 1,
+    })
+}
+
+/// The next value of a SplitMix64 sequence, as a float in [0, 1).
+fn split_mix(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A burn data loader over `rows` examples of the synthetic regression in [`XyBatch::synthetic`],
