@@ -3,7 +3,8 @@
 //! reader through `xtask/objects/check_s3.py`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
@@ -53,11 +54,9 @@ impl Check<'_> {
     pub(super) fn pull(&self, url: &str, name: &str) -> anyhow::Result<PathBuf> {
         let dir = self.work.join(name);
         let _ = std::fs::remove_dir_all(&dir);
-        let out = self
-            .ember(&["pull", url])
-            .arg(&dir)
-            .output()
-            .context("starting ember pull")?;
+        let mut pull = self.ember(&["pull", url]);
+        pull.arg(&dir);
+        let out = output_within(pull, "ember pull")?;
         ensure!(
             out.status.success(),
             "ember pull {url} failed:\n{}",
@@ -68,7 +67,16 @@ impl Check<'_> {
 
     /// `ember inspect --json --values` of `url`.
     pub(super) fn inspect(&self, url: &str) -> anyhow::Result<serde_json::Value> {
-        crate::objects_scenarios::inspect(&|args| self.ember(args), url)
+        let out = output_within(
+            self.ember(&["inspect", "--json", "--values", url]),
+            "ember inspect",
+        )?;
+        ensure!(
+            out.status.success(),
+            "ember inspect {url} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")
     }
 
     /// TensorBoard's own S3 reader shows every value of the run at `url` as of the local run
@@ -80,7 +88,7 @@ impl Check<'_> {
             .args(["compare", url])
             .arg(local);
         self.cluster.s3(&mut command);
-        let out = command.output().context("starting check_s3.py")?;
+        let out = output_within(command, "check_s3.py compare")?;
         ensure!(
             out.status.success(),
             "TensorBoard's S3 reader does not show {url} as {}:\n{}{}",
@@ -90,6 +98,53 @@ impl Check<'_> {
         );
         Ok(())
     }
+}
+
+/// How long a reader of the bucket may take (each takes a second or two).
+const READ_LIMIT: Duration = Duration::from_secs(120);
+
+/// `command`'s output, as `Command::output` gives it, but killed (and an error) when it runs
+/// past [`READ_LIMIT`]: a reader that hangs on the store fails the check instead of hanging it.
+pub(super) fn output_within(mut command: Command, what: &str) -> anyhow::Result<Output> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    // Read on threads of their own, so that a full pipe cannot stall the child.
+    let mut stdout = child.stdout.take().context("no stdout")?;
+    let mut stderr = child.stderr.take().context("no stderr")?;
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut bytes).map(|_| bytes)
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > READ_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("{what} did not end within {READ_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let joined = |handle: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("reading {what}'s output panicked"))?
+            .map_err(anyhow::Error::from)
+    };
+    Ok(Output {
+        status,
+        stdout: joined(out)?,
+        stderr: joined(err)?,
+    })
 }
 
 /// A job started in the background (`mpirun`), killed when dropped: when a check fails while it

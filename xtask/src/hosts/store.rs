@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
+use super::check::output_within;
 use super::net::BRIDGE_ADDR;
 use crate::server::Server;
 
@@ -50,15 +51,21 @@ pub(super) fn start(root: &Path, python: &Path, log: &Path) -> anyhow::Result<(S
         .arg(root.join("xtask/objects/check_s3.py"))
         .args(["bucket", &endpoint, BUCKET]);
     crate::server::s3_env(&mut bucket, &endpoint);
-    let status = bucket.status().context("starting check_s3.py")?;
-    ensure!(status.success(), "creating the bucket failed ({status})");
+    let out = output_within(bucket, "check_s3.py bucket")?;
+    ensure!(
+        out.status.success(),
+        "creating the bucket failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok((server, endpoint))
 }
 
 /// The keys under `prefix` in the bucket (the first thousand), from moto's ListObjectsV2.
 pub(super) fn keys(endpoint: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
     let host = endpoint.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(host)?;
+    let address: std::net::SocketAddr = host.parse().context("the endpoint's address")?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(10))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         stream,
