@@ -4,6 +4,7 @@
 //! command line over TCP between them. Shared by every scenario, so a module of its own.
 
 use std::fs::{File, TryLockError};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -18,8 +19,9 @@ pub(super) const TASK: &str = "hosts";
 
 /// Open MPI's TCP keepalive for its own control connections (`mpirun` to each host's `orted`),
 /// what makes a job end when a host's link goes down: `mpirun` and each `orted` find the other
-/// gone after `time + intvl × probes` seconds of silence (about 3 s), below any collective
-/// timeout, so the lost host is noticed while the connection is still idle. Open MPI 4.1's
+/// gone after `time + intvl × probes` seconds of silence (about 3 s), before the cut
+/// scenario's collective timeout (5 s) makes a rank abort, so the lost host is noticed while
+/// the connection is still idle. Open MPI 4.1's
 /// defaults (300 s, 20 s, 9 probes) leave 8 minutes; once a rank has aborted first, data is
 /// in flight on the connection, keepalive no longer applies, and TCP retries for 15 minutes.
 /// Set in `mpirun`'s environment, as an administrator would in `openmpi-mca-params.conf`.
@@ -74,8 +76,7 @@ impl Cluster {
         }
         let agent = work.join("agent");
         std::fs::write(&agent, agent_script(&cases))?;
-        let chmod = Command::new("chmod").arg("755").arg(&agent).status()?;
-        ensure!(chmod.success(), "chmod of {} failed", agent.display());
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
         let hosts = work.join("hostfile");
         std::fs::write(&hosts, hostfile)?;
         Ok(Cluster {
@@ -227,4 +228,29 @@ pub(super) fn kill_leftovers(agent: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use super::agent_script;
+
+    #[test]
+    fn the_agent_passes_over_option_flags_and_refuses_a_host_it_does_not_know() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("agent");
+        let cases = "  10.0.0.1) ns=none name=h0 tmp=/tmp ;;\n";
+        std::fs::write(&agent, agent_script(cases)).unwrap();
+        let out = Command::new("sh")
+            .arg(&agent)
+            .args(["-x", "-T", "10.0.0.2", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(255));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            "agent: no host 10.0.0.2"
+        );
+    }
 }
