@@ -96,6 +96,10 @@ fn ready(target: &Path) -> anyhow::Result<Option<PathBuf>> {
         skip_or_fail(TASK, &format!("no `{tool}` (Debian: iproute2, util-linux)"))?;
         return Ok(None);
     }
+    if let Some(why) = Network::cannot() {
+        skip_or_fail(TASK, &why)?;
+        return Ok(None);
+    }
     if let Err(why) = crate::mpi::ensure_mpi() {
         skip_or_fail(TASK, &why)?;
         return Ok(None);

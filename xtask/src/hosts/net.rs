@@ -83,8 +83,32 @@ impl Network {
             ip(&["-n", ns, "link", "set", "eth0", "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
+        for host in &network.hosts {
+            let routes = output(Command::new("ip").args(["-n", &host.ns, "route", "show"]))?;
+            ensure!(
+                routes.lines().all(|r| r.starts_with(&format!("{SUBNET} "))),
+                "{} has a route off its link: {routes}",
+                host.name
+            );
+        }
         network.reachable()?;
         Ok(network)
+    }
+
+    /// Why this machine cannot make a network namespace (a container without the rights, say),
+    /// or `None` when it can: a namespace made and removed at once.
+    pub(super) fn cannot() -> Option<String> {
+        let probe = "ember-hosts-probe";
+        let out = Command::new("ip").args(["netns", "add", probe]).output();
+        let _ = quiet(Command::new("ip").args(["netns", "del", probe]));
+        match out {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(format!(
+                "cannot make a network namespace: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+            Err(e) => Some(format!("cannot run ip: {e}")),
+        }
     }
 
     /// Waits (bounded) until each host reaches the bridge's address: a bridge port takes a
