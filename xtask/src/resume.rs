@@ -276,8 +276,8 @@ impl Program {
     }
 }
 
-/// The share of the reference run's duration that kill moments are drawn from. Of the runs,
-/// a fifth may still end before their kill (a slower reference, a faster repeat).
+/// The share of the shortest run's duration so far that kill moments are drawn from. Of the
+/// runs, a fifth may still end before their kill (the machine sped up since).
 const KILL_SPAN: f64 = 0.85;
 
 /// Trains a reference run in `dir/reference`, then `kills` runs each killed at a seeded moment
@@ -302,12 +302,17 @@ fn kill_and_resume(
     let reference_model = program.model(&reference)?;
     let mut hits = Hits::default();
     let mut runs = vec![reference];
+    // The shortest run seen so far: a reference timed on a busy machine may take longer than
+    // its repeats, which would then end before a kill late in its span.
+    let mut span = duration;
     for kill in 0..kills {
         let run = dir.join(format!("killed-{kill:02}"));
-        // Over most of the reference run only: a run timed on a busy machine may take longer
-        // than its repeats, which then end before a kill late in its span.
-        let at = duration.mul_f64(KILL_SPAN * rng.unit());
-        let was_killed = start_and_kill(program.command(dir, &run, Begin::Fresh), &run, at)?;
+        let at = span.mul_f64(KILL_SPAN * rng.unit());
+        let finished = start_and_time(program.command(dir, &run, Begin::Fresh), &run, at)?;
+        if let Some(took) = finished {
+            span = span.min(took);
+        }
+        let was_killed = finished.is_none();
         let checkpointed = hits.count(
             &program.checkpoints(&run),
             &program.log_dir(&run),
@@ -379,11 +384,17 @@ fn kill_and_resume(
 
 /// Starts `command` (its output to `<run>.log`) and kills it with SIGKILL after `at`;
 /// whether it was still running then.
-pub(crate) fn start_and_kill(
+pub(crate) fn start_and_kill(command: Command, run: &Path, at: Duration) -> anyhow::Result<bool> {
+    Ok(start_and_time(command, run, at)?.is_none())
+}
+
+/// [`start_and_kill`], returning how long the run took when it finished before `at` (`None`:
+/// killed).
+fn start_and_time(
     mut command: Command,
     run: &Path,
     at: Duration,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Option<Duration>> {
     let log = std::fs::File::create(run.with_extension("log"))?;
     let mut child = command
         .stdout(log.try_clone()?)
@@ -393,14 +404,14 @@ pub(crate) fn start_and_kill(
     let started = Instant::now();
     while started.elapsed() < at {
         if child.try_wait()?.is_some() {
-            return Ok(false);
+            return Ok(Some(started.elapsed()));
         }
         std::thread::sleep(Duration::from_millis(1).min(at.saturating_sub(started.elapsed())));
     }
     // `Child::kill` is SIGKILL on Unix: no handler runs, nothing is flushed.
     child.kill().context("killing the run")?;
     child.wait()?;
-    Ok(true)
+    Ok(None)
 }
 
 /// What the kills hit, from what they left.
