@@ -28,8 +28,9 @@
 //! killed before it could.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 
 use crate::process::{build, is_root, on_path, run_limited, skip_or_fail, target_dir};
 use crate::server::S3_REQUIREMENTS;
@@ -59,6 +60,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     kill_leftovers(&work.join("agent"))?;
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
+    let bin = work.join("bin");
+    let ember = installed_programs(root, &target, &bin)?;
 
     // Dropped in reverse: the server, then the network with every process left inside it.
     let network = Network::up()?;
@@ -67,9 +70,9 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let check = Check {
         root,
         python: &python,
-        ember: &target.join("release/ember"),
-        ranks: &target.join("debug/examples/mpi_ranks"),
-        allreduce: &target.join("release/examples/allreduce"),
+        ember: &ember,
+        ranks: &bin.join("mpi_ranks"),
+        allreduce: &bin.join("allreduce"),
         work: &work,
         network: &network,
         cluster: &cluster,
@@ -149,6 +152,45 @@ fn build_programs(root: &Path) -> anyhow::Result<()> {
             "--example",
             "allreduce",
         ],
+    )
+}
+
+/// Copies the programs the task runs into `bin`, and returns `ember`'s copy: the target
+/// directory is shared, and any other build of `ember-cli` there (another task, another
+/// engineer) replaces `release/ember` with its own features at any moment. The copy must have
+/// this task's (`push` and `--collective-timeout`); when it has not, another build got in
+/// between, and the programs are built and copied again (at most three times).
+fn installed_programs(root: &Path, target: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(bin)?;
+    let ember = bin.join("ember");
+    for attempt in 0..3 {
+        if attempt > 0 {
+            build_programs(root)?;
+        }
+        for (from, to) in [
+            ("release/ember", "ember"),
+            ("debug/examples/mpi_ranks", "mpi_ranks"),
+            ("release/examples/allreduce", "allreduce"),
+        ] {
+            std::fs::copy(target.join(from), bin.join(to))
+                .with_context(|| format!("copying {from}"))?;
+        }
+        let help = |args: &[&str]| {
+            Command::new(&ember)
+                .args(args)
+                .output()
+                .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        if help(&["--help"])?.contains("push")
+            && help(&["train", "--help"])?.contains("--collective-timeout")
+        {
+            return Ok(ember);
+        }
+    }
+    anyhow::bail!(
+        "{} keeps being replaced by a build of other features; run the task when no other \
+         build of ember-cli shares the target directory",
+        target.join("release/ember").display()
     )
 }
 
