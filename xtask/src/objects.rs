@@ -24,7 +24,12 @@
 //! 9. A run killed with SIGKILL, then `ember push`: what its staging directory held reaches the
 //!    bucket, every step once, and no staging directory is left.
 //! 10. Two runs into one URL at once, in both formats: both runs' summary files are there.
-//! 11. The write, read, kill (with `ember push`), two-at-once and refused-key scenarios against
+//! 11. Runs with their checkpoints, command line and model in the bucket, killed with SIGKILL at
+//!     seeded moments and resumed from it (`ember train --resume s3://…`): each ends with the
+//!     uninterrupted run's model byte for byte (`ember pull`) and its values in `ember inspect`,
+//!     each step once; TensorBoard's S3 reader shows the last as the local run. Then the same
+//!     in MindInsight's format, pulled and read by MindInsight 2.3.1.
+//! 12. The write, read, kill (with `ember push`), two-at-once and refused-key scenarios against
 //!     Azurite, the Azure Storage emulator from the npm registry (`objects_azure.rs`).
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
@@ -151,6 +156,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     )?;
     two_at_once(&s3, "s3://ember", TASK)?;
     resumed_in_the_bucket(&check, &endpoint)?;
+    resumed_for_mindinsight(&check, &endpoint)?;
     restarted(&check)?;
     refused(&check)?;
     unreachable(&check)?;
@@ -194,12 +200,8 @@ fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<()> {
 /// MindInsight through a local sync: `ember pull` of a MindInsight-format run, read by
 /// MindInsight 2.3.1 as the same run written locally (scalars, histograms, images, lineage).
 fn mindinsight(check: &Check, target: &Path, endpoint: &str) -> anyhow::Result<()> {
-    let python = match ensure_venv(&target.join("compat-mi-venv"), MINDINSIGHT_REQUIREMENTS) {
-        Ok(python) => python,
-        Err(VenvError::Unavailable(why)) => {
-            return skip_or_fail(TASK, &format!("the MindInsight reader: {why}"));
-        }
-        Err(VenvError::Failed(e)) => return Err(e),
+    let Some(python) = mindinsight_reader(target)? else {
+        return Ok(());
     };
     let args: Vec<&str> = TRAIN_ARGS
         .iter()
@@ -246,6 +248,18 @@ fn mindinsight(check: &Check, target: &Path, endpoint: &str) -> anyhow::Result<(
          MindInsight 2.3.1 as the same run written locally"
     );
     Ok(())
+}
+
+/// The MindInsight venv's Python; `None` (said in one line) where it cannot be made outside CI.
+fn mindinsight_reader(target: &Path) -> anyhow::Result<Option<PathBuf>> {
+    match ensure_venv(&target.join("compat-mi-venv"), MINDINSIGHT_REQUIREMENTS) {
+        Ok(python) => Ok(Some(python)),
+        Err(VenvError::Unavailable(why)) => {
+            skip_or_fail(TASK, &format!("the MindInsight reader: {why}"))?;
+            Ok(None)
+        }
+        Err(VenvError::Failed(e)) => Err(e),
+    }
 }
 
 /// Killed with SIGKILL mid-run: only whole records in the bucket, no step missing.
@@ -369,6 +383,98 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
          from it ({refused} before their first checkpoint, refused and restarted): each with \
          the uninterrupted run's model byte for byte and its values in ember inspect, each step \
          once; TensorBoard's S3 reader shows the last as the local run"
+    );
+    Ok(())
+}
+
+/// MindInsight-format runs in the bucket killed at [`MI_BUCKET_KILLS`] seeded moments.
+const MI_BUCKET_KILLS: usize = 3;
+
+/// `ember train --format mindinsight --logdir s3://…` killed with SIGKILL at seeded moments and
+/// resumed from the bucket, then `ember pull`ed: MindInsight 2.3.1 itself
+/// (`xtask/resume/check_mindinsight.py`) must show each pulled run's steps once, with the values
+/// and lineage of the same run trained locally without a break.
+fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+    const ARGS: &[&str] = &[
+        "train",
+        "--format",
+        "mindinsight",
+        "--epochs",
+        "3",
+        "--devices",
+        "2",
+        "--checkpoint-every",
+        "1",
+    ];
+    let Some(python) = mindinsight_reader(&target_dir(check.root))? else {
+        return Ok(());
+    };
+    // MindInsight's jobs are the directories of its base directory: these runs alone.
+    let base = check.work.join("mi-resumed");
+    std::fs::create_dir_all(&base)?;
+    check.train_locally(ARGS, "mi-resumed/reference")?;
+    let mut reference = check.ember(endpoint, ARGS);
+    reference.args(["--logdir", "s3://ember/mi-reference"]);
+    let ran = run_limited(
+        reference,
+        "ember train --format mindinsight --logdir s3:// (reference)",
+        &check.work.join("mi-reference.log"),
+    )?;
+    expect_success(&ran, "the uninterrupted MindInsight run into the bucket")?;
+    let mut rng = crate::resume::XorShift(20_261_206);
+    let mut jobs = Vec::new();
+    for kill in 0..MI_BUCKET_KILLS {
+        let job = format!("resumed-{kill:02}");
+        let url = format!("s3://ember/mi-{job}");
+        let mut train = check.ember(endpoint, ARGS);
+        train.args(["--logdir", &url]);
+        let run = check.work.join(format!("mi-{job}"));
+        let at = ran.elapsed.mul_f64(rng.unit());
+        crate::resume::start_and_kill(train, &run, at)?;
+        let mut resumed = run_limited(
+            check.ember(endpoint, &["train", "--resume", &url]),
+            "ember train --resume s3:// (MindInsight)",
+            &run.with_extension("resume.log"),
+        )?;
+        if !resumed.success && resumed.output.contains("no checkpoint to resume from") {
+            resumed = run_limited(
+                check.ember(endpoint, &["train", "--restart", &url]),
+                "ember train --restart s3:// (MindInsight)",
+                &run.with_extension("restart.log"),
+            )?;
+        }
+        expect_success(&resumed, &format!("resuming {url} (killed after {at:?})"))?;
+        let out = check
+            .ember(endpoint, &["pull", &url])
+            .arg(base.join(&job))
+            .output()
+            .context("starting ember pull")?;
+        ensure!(
+            out.status.success(),
+            "ember pull {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        jobs.push(job);
+    }
+    let mut read = Command::new(&python);
+    read.arg(check.root.join("xtask/resume/check_mindinsight.py"))
+        .arg(&base)
+        .arg("reference")
+        .args(&jobs);
+    let ran = run_limited(
+        read,
+        "MindInsight on the pulled runs",
+        &check.work.join("mi-check.log"),
+    )?;
+    expect_success(
+        &ran,
+        "MindInsight reading the resumed runs pulled from the bucket",
+    )?;
+    eprintln!(
+        "{TASK}: {MI_BUCKET_KILLS} MindInsight-format runs in the bucket killed with SIGKILL and \
+         resumed from it, pulled with ember pull: MindInsight 2.3.1 shows each step once with the \
+         local uninterrupted run's values and lineage ({})",
+        ran.output.trim().lines().last().unwrap_or_default()
     );
     Ok(())
 }
