@@ -15,9 +15,10 @@
 //! elements is not split at all: a thread's start costs what its Adam step does.
 //!
 //! The Trainer shards on the CPU (flex) only: on wgpu, shards stepped on threads other than
-//! the one that made the gradients left NaN parameters (`tests/tests/integration/distinct_devices.rs`;
-//! the same shards stepped one after another on the calling thread train like one
-//! optimizer), so GPU backends keep one optimizer until that is understood.
+//! the one that made the gradients left NaN parameters
+//! (`tests/tests/integration/distinct_devices.rs`; the same shards stepped one after another
+//! on the calling thread train like one optimizer), so GPU backends keep one optimizer until
+//! that is understood.
 
 use std::collections::HashMap;
 
