@@ -85,6 +85,51 @@ impl Check<'_> {
     }
 
     /// `ember train` with `args` into the local directory `name` of the work directory.
+    /// `ember train ARGS --logdir url` killed with SIGKILL after `at`, then resumed from the
+    /// bucket, or, refused for want of a whole checkpoint, restarted; whether it was refused.
+    fn killed_and_resumed(
+        &self,
+        endpoint: &str,
+        args: &[&str],
+        url: &str,
+        run: &Path,
+        at: Duration,
+    ) -> anyhow::Result<bool> {
+        let mut train = self.ember(endpoint, args);
+        train.args(["--logdir", url]);
+        crate::resume::start_and_kill(train, run, at)?;
+        let mut ran = run_limited(
+            self.ember(endpoint, &["train", "--resume", url]),
+            "ember train --resume s3://",
+            &run.with_extension("resume.log"),
+        )?;
+        let refused = !ran.success && ran.output.contains("no checkpoint to resume from");
+        if refused {
+            ran = run_limited(
+                self.ember(endpoint, &["train", "--restart", url]),
+                "ember train --restart s3://",
+                &run.with_extension("restart.log"),
+            )?;
+        }
+        expect_success(&ran, &format!("resuming {url} (killed after {at:?})"))?;
+        Ok(refused)
+    }
+
+    /// `ember pull url into`.
+    fn pull(&self, endpoint: &str, url: &str, into: &Path) -> anyhow::Result<()> {
+        let out = self
+            .ember(endpoint, &["pull", url])
+            .arg(into)
+            .output()
+            .context("starting ember pull")?;
+        ensure!(
+            out.status.success(),
+            "ember pull {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+
     fn train_locally(&self, args: &[&str], name: &str) -> anyhow::Result<PathBuf> {
         let local = self.work.join(name);
         let mut train = Command::new(self.ember);
@@ -333,37 +378,10 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
     for kill in 0..BUCKET_KILLS {
         let url = format!("s3://ember/resumed-{kill:02}");
         let at = duration.mul_f64(rng.unit());
-        let mut train = check.ember(endpoint, ARGS);
-        train.args(["--logdir", &url]);
         let run = check.work.join(format!("resumed-{kill:02}"));
-        crate::resume::start_and_kill(train, &run, at)?;
-        let mut resume = check.ember(endpoint, &["train", "--resume", &url]);
-        let mut ran = run_limited(
-            resume,
-            "ember train --resume s3://",
-            &run.with_extension("resume.log"),
-        )?;
-        if !ran.success && ran.output.contains("no checkpoint to resume from") {
-            refused += 1;
-            resume = check.ember(endpoint, &["train", "--restart", &url]);
-            ran = run_limited(
-                resume,
-                "ember train --restart s3://",
-                &run.with_extension("restart.log"),
-            )?;
-        }
-        expect_success(&ran, &format!("resuming {url} (killed after {at:?})"))?;
+        refused += usize::from(check.killed_and_resumed(endpoint, ARGS, &url, &run, at)?);
         let pulled = check.work.join(format!("resumed-{kill:02}-pulled"));
-        let out = check
-            .ember(endpoint, &["pull", &url])
-            .arg(&pulled)
-            .output()
-            .context("starting ember pull")?;
-        ensure!(
-            out.status.success(),
-            "ember pull {url}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        check.pull(endpoint, &url, &pulled)?;
         ensure!(
             crate::resume::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
             "{url}: the resumed run's parameters differ from the uninterrupted run's"
@@ -426,34 +444,10 @@ fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> 
     for kill in 0..MI_BUCKET_KILLS {
         let job = format!("resumed-{kill:02}");
         let url = format!("s3://ember/mi-{job}");
-        let mut train = check.ember(endpoint, ARGS);
-        train.args(["--logdir", &url]);
         let run = check.work.join(format!("mi-{job}"));
         let at = ran.elapsed.mul_f64(rng.unit());
-        crate::resume::start_and_kill(train, &run, at)?;
-        let mut resumed = run_limited(
-            check.ember(endpoint, &["train", "--resume", &url]),
-            "ember train --resume s3:// (MindInsight)",
-            &run.with_extension("resume.log"),
-        )?;
-        if !resumed.success && resumed.output.contains("no checkpoint to resume from") {
-            resumed = run_limited(
-                check.ember(endpoint, &["train", "--restart", &url]),
-                "ember train --restart s3:// (MindInsight)",
-                &run.with_extension("restart.log"),
-            )?;
-        }
-        expect_success(&resumed, &format!("resuming {url} (killed after {at:?})"))?;
-        let out = check
-            .ember(endpoint, &["pull", &url])
-            .arg(base.join(&job))
-            .output()
-            .context("starting ember pull")?;
-        ensure!(
-            out.status.success(),
-            "ember pull {url}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        check.killed_and_resumed(endpoint, ARGS, &url, &run, at)?;
+        check.pull(endpoint, &url, &base.join(&job))?;
         jobs.push(job);
     }
     let mut read = Command::new(&python);
