@@ -117,18 +117,7 @@ fn ready(target: &Path) -> anyhow::Result<Option<PathBuf>> {
 /// `ember` with MPI and object stores and the all-reduce benchmark, both release, and the
 /// `mpi_ranks` example as `cargo xtask mpi` builds it (debug, so CI finds it built).
 fn build_programs(root: &Path) -> anyhow::Result<()> {
-    build(
-        root,
-        &[
-            "build",
-            "-p",
-            "ember",
-            "--features",
-            "mpi",
-            "--example",
-            "mpi_ranks",
-        ],
-    )?;
+    build(root, crate::mpi::launch::MPI_RANKS_BUILD)?;
     build(
         root,
         &[
@@ -140,19 +129,7 @@ fn build_programs(root: &Path) -> anyhow::Result<()> {
             "mpi,object-store",
         ],
     )?;
-    build(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "ember-collective",
-            "--features",
-            "mpi",
-            "--example",
-            "allreduce",
-        ],
-    )
+    build(root, crate::mpi::launch::ALLREDUCE_BUILD)
 }
 
 /// Copies the programs the task runs into `bin`, and returns `ember`'s copy: the target

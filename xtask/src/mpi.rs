@@ -35,7 +35,7 @@ use crate::process::{
 };
 
 mod bench;
-mod launch;
+pub(crate) mod launch;
 mod scenarios;
 
 use bench::bench;
@@ -55,18 +55,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     lint(root)?;
     let target = target_dir(root);
-    build(
-        root,
-        &[
-            "build",
-            "-p",
-            "ember",
-            "--features",
-            "mpi",
-            "--example",
-            "mpi_ranks",
-        ],
-    )?;
+    build(root, launch::MPI_RANKS_BUILD)?;
     build(root, &["build", "-p", "ember-cli", "--features", "mpi"])?;
     let example = target.join("debug/examples/mpi_ranks");
     let ember = target.join("debug/ember");

@@ -338,27 +338,29 @@ fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
 /// Kills of runs in the bucket resumed from the bucket: (`EMBER_RESUME_SEED` replays a seed).
 const BUCKET_KILLS: usize = 10;
 
+/// The runs killed and resumed in the bucket: short, with a checkpoint every optimizer step.
+const RESUMED_ARGS: &[&str] = &[
+    "train",
+    "--epochs",
+    "3",
+    "--devices",
+    "2",
+    "--checkpoint-every",
+    "1",
+];
+
 /// `ember train --logdir s3://…` killed with SIGKILL at [`BUCKET_KILLS`] seeded moments and
 /// resumed with `--resume s3://…` (or, killed before its first checkpoint, refused and then
 /// `--restart`ed): each ends with the model of the same run trained locally without a kill,
 /// byte for byte, and `ember inspect` of the URL shows its values, each step once; TensorBoard's
 /// own S3 reader shows the last one as the local run.
 fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
-    const ARGS: &[&str] = &[
-        "train",
-        "--epochs",
-        "3",
-        "--devices",
-        "2",
-        "--checkpoint-every",
-        "1",
-    ];
-    let local = check.train_locally(ARGS, "resume-local")?;
+    let local = check.train_locally(RESUMED_ARGS, "resume-local")?;
     let reference = crate::process::inspect_json(check.ember, &local)?;
     // The kill moments are spread over an uninterrupted run into the bucket (which starts
     // slower than a local one: the store is tried first), as `cargo xtask resume` spreads them
     // over its reference run.
-    let mut train = check.ember(endpoint, ARGS);
+    let mut train = check.ember(endpoint, RESUMED_ARGS);
     train.args(["--logdir", "s3://ember/resumed-reference"]);
     let ran = run_limited(
         train,
@@ -379,7 +381,7 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         let url = format!("s3://ember/resumed-{kill:02}");
         let at = duration.mul_f64(rng.unit());
         let run = check.work.join(format!("resumed-{kill:02}"));
-        refused += usize::from(check.killed_and_resumed(endpoint, ARGS, &url, &run, at)?);
+        refused += usize::from(check.killed_and_resumed(endpoint, RESUMED_ARGS, &url, &run, at)?);
         let pulled = check.work.join(format!("resumed-{kill:02}-pulled"));
         check.pull(endpoint, &url, &pulled)?;
         ensure!(
@@ -413,25 +415,19 @@ const MI_BUCKET_KILLS: usize = 3;
 /// (`xtask/resume/check_mindinsight.py`) must show each pulled run's steps once, with the values
 /// and lineage of the same run trained locally without a break.
 fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> {
-    const ARGS: &[&str] = &[
-        "train",
-        "--format",
-        "mindinsight",
-        "--epochs",
-        "3",
-        "--devices",
-        "2",
-        "--checkpoint-every",
-        "1",
-    ];
+    let args: Vec<&str> = RESUMED_ARGS
+        .iter()
+        .copied()
+        .chain(["--format", "mindinsight"])
+        .collect();
     let Some(python) = mindinsight_reader(&target_dir(check.root))? else {
         return Ok(());
     };
     // MindInsight's jobs are the directories of its base directory: these runs alone.
     let base = check.work.join("mi-resumed");
     std::fs::create_dir_all(&base)?;
-    check.train_locally(ARGS, "mi-resumed/reference")?;
-    let mut reference = check.ember(endpoint, ARGS);
+    check.train_locally(&args, "mi-resumed/reference")?;
+    let mut reference = check.ember(endpoint, &args);
     reference.args(["--logdir", "s3://ember/mi-reference"]);
     let ran = run_limited(
         reference,
@@ -446,7 +442,7 @@ fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> 
         let url = format!("s3://ember/mi-{job}");
         let run = check.work.join(format!("mi-{job}"));
         let at = ran.elapsed.mul_f64(rng.unit());
-        check.killed_and_resumed(endpoint, ARGS, &url, &run, at)?;
+        check.killed_and_resumed(endpoint, &args, &url, &run, at)?;
         check.pull(endpoint, &url, &base.join(&job))?;
         jobs.push(job);
     }

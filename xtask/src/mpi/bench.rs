@@ -11,19 +11,7 @@ use crate::process::{build, expect_success, run_limited, target_dir};
 const BENCH_SIZES: &[usize] = &[1_000, 10_000, 100_000, 1_000_000, 10_000_000];
 
 pub(super) fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
-    build(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "ember-collective",
-            "--features",
-            "mpi",
-            "--example",
-            "allreduce",
-        ],
-    )?;
+    build(root, super::launch::ALLREDUCE_BUILD)?;
     let target = target_dir(root);
     let example = target.join("release/examples/allreduce");
     let out = target.join("bench");

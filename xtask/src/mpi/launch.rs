@@ -65,3 +65,26 @@ pub(super) fn mpirun(ranks: usize, transport: Transport) -> Command {
     }
     command
 }
+
+/// How `cargo xtask mpi` and `cargo xtask hosts` build ember's `mpi_ranks` example (debug).
+pub(crate) const MPI_RANKS_BUILD: &[&str] = &[
+    "build",
+    "-p",
+    "ember",
+    "--features",
+    "mpi",
+    "--example",
+    "mpi_ranks",
+];
+
+/// How the all-reduce benchmarks build ember-collective's `allreduce` example (release).
+pub(crate) const ALLREDUCE_BUILD: &[&str] = &[
+    "build",
+    "--release",
+    "-p",
+    "ember-collective",
+    "--features",
+    "mpi",
+    "--example",
+    "allreduce",
+];
