@@ -4,6 +4,7 @@
 //! Every failure ends as one `error: ...` line on stderr and a non-zero exit code; bad flags are
 //! clap's (exit 2).
 
+mod allocator;
 mod bench;
 mod devices;
 mod digits;
@@ -69,6 +70,7 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
+    allocator::keep_freed_memory();
     quiet_vulkan_device_select();
     let cli = Cli::parse();
     let result = match cli.command {
