@@ -86,8 +86,17 @@ pub(crate) fn write_gradients<M: Module>(
             let slot = &mut self.out[self.at..self.at + len];
             match self.grads.and_then(|grads| grads.get::<D>(param.id)) {
                 Some(grad) => {
-                    for (to, from) in slot.iter_mut().zip(grad.into_data().iter::<f32>()) {
-                        *to = from;
+                    let data = grad.into_data();
+                    // A straight copy where the gradient is f32 already (the usual case: a
+                    // large model's gradients are tens of megabytes a round); converted
+                    // element by element otherwise.
+                    match data.as_slice::<f32>() {
+                        Ok(values) if values.len() == len => slot.copy_from_slice(values),
+                        _ => {
+                            for (to, from) in slot.iter_mut().zip(data.iter::<f32>()) {
+                                *to = from;
+                            }
+                        }
                     }
                     self.present[self.param] = 1.0;
                 }
