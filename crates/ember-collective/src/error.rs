@@ -60,6 +60,15 @@ pub enum CollectiveError {
     /// yet, so the size of a round is unknown.
     #[error("no round before the model is broadcast")]
     NotStarted,
+    /// [`Ranks::gather_totals`](crate::ranks::Ranks::gather_totals) was given more values than
+    /// a round has room for.
+    #[error("{count} totals to gather, at most {most} fit a round")]
+    TooManyTotals {
+        /// The values given.
+        count: usize,
+        /// The most a round carries.
+        most: usize,
+    },
 }
 
 fn ranks_list(ranks: &[usize]) -> String {

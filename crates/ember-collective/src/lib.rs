@@ -48,5 +48,5 @@ pub use error::CollectiveError;
 pub use local::{LocalComm, LocalGroup};
 #[cfg(feature = "mpi")]
 pub use mpi_comm::{MpiComm, MpiInitError};
-pub use ranks::{Ranks, Round, RoundState, broadcast_u64};
+pub use ranks::{MAX_TOTALS, Ranks, Round, RoundState, broadcast_u64};
 pub use shard::shard_range;

@@ -13,8 +13,11 @@ use crate::shard::shard_range;
 /// shape of a round.
 ///
 /// The round buffer is the model's gradients (every float parameter in visit order), one
-/// presence flag per parameter, then this rank's [`RoundState`] (gradient sets, done, stop) and
-/// one failure slot per rank: one all-reduce carries the gradients and every rank's state.
+/// presence flag per parameter, one slot per rank for [`Ranks::gather_totals`], then this
+/// rank's [`RoundState`] (gradient sets, done, stop) and one failure slot per rank: one
+/// all-reduce carries the gradients and every rank's state. Every exchange has that length, so
+/// a rank that fails anywhere announces it ([`Ranks::announce_failure`]) in whichever
+/// exchange the others are in.
 #[derive(Debug)]
 pub struct Ranks {
     comm: Box<dyn Communicator>,
@@ -49,6 +52,13 @@ pub struct Round {
 }
 
 const TRAILER: usize = 3;
+
+/// The most values one rank brings to [`Ranks::gather_totals`].
+pub const MAX_TOTALS: usize = 8;
+
+/// `f32`s per total: an `f64`'s bits as four 16-bit pieces, each exact in an `f32`, so that a
+/// sum with the other ranks' zeros carries it unchanged.
+const PIECES: usize = 4;
 
 impl Ranks {
     /// This process's part of the job `comm` connects.
@@ -101,7 +111,7 @@ impl Ranks {
         let mut values = parameters(&model);
         self.comm.broadcast(&mut values, 0)?;
         self.shape = Some((len, sizes.len()));
-        self.buffer = vec![0.0; len + sizes.len() + TRAILER + self.size()];
+        self.buffer = vec![0.0; len + sizes.len() + self.totals_len() + TRAILER + self.size()];
         Ok(with_parameters(model, &values))
     }
 
@@ -118,11 +128,13 @@ impl Ranks {
         let reduction = window.reduction();
         let (grads, sets) = window.take_sum();
         let size = self.size();
+        let totals_len = self.totals_len();
         let (gradients, rest) = self.buffer.split_at_mut(len);
         let (present, rest) = rest.split_at_mut(params);
         write_gradients(model, (sets > 0).then_some(&grads), gradients, present);
         drop(grads);
         rest.fill(0.0);
+        let rest = &mut rest[totals_len..];
         rest[0] = sets as f32;
         rest[1] = f32::from(state.done);
         rest[2] = f32::from(state.stop);
@@ -130,7 +142,8 @@ impl Ranks {
         self.rounds += 1;
 
         let (gradients, rest) = self.buffer.split_at(len);
-        let (present, trailer) = rest.split_at(params);
+        let (present, rest) = rest.split_at(params);
+        let trailer = &rest[totals_len..];
         let failed: Vec<usize> = (0..size).filter(|r| trailer[TRAILER + r] > 0.0).collect();
         if !failed.is_empty() {
             return Err(CollectiveError::PeersFailed { ranks: failed });
@@ -146,6 +159,52 @@ impl Ranks {
             all_done: trailer[1] as usize >= size,
             stopped: trailer[2] > 0.0,
         })
+    }
+
+    /// Every rank's `values` (at most [`MAX_TOTALS`], as many on every rank), in rank order, on
+    /// every rank alike:
+    /// sums that each rank made of its own share (its validation batches), for every rank to
+    /// add up in the same order to the same bits. Every rank must call it at the same point;
+    /// when a rank announced a failure instead, the others get
+    /// [`CollectiveError::PeersFailed`].
+    pub fn gather_totals(&mut self, values: &[f64]) -> Result<Vec<Vec<f64>>, CollectiveError> {
+        let (len, params) = self.shape.ok_or(CollectiveError::NotStarted)?;
+        if values.len() > MAX_TOTALS {
+            return Err(CollectiveError::TooManyTotals {
+                count: values.len(),
+                most: MAX_TOTALS,
+            });
+        }
+        let (size, rank) = (self.size(), self.rank());
+        self.buffer.fill(0.0);
+        let slots = len + params;
+        let slot = slots + rank * MAX_TOTALS * PIECES;
+        for (index, value) in values.iter().enumerate() {
+            let at = slot + index * PIECES;
+            self.buffer[at..at + PIECES].copy_from_slice(&split_u64(value.to_bits()));
+        }
+        self.comm.all_reduce_sum(&mut self.buffer)?;
+        let failed: Vec<usize> = (0..size)
+            .filter(|r| self.buffer[self.buffer.len() - size + r] > 0.0)
+            .collect();
+        if !failed.is_empty() {
+            return Err(CollectiveError::PeersFailed { ranks: failed });
+        }
+        Ok((0..size)
+            .map(|from| {
+                let slot = slots + from * MAX_TOTALS * PIECES;
+                (0..values.len())
+                    .map(|index| {
+                        let at = slot + index * PIECES;
+                        f64::from_bits(join_u64(&self.buffer[at..at + PIECES]))
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    fn totals_len(&self) -> usize {
+        self.size() * MAX_TOTALS * PIECES
     }
 
     /// Tells every other rank that this one failed, by joining the round they are in (or will

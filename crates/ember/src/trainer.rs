@@ -169,7 +169,7 @@ where
             }
             Err(error) => {
                 if let Some(ranks) = self.ranks.as_mut()
-                    && !matches!(error, TrainError::Ranks { .. })
+                    && error.ranks_error().is_none()
                     && let Err(round_error) = ranks.announce_failure()
                 {
                     log::error!("telling the other ranks that this one failed: {round_error}");

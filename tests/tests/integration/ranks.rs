@@ -347,3 +347,86 @@ fn rank_zero_records_the_run_and_every_rank_its_step_times() {
     assert!(tags.contains(&"train/loss".to_string()));
     assert!(!tags.iter().any(|t| t.starts_with("device/")), "{tags:?}");
 }
+
+const VALID_ROWS: usize = 32;
+
+#[test]
+fn ranks_validate_a_share_each_and_report_what_one_process_validating_everything_does() {
+    let device = Device::flex().autodiff();
+    let initial = Mlp::new(8, &device);
+    let (_, single) = trainer(2, 2)
+        .fit(
+            initial.clone(),
+            regression_loader(1, ROWS, BATCH, &device),
+            Some(regression_loader(2, VALID_ROWS, BATCH, &device)),
+            None,
+        )
+        .unwrap();
+
+    let results = job(2, Duration::from_secs(60), move |comm| {
+        let device = Device::flex().autodiff();
+        trainer(1, 2)
+            .communicator(comm)
+            .fit(
+                initial.clone(),
+                regression_loader(1, ROWS, BATCH, &device),
+                Some(regression_loader(2, VALID_ROWS, BATCH, &device)),
+                None,
+            )
+            .unwrap()
+            .1
+    });
+    let (rank0, rank1) = (&results[0], &results[1]);
+    assert_eq!(single.epochs.len(), 2);
+    for (epoch, one) in single.epochs.iter().enumerate() {
+        let (a, b) = (&rank0.epochs[epoch], &rank1.epochs[epoch]);
+        let (a_loss, b_loss) = (a.valid_loss.unwrap(), b.valid_loss.unwrap());
+        assert_eq!(a_loss.to_bits(), b_loss.to_bits(), "epoch {}", epoch + 1);
+        // Rank 0 validated rows 0..16 and rank 1 rows 16..32, in the batches one process
+        // runs: the same mean, added up in another order.
+        let one_loss = one.valid_loss.unwrap();
+        assert!(
+            (a_loss - one_loss).abs() <= 1e-9 * one_loss.abs().max(1.0),
+            "epoch {}: ranks {a_loss}, one process {one_loss}",
+            epoch + 1
+        );
+    }
+}
+
+#[test]
+fn a_rank_whose_validation_fails_ends_every_rank_with_an_error_naming_it() {
+    let results = failed_job(|_, comm| {
+        let device = Device::flex().autodiff();
+        // Row 20 is in rank 1's share of the validation rows (16..32): only its pass panics.
+        let valid = PoisonedLoader::wrap(
+            regression_loader(2, VALID_ROWS, BATCH, &device),
+            20,
+            "poisoned validation row 20",
+        );
+        trainer(1, 1).communicator(comm).fit(
+            Mlp::new(4, &device),
+            regression_loader(1, ROWS, BATCH, &device),
+            Some(valid),
+            None,
+        )
+    });
+    let rank1 = results[1].as_ref().unwrap_err();
+    assert!(
+        matches!(rank1, TrainError::Validation { epoch: 1, .. }),
+        "{rank1}"
+    );
+    assert!(
+        rank1.to_string().contains("poisoned validation row 20")
+            || format!("{rank1:?}").contains("poisoned validation row 20"),
+        "{rank1:?}"
+    );
+    let rank0 = results[0].as_ref().unwrap_err();
+    match rank0 {
+        TrainError::RanksValidating {
+            epoch: 1,
+            source: CollectiveError::PeersFailed { ranks },
+        } => assert_eq!(ranks, &[1]),
+        other => panic!("rank 0 ended with {other}"),
+    }
+    assert!(rank0.peers_failed());
+}

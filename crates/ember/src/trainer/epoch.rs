@@ -14,7 +14,7 @@ use super::item::TrainingItem;
 use super::report::{EpochReport, StepReport};
 use super::run::{Loop, When};
 use super::start::past_the_data;
-use super::steps::{device_times, scalar, step_error, step_times, validate};
+use super::steps::{ValidFailure, device_times, scalar, step_error, step_times, validate};
 use super::system::SystemSampler;
 use crate::checkpoint::trainer::{EpochTotals, Position};
 use crate::collective::Ranks;
@@ -210,12 +210,19 @@ where
     ) -> Result<(), TrainError> {
         let Trained { totals, seconds } = trained;
         self.state.train_examples = Some(totals.examples);
+        let mut ranks = ranks;
         let (valid_loss, valid_accuracy) = match valid {
             Some(valid) => {
-                let totals = validate(&self.stepper.model, valid)
-                    .map_err(|source| TrainError::Validation { epoch, source })?;
+                let totals = validate(&self.stepper.model, valid, ranks.as_deref_mut()).map_err(
+                    |failure| match failure {
+                        ValidFailure::Here(source) => TrainError::Validation { epoch, source },
+                        ValidFailure::Ranks(source) => {
+                            TrainError::RanksValidating { epoch, source }
+                        }
+                    },
+                )?;
                 self.state.valid_examples = Some(totals.examples);
-                (Some(totals.loss), totals.accuracy)
+                (Some(totals.loss()), totals.accuracy())
             }
             None => (None, None),
         };

@@ -62,6 +62,27 @@ pub enum TrainError {
         /// What happened.
         source: CollectiveError,
     },
+    /// The job's ranks could not add up the epoch's validation, each rank having validated
+    /// its share: another rank failed (the source names it) or did not come in time.
+    #[error("validation of epoch {epoch} across ranks: {source}")]
+    RanksValidating {
+        /// The epoch, from 1.
+        epoch: usize,
+        /// What happened.
+        source: CollectiveError,
+    },
+}
+
+impl TrainError {
+    /// Whether the error came from the job's ranks, not from this rank's own work.
+    pub(crate) fn ranks_error(&self) -> Option<&CollectiveError> {
+        match self {
+            TrainError::Ranks { source, .. } | TrainError::RanksValidating { source, .. } => {
+                Some(source)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl TrainError {
@@ -69,12 +90,6 @@ impl TrainError {
     /// error): under `mpirun`, a process that exits with an error ends the whole job, so such a
     /// rank may want to give the failed one a moment to be heard first.
     pub fn peers_failed(&self) -> bool {
-        matches!(
-            self,
-            TrainError::Ranks {
-                source: CollectiveError::PeersFailed { .. },
-                ..
-            }
-        )
+        matches!(self.ranks_error(), Some(CollectiveError::PeersFailed { .. }))
     }
 }

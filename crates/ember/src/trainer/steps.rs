@@ -12,6 +12,7 @@ use super::config::UpdateHook;
 use super::error::TrainError;
 use super::item::TrainingItem;
 use super::optimizer_shards::OptimizerShards;
+use crate::collective::{CollectiveError, Ranks};
 use crate::driver::{self, Optimize, StepDone, StepFailure, StepFailureSource, ValidationError};
 use crate::model_info::named_gradients;
 
@@ -104,16 +105,89 @@ impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
     }
 }
 
-/// What a validation pass adds up to.
+/// What a validation pass adds up to: sums, so that ranks that each validated a share can
+/// add theirs up.
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct ValidTotals {
-    pub(super) loss: f64,
-    pub(super) accuracy: Option<f64>,
+    loss_sum: f64,
+    batches: usize,
+    correct: usize,
+    judged: usize,
     pub(super) examples: usize,
 }
 
-/// Mean loss, accuracy and example count of the validation set, on the main device through the
-/// driver: a batch that cannot be loaded, or a panicking step, is a [`ValidationError`].
+impl ValidTotals {
+    /// The mean of the batches' losses.
+    pub(super) fn loss(&self) -> f64 {
+        self.loss_sum / self.batches.max(1) as f64
+    }
+
+    /// The share of judged examples classified right, for classifiers.
+    pub(super) fn accuracy(&self) -> Option<f64> {
+        (self.judged > 0).then(|| self.correct as f64 / self.judged as f64)
+    }
+
+    fn to_values(self) -> [f64; 5] {
+        [
+            self.loss_sum,
+            self.batches as f64,
+            self.correct as f64,
+            self.judged as f64,
+            self.examples as f64,
+        ]
+    }
+
+    fn add_values(&mut self, values: &[f64]) {
+        if let [loss_sum, batches, correct, judged, examples] = *values {
+            self.loss_sum += loss_sum;
+            self.batches += batches as usize;
+            self.correct += correct as usize;
+            self.judged += judged as usize;
+            self.examples += examples as usize;
+        }
+    }
+}
+
+/// Why a validation pass did not finish.
+pub(super) enum ValidFailure {
+    /// This rank's own pass: a batch that could not be loaded, or a panicking step.
+    Here(ValidationError),
+    /// Another rank failed, or the ranks could not exchange their totals.
+    Ranks(CollectiveError),
+}
+
+/// Validates `model` on the main device through the driver. Across ranks, each rank validates
+/// its own contiguous share of the batches (as it trains on its share of the training set)
+/// and the ranks' sums are added up in rank order, the same bits on every rank: each
+/// validation batch is run once in the job instead of once per rank.
 pub(super) fn validate<M, V>(
+    model: &M,
+    valid: &dyn DataLoader<<M as TrainStep>::Input>,
+    ranks: Option<&mut Ranks>,
+) -> Result<ValidTotals, ValidFailure>
+where
+    M: TrainStep + InferenceStep<Input = <M as TrainStep>::Input, Output = V> + Module,
+    V: TrainingItem,
+{
+    let Some(ranks) = ranks.filter(|ranks| ranks.size() > 1) else {
+        return validate_here(model, valid).map_err(ValidFailure::Here);
+    };
+    let share = ranks.shard(valid.num_items());
+    let own = validate_here(model, valid.slice(share.start, share.end).as_ref())
+        .map_err(ValidFailure::Here)?;
+    let every_rank = ranks
+        .gather_totals(&own.to_values())
+        .map_err(ValidFailure::Ranks)?;
+    let mut totals = ValidTotals::default();
+    for values in &every_rank {
+        totals.add_values(values);
+    }
+    Ok(totals)
+}
+
+/// Sums over every batch of `valid`, a batch that cannot be loaded, or a panicking step, being
+/// a [`ValidationError`].
+fn validate_here<M, V>(
     model: &M,
     valid: &dyn DataLoader<<M as TrainStep>::Input>,
 ) -> Result<ValidTotals, ValidationError>
@@ -121,23 +195,18 @@ where
     M: TrainStep + InferenceStep<Input = <M as TrainStep>::Input, Output = V> + Module,
     V: TrainingItem,
 {
-    let (mut loss, mut batches, mut correct, mut judged) = (0.0, 0usize, 0usize, 0usize);
-    let mut examples = 0usize;
+    let mut totals = ValidTotals::default();
     driver::validate(model, valid, |_, output: V, _| {
-        loss += scalar(output.loss());
-        batches += 1;
-        examples += output.examples();
+        totals.loss_sum += scalar(output.loss());
+        totals.batches += 1;
+        totals.examples += output.examples();
         if let Some((hits, total)) = output.correct() {
-            correct += hits;
-            judged += total;
+            totals.correct += hits;
+            totals.judged += total;
         }
         Ok::<(), ValidationError>(())
     })?;
-    Ok(ValidTotals {
-        loss: loss / batches.max(1) as f64,
-        accuracy: (judged > 0).then(|| correct as f64 / judged as f64),
-        examples,
-    })
+    Ok(totals)
 }
 
 pub(super) fn scalar(tensor: &Tensor<1>) -> f64 {
