@@ -2,10 +2,13 @@
 //! ember against burn-train 0.23's own strategies, side by side in one run.
 //!
 //! Every run is one process of `ember bench scaling` (release build): the same digits, model,
-//! batches per worker and epochs for every side. Two models: the digits perceptron of
-//! `ember train --hidden 16384` (1.2 M parameters, most of them in one matrix) and a deeper one
-//! of three 2048-wide hidden layers (8.5 M parameters in square matrices: each step is matrix
-//! products, and the parameters split evenly over optimizer shards).
+//! batches per worker and epochs for every side. Three models: the digits perceptron of
+//! `ember train --hidden 16384` (1.2 M parameters, most of them in one matrix); a deeper one of
+//! three 2048-wide hidden layers (8.5 M parameters in square matrices, whose step at 128
+//! examples a batch is a third Adam: memory traffic); and the compute-bound one, a
+//! convolutional net of 6.1 M parameters whose weights each serve 16 or 64 positions of the
+//! digit (about 100 FLOP per parameter and example, against the perceptrons' 6), trained on
+//! 640 digits in batches of 64 a worker to keep a run near 10 s.
 //!
 //! "One core per worker" pins 1 worker to core 0 and 2 workers to cores 0 and 1 (`taskset`),
 //! ember's workers each with a compute pool of one thread; burn-train's strategies have no
@@ -70,14 +73,36 @@ impl Config {
     }
 }
 
-/// The sizes a run trains at.
-struct Sizes {
-    digits_width: u32,
-    deep_width: u32,
-    digits_epochs: u16,
-    deep_epochs: u16,
+/// The sizes one model trains at.
+#[derive(Debug, Clone, Copy)]
+struct ModelSizes {
+    width: u32,
+    epochs: u16,
+    /// Examples per batch on each worker (`ember bench scaling`'s default, 128, when `None`).
+    batch: Option<u16>,
+    /// Only the first N digits (all of them when `None`).
     subset: Option<u32>,
 }
+
+/// The sizes a run trains each model at.
+struct Sizes {
+    digits: ModelSizes,
+    deep: ModelSizes,
+    conv: ModelSizes,
+}
+
+impl Sizes {
+    fn of(&self, model: &str) -> ModelSizes {
+        match model {
+            "digits" => self.digits,
+            "deep" => self.deep,
+            _ => self.conv,
+        }
+    }
+}
+
+/// The models, in the report's order.
+const MODELS: [&str; 3] = ["digits", "deep", "conv"];
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
@@ -88,20 +113,38 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     let rounds = positive_arg(args, "--rounds", if quick { 1 } else { 5 })?;
     let sizes = if quick {
-        Sizes {
-            digits_width: 256,
-            deep_width: 128,
-            digits_epochs: 1,
-            deep_epochs: 1,
+        let small = |width| ModelSizes {
+            width,
+            epochs: 1,
+            batch: None,
             subset: Some(300),
+        };
+        Sizes {
+            digits: small(256),
+            deep: small(128),
+            conv: ModelSizes {
+                batch: Some(16),
+                ..small(16)
+            },
         }
     } else {
-        Sizes {
-            digits_width: 16384,
-            deep_width: 2048,
-            digits_epochs: 4,
-            deep_epochs: 2,
+        let all = |width, epochs| ModelSizes {
+            width,
+            epochs,
+            batch: None,
             subset: None,
+        };
+        Sizes {
+            digits: all(16384, 4),
+            deep: all(2048, 2),
+            // 58 examples/s on one core: 640 training digits in batches of 64 a worker keep a
+            // run near 10 s, with 10 steps on 1 worker and 5 on 2.
+            conv: ModelSizes {
+                width: 512,
+                epochs: 1,
+                batch: Some(64),
+                subset: Some(800),
+            },
         }
     };
     let pin = on_path("taskset");
@@ -174,7 +217,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
 
 fn configs(with_mpi: bool, with_wgpu: bool) -> Vec<Config> {
     let mut configs = Vec::new();
-    for model in ["digits", "deep"] {
+    for model in MODELS {
         let config = |side, workers, pinned, summaries| Config {
             model,
             side,
@@ -223,10 +266,7 @@ fn run_one(
     pin: bool,
     scratch: &Path,
 ) -> anyhow::Result<Value> {
-    let (width, epochs) = match config.model {
-        "digits" => (sizes.digits_width, sizes.digits_epochs),
-        _ => (sizes.deep_width, sizes.deep_epochs),
-    };
+    let sizes = sizes.of(config.model);
     let mut command = if config.side == "ember-mpi" {
         let mut command = Command::new("mpirun");
         command.args(["-n", &config.workers.to_string()]);
@@ -255,12 +295,15 @@ fn run_one(
         "--model".into(),
         config.model.into(),
         "--width".into(),
-        width.to_string(),
+        sizes.width.to_string(),
         "--epochs".into(),
-        epochs.to_string(),
+        sizes.epochs.to_string(),
     ]);
     if let Some(subset) = sizes.subset {
         command.args(["--subset".to_string(), subset.to_string()]);
+    }
+    if let Some(batch) = sizes.batch {
+        command.args(["--batch-size".to_string(), batch.to_string()]);
     }
     if config.wgpu {
         let devices = if config.workers == 1 {
@@ -353,7 +396,7 @@ fn report(
             ": not available, so not pinned"
         }
     );
-    for model in ["digits", "deep"] {
+    for model in MODELS {
         let lines = runs
             .iter()
             .find(|(key, _)| key.starts_with(&format!("{model} ")))
@@ -366,8 +409,12 @@ fn report(
             .and_then(|l| l.get("width"))
             .and_then(Value::as_u64)
             .unwrap_or(0);
+        let batch = lines
+            .and_then(|l| l.get("batch_size"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         md.push_str(&format!(
-            "\n## {model}: width {width}, {parameters} parameters\n\n| side | workers (ranks for ember-mpi) | cores | summaries | examples/s | efficiency | outside | optimizer | reduce |\n|---|---:|---|---|---:|---:|---:|---:|---:|\n"
+            "\n## {model}: width {width}, {parameters} parameters, batches of {batch} a worker\n\n| side | workers (ranks for ember-mpi) | cores | summaries | examples/s | efficiency | outside | optimizer | reduce |\n|---|---:|---|---|---:|---:|---:|---:|---:|\n"
         ));
         for config in configs.iter().filter(|c| c.model == model) {
             let Some(lines) = runs.get(&config.key()) else {
@@ -468,6 +515,13 @@ fn ratios(model: &'static str, runs: &BTreeMap<String, Vec<Value>>) -> String {
     if let (Some(one), Some(two)) = (eps("ember-mpi", 1, true), eps("ember-mpi", 2, true)) {
         text.push_str(&format!(
             "- ember under mpirun, 2 ranks over 1: {:.2}× ({:.0}% efficiency)\n",
+            two / one,
+            50.0 * two / one
+        ));
+    }
+    if let (Some(one), Some(two)) = (eps("ember", 1, true), eps("ember", 2, true)) {
+        text.push_str(&format!(
+            "- ember, 2 workers over 1, one core each: {:.2}× ({:.0}% efficiency)\n",
             two / one,
             50.0 * two / one
         ));

@@ -18,8 +18,9 @@ use anyhow::{Context, bail};
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
 use burn::module::{Module, ModuleVisitor, Param};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::optim::AdamConfig;
 use burn::tensor::Tensor;
 use burn::tensor::distributed::{DistributedConfig, ReduceOperation};
@@ -71,9 +72,27 @@ impl Side {
 pub(crate) enum ModelArg {
     /// `ember train`'s two-layer perceptron: 64 pixels, `--width` ReLU units, 10 logits.
     Digits,
-    /// Three hidden layers of `--width` ReLU units: most parameters in square matrices, so
-    /// each step is matrix products (compute-bound) and the parameters split evenly.
+    /// Three hidden layers of `--width` ReLU units: most parameters in square matrices, which
+    /// split evenly over optimizer shards. At 128 examples a batch its step is a third Adam
+    /// (memory traffic), not matrix products: six FLOP per parameter and example is too few.
     Deep,
+    /// A convolutional net (as the scaling studies of PyTorch DDP and Horovod train): the
+    /// 8x8 digit through a 3x3 convolution of 64 channels, a strided one to 4x4 with `--width`
+    /// / 2, and three 3x3 convolutions of `--width` channels, then one linear layer to the
+    /// logits. Every weight is used at each of the 16 or 64 positions, so a step does about
+    /// 100 FLOP per parameter and example: compute-bound, as the models are whose scaling
+    /// data parallelism is for.
+    Conv,
+}
+
+impl ModelArg {
+    fn name(self) -> &'static str {
+        match self {
+            ModelArg::Digits => "digits",
+            ModelArg::Deep => "deep",
+            ModelArg::Conv => "conv",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -91,7 +110,7 @@ pub(crate) struct ScalingArgs {
     /// The model.
     #[arg(long, value_enum, default_value = "digits")]
     model: ModelArg,
-    /// Units of each hidden layer.
+    /// Units of each hidden layer (the convolutional net: channels of its wide layers).
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
     width: u32,
     /// Examples per batch on each worker.
@@ -112,16 +131,22 @@ pub(crate) struct ScalingArgs {
     summaries: Option<PathBuf>,
 }
 
-/// A perceptron of `widths[0]` inputs, ReLU hidden layers and `widths.last()` logits.
+/// Convolutions (none for the perceptrons) and then linear layers: `widths[0]` inputs, ReLU
+/// between layers and `widths.last()` logits.
 #[derive(Module, Debug)]
-pub(crate) struct ScalingMlp {
+pub(crate) struct ScalingModel {
+    convs: Vec<Conv2d>,
     layers: Vec<Linear>,
     act: Relu,
 }
 
-impl ScalingMlp {
-    fn new(widths: &[usize], device: &burn::tensor::Device) -> Self {
+/// The digits' side in pixels: the convolutional net sees each as one 8x8 channel.
+const SIDE: usize = 8;
+
+impl ScalingModel {
+    fn perceptron(widths: &[usize], device: &burn::tensor::Device) -> Self {
         Self {
+            convs: Vec::new(),
             layers: widths
                 .windows(2)
                 .map(|pair| LinearConfig::new(pair[0], pair[1]).init(device))
@@ -130,10 +155,41 @@ impl ScalingMlp {
         }
     }
 
+    fn convolutional(width: usize, device: &burn::tensor::Device) -> Self {
+        let half = (width / 2).max(1);
+        let conv = |from: usize, to: usize, stride: usize| {
+            Conv2dConfig::new([from, to], [3, 3])
+                .with_stride([stride, stride])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(device)
+        };
+        // 8x8 → (stride 2) 4x4, where the wide layers work.
+        let positions = (SIDE / 2) * (SIDE / 2);
+        Self {
+            convs: vec![
+                conv(1, 64, 1),
+                conv(64, half, 2),
+                conv(half, width, 1),
+                conv(width, width, 1),
+                conv(width, width, 1),
+            ],
+            layers: vec![LinearConfig::new(width * positions, CLASSES).init(device)],
+            act: Relu::new(),
+        }
+    }
+
     fn classify(&self, batch: DigitBatch) -> ClassificationOutput {
         let device = batch.pixels.device();
-        let last = self.layers.len() - 1;
         let mut x: Tensor<2> = batch.pixels;
+        if !self.convs.is_empty() {
+            let [examples, _] = x.dims();
+            let mut image: Tensor<4> = x.reshape([examples, 1, SIDE, SIDE]);
+            for conv in &self.convs {
+                image = self.act.forward(conv.forward(image));
+            }
+            x = image.flatten(1, 3);
+        }
+        let last = self.layers.len() - 1;
         for (index, layer) in self.layers.iter().enumerate() {
             x = layer.forward(x);
             if index < last {
@@ -147,7 +203,7 @@ impl ScalingMlp {
     }
 }
 
-impl TrainStep for ScalingMlp {
+impl TrainStep for ScalingModel {
     type Input = DigitBatch;
     type Output = ClassificationOutput;
 
@@ -157,7 +213,7 @@ impl TrainStep for ScalingMlp {
     }
 }
 
-impl InferenceStep for ScalingMlp {
+impl InferenceStep for ScalingModel {
     type Input = DigitBatch;
     type Output = ClassificationOutput;
 
@@ -261,11 +317,11 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
     let (train_loader, valid_loader) = (loader(train, true), loader(test, false));
 
     let width = args.width as usize;
-    let widths: Vec<usize> = match args.model {
-        ModelArg::Digits => vec![PIXELS, width, CLASSES],
-        ModelArg::Deep => vec![PIXELS, width, width, width, CLASSES],
+    let model = match args.model {
+        ModelArg::Digits => ScalingModel::perceptron(&[PIXELS, width, CLASSES], &main),
+        ModelArg::Deep => ScalingModel::perceptron(&[PIXELS, width, width, width, CLASSES], &main),
+        ModelArg::Conv => ScalingModel::convolutional(width, &main),
     };
-    let model = ScalingMlp::new(&widths, &main);
     // Burn draws parameters on first use: drawn here, outside the time, for every side.
     model.visit(&mut Materialize);
     let parameters = model.num_params();
@@ -334,7 +390,7 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
     let mut line = json!({
         "side": args.side.name(),
         "workers": workers,
-        "model": match args.model { ModelArg::Digits => "digits", ModelArg::Deep => "deep" },
+        "model": args.model.name(),
         "width": width,
         "parameters": parameters,
         "batch_size": batch_size,
@@ -367,7 +423,7 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
 
 /// `trainer` as this process's rank of the job `mpirun` started (the `mpi` feature), or as
 /// it is.
-fn joined(trainer: Trainer<ScalingMlp>, job: &mut crate::job::Job) -> Trainer<ScalingMlp> {
+fn joined(trainer: Trainer<ScalingModel>, job: &mut crate::job::Job) -> Trainer<ScalingModel> {
     #[cfg(feature = "mpi")]
     if let Some(comm) = job.take_comm() {
         return trainer.communicator(comm);
@@ -387,7 +443,7 @@ fn burn_train(
     args: &ScalingArgs,
     epochs: usize,
     lr: f64,
-    model: ScalingMlp,
+    model: ScalingModel,
     train: Arc<dyn DataLoader<DigitBatch>>,
     valid: Arc<dyn DataLoader<DigitBatch>>,
 ) -> anyhow::Result<()> {
