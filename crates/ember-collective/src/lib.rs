@@ -13,8 +13,12 @@
 //!    ([`Ranks::round`]) sums every rank's window in one all-reduce, divides by the number of
 //!    gradient sets of all ranks together for [`Reduction::Mean`](ember_step::burn::Reduction),
 //!    and every rank steps its optimizer on the same bits, so parameters stay identical.
+//! 4. Work that each rank does on its own share and that every rank must then agree on (the
+//!    validation pass's sums) meets in [`Ranks::gather_totals`]: every rank gets every rank's
+//!    values, to add up in rank order to the same bits.
 //!
-//! A round carries, after the gradients, each rank's state: how many sets it added, whether its
+//! A round carries, after the gradients, each rank's state (and every exchange has a round's
+//! length, so a failure announced anywhere meets whichever exchange the others are in): how many sets it added, whether its
 //! shard ran dry or it was asked to stop, and whether it failed. A rank whose shard is done
 //! keeps joining rounds until every rank's is; a rank that fails joins one last round saying
 //! so ([`Ranks::announce_failure`]), and every other rank ends with

@@ -78,10 +78,14 @@ pub(crate) use run_state::RunState;
 /// the run's summaries (losses, hyper-parameters, graph, epochs, lineage); every rank records its
 /// own devices' step times as `rank/<r>/device/<d>/step_seconds`, so a [`SummaryRecord`] built with
 /// [`rank`](crate::SummaryRecordBuilder::rank) writes them into its rank's file of the same run.
-/// Every rank validates on the whole validation loader. A shuffling loader shuffles within each
+/// Each rank validates its own contiguous share of the validation loader, and the ranks' sums
+/// (losses, batches, hits) are gathered and added up in rank order, so every rank reports the
+/// same validation of the whole set while each batch runs once in the job. A shuffling loader
+/// shuffles within each
 /// slice (burn forks its generator per slice), so ranks see their shards in another order than one
 /// process with as many devices would; unshuffled, they train alike. A failure on one rank ends
-/// every rank: the failed one with its own error, the others with [`TrainError::Ranks`] naming it.
+/// every rank: the failed one with its own error, the others with [`TrainError::Ranks`] (or,
+/// in validation, [`TrainError::RanksValidating`]) naming it.
 pub struct Trainer<M: TrainStep + Module> {
     devices: Vec<Device>,
     config: TrainerConfig,

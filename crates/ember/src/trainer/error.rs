@@ -90,6 +90,9 @@ impl TrainError {
     /// error): under `mpirun`, a process that exits with an error ends the whole job, so such a
     /// rank may want to give the failed one a moment to be heard first.
     pub fn peers_failed(&self) -> bool {
-        matches!(self.ranks_error(), Some(CollectiveError::PeersFailed { .. }))
+        matches!(
+            self.ranks_error(),
+            Some(CollectiveError::PeersFailed { .. })
+        )
     }
 }
