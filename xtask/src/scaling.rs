@@ -30,7 +30,7 @@
 //!
 //! `--wgpu` builds it with its `wgpu` feature and adds every side on `wgpu:0` and on
 //! `wgpu:0,wgpu:1` (two logical devices; Mesa's lavapipe where there is no GPU), DDP included,
-//! which wgpu's collectives may allow.
+//! which wgpu's collectives may allow. `--wgpu-only` runs those rows alone.
 //!
 //! `--quick` (CI) runs one round of small models on a subset: it checks that every side still
 //! runs and reports, not how fast.
@@ -107,7 +107,8 @@ const MODELS: [&str; 3] = ["digits", "deep", "conv"];
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let with_mpi = args.iter().any(|a| a == "--mpi");
-    let with_wgpu = args.iter().any(|a| a == "--wgpu");
+    let wgpu_only = args.iter().any(|a| a == "--wgpu-only");
+    let with_wgpu = wgpu_only || args.iter().any(|a| a == "--wgpu");
     if with_mpi {
         crate::mpi::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
     }
@@ -169,7 +170,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let scratch = out.join("scaling-runs");
     std::fs::create_dir_all(&scratch)?;
 
-    let configs = configs(with_mpi, with_wgpu);
+    let configs = configs(!wgpu_only, with_mpi, with_wgpu);
     let mut runs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for round in 0..rounds {
         let mut order: Vec<&Config> = configs.iter().collect();
@@ -215,7 +216,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn configs(with_mpi: bool, with_wgpu: bool) -> Vec<Config> {
+fn configs(with_cpu: bool, with_mpi: bool, with_wgpu: bool) -> Vec<Config> {
     let mut configs = Vec::new();
     for model in MODELS {
         let config = |side, workers, pinned, summaries| Config {
@@ -226,17 +227,19 @@ fn configs(with_mpi: bool, with_wgpu: bool) -> Vec<Config> {
             summaries,
             wgpu: false,
         };
-        for workers in [1, 2] {
-            configs.push(config("ember", workers, true, false));
-            configs.push(config("burn-multi", workers, true, false));
-            configs.push(config("burn-sharded", workers, true, false));
+        if with_cpu {
+            for workers in [1, 2] {
+                configs.push(config("ember", workers, true, false));
+                configs.push(config("burn-multi", workers, true, false));
+                configs.push(config("burn-sharded", workers, true, false));
+            }
+            configs.push(config("burn-single", 1, true, false));
+            configs.push(config("burn-ddp", 2, true, false));
+            configs.push(config("ember", 1, false, false));
+            configs.push(config("ember", 1, true, true));
+            configs.push(config("ember", 2, true, true));
+            configs.push(config("burn-multi", 2, true, true));
         }
-        configs.push(config("burn-single", 1, true, false));
-        configs.push(config("burn-ddp", 2, true, false));
-        configs.push(config("ember", 1, false, false));
-        configs.push(config("ember", 1, true, true));
-        configs.push(config("ember", 2, true, true));
-        configs.push(config("burn-multi", 2, true, true));
         if with_mpi {
             configs.push(config("ember-mpi", 1, true, false));
             configs.push(config("ember-mpi", 2, true, false));
@@ -573,13 +576,24 @@ mod tests {
     }
 
     #[test]
+    fn wgpu_only_runs_every_model_on_wgpu_and_nothing_else() {
+        let configs = configs(false, false, true);
+        assert!(configs.iter().all(|c| c.wgpu));
+        for model in MODELS {
+            let sides: Vec<_> = configs.iter().filter(|c| c.model == model).collect();
+            // ember, multi and sharded at 1 and 2 devices, single, ddp.
+            assert_eq!(sides.len(), 8, "{model}: {sides:?}");
+        }
+    }
+
+    #[test]
     fn the_report_has_efficiency_and_ratios_from_the_runs() {
         let line = |side: &str, workers: u16, eps: f64| {
             json!({"side": side, "workers": workers, "parameters": 10, "width": 4,
                    "examples_per_second": eps, "outside_share": 0.25})
         };
         let mut runs = BTreeMap::new();
-        let configs: Vec<Config> = configs(false, false)
+        let configs: Vec<Config> = configs(true, false, false)
             .into_iter()
             .filter(|c| c.model == "digits")
             .collect();
@@ -606,6 +620,10 @@ mod tests {
         );
         assert!(
             md.contains("error: burn-ddp panicked: no collectives"),
+            "{md}"
+        );
+        assert!(
+            md.contains("ember, 2 workers over 1, one core each: 1.90× (95% efficiency)"),
             "{md}"
         );
         assert!(
