@@ -144,10 +144,7 @@ impl Ranks {
         let (gradients, rest) = self.buffer.split_at(len);
         let (present, rest) = rest.split_at(params);
         let trailer = &rest[totals_len..];
-        let failed: Vec<usize> = (0..size).filter(|r| trailer[TRAILER + r] > 0.0).collect();
-        if !failed.is_empty() {
-            return Err(CollectiveError::PeersFailed { ranks: failed });
-        }
+        self.peers_failed()?;
         let sets = trailer[0] as usize;
         let scale = match reduction {
             Reduction::Mean if sets > 0 => 1.0 / sets as f32,
@@ -162,9 +159,8 @@ impl Ranks {
     }
 
     /// Every rank's `values` (at most [`MAX_TOTALS`], as many on every rank), in rank order, on
-    /// every rank alike:
-    /// sums that each rank made of its own share (its validation batches), for every rank to
-    /// add up in the same order to the same bits. Every rank must call it at the same point;
+    /// every rank alike: sums that each rank made of its own share (its validation batches),
+    /// for every rank to add up in the same order to the same bits. Every rank must call it at the same point;
     /// when a rank announced a failure instead, the others get
     /// [`CollectiveError::PeersFailed`].
     pub fn gather_totals(&mut self, values: &[f64]) -> Result<Vec<Vec<f64>>, CollectiveError> {
@@ -184,12 +180,7 @@ impl Ranks {
             self.buffer[at..at + PIECES].copy_from_slice(&split_u64(value.to_bits()));
         }
         self.comm.all_reduce_sum(&mut self.buffer)?;
-        let failed: Vec<usize> = (0..size)
-            .filter(|r| self.buffer[self.buffer.len() - size + r] > 0.0)
-            .collect();
-        if !failed.is_empty() {
-            return Err(CollectiveError::PeersFailed { ranks: failed });
-        }
+        self.peers_failed()?;
         Ok((0..size)
             .map(|from| {
                 let slot = slots + from * MAX_TOTALS * PIECES;
@@ -201,6 +192,18 @@ impl Ranks {
                     .collect()
             })
             .collect())
+    }
+
+    /// After an exchange: the ranks whose failure slot is set, as an error.
+    fn peers_failed(&self) -> Result<(), CollectiveError> {
+        let size = self.size();
+        let slots = &self.buffer[self.buffer.len() - size..];
+        let failed: Vec<usize> = (0..size).filter(|r| slots[*r] > 0.0).collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(CollectiveError::PeersFailed { ranks: failed })
+        }
     }
 
     fn totals_len(&self) -> usize {
