@@ -37,22 +37,38 @@ pub(crate) fn parameters<M: Module>(model: &M) -> Vec<f32> {
 /// them out), on the parameter's own device, keeping its id and whether it requires a
 /// gradient.
 pub(crate) fn with_parameters<M: Module>(model: M, values: &[f32]) -> M {
-    struct Replace<'a> {
-        values: &'a [f32],
-        at: usize,
+    let mut at = 0;
+    replace_parameters(model, |_, len| {
+        let start = at;
+        at += len;
+        Some(&values[start..start + len])
+    })
+}
+
+/// `model` with each float parameter (by visit index, with its element count) that `source`
+/// gives values for replaced by a tensor of them, on the parameter's own device, keeping its
+/// id and whether it requires a gradient; the others are left as they are.
+pub(crate) fn replace_parameters<'v, M: Module>(
+    model: M,
+    source: impl FnMut(usize, usize) -> Option<&'v [f32]>,
+) -> M {
+    struct Replace<F> {
+        source: F,
+        index: usize,
     }
-    impl ModuleMapper for Replace<'_> {
+    impl<'v, F: FnMut(usize, usize) -> Option<&'v [f32]>> ModuleMapper for Replace<F> {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            let values = self.values;
-            let start = self.at;
-            self.at += param.shape().num_elements();
+            let index = self.index;
+            self.index += 1;
+            let Some(values) = (self.source)(index, param.shape().num_elements()) else {
+                return param;
+            };
             param.map(|tensor| {
                 let shape = tensor.shape();
                 let device = tensor.device();
                 let require_grad = tensor.is_require_grad();
-                let data =
-                    TensorData::new(values[start..start + shape.num_elements()].to_vec(), shape);
-                let fresh = Tensor::<D>::from_data(data, &device);
+                let fresh =
+                    Tensor::<D>::from_data(TensorData::new(values.to_vec(), shape), &device);
                 if require_grad {
                     fresh.require_grad()
                 } else {
@@ -61,7 +77,48 @@ pub(crate) fn with_parameters<M: Module>(model: M, values: &[f32]) -> M {
             })
         }
     }
-    model.map(&mut Replace { values, at: 0 })
+    model.map(&mut Replace { source, index: 0 })
+}
+
+/// Copies the values of the float parameters `keep` picks (by visit index) into `out`, one
+/// after another in visit order.
+pub(crate) fn write_parameters<M: Module>(
+    model: &M,
+    keep: impl Fn(usize) -> bool,
+    out: &mut [f32],
+) {
+    struct Write<'a, F> {
+        keep: F,
+        out: &'a mut [f32],
+        at: usize,
+        index: usize,
+    }
+    impl<F: Fn(usize) -> bool> ModuleVisitor for Write<'_, F> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let index = self.index;
+            self.index += 1;
+            if !(self.keep)(index) {
+                return;
+            }
+            let data = param.val().inner().into_data();
+            let slot = &mut self.out[self.at..self.at + data.num_elements()];
+            match data.as_slice::<f32>() {
+                Ok(values) => slot.copy_from_slice(values),
+                Err(_) => {
+                    for (to, from) in slot.iter_mut().zip(data.iter::<f32>()) {
+                        *to = from;
+                    }
+                }
+            }
+            self.at += slot.len();
+        }
+    }
+    model.visit(&mut Write {
+        keep,
+        out,
+        at: 0,
+        index: 0,
+    });
 }
 
 /// Writes every parameter's gradient from `grads` into `out` (one slot per element, in visit
@@ -119,15 +176,18 @@ pub(crate) fn write_gradients<M: Module>(
 }
 
 /// Gradients for `model` read from `values` (laid out as [`write_gradients`] writes them), each
-/// multiplied by `scale`, for every parameter some rank had a gradient for (`present` > 0), on
-/// the parameter's device without autodiff, as Burn's optimizers take them.
+/// multiplied by `scale`, for every parameter `keep` picks (by visit index) that some rank had
+/// a gradient for (`present` > 0), on the parameter's device without autodiff, as Burn's
+/// optimizers take them.
 pub(crate) fn read_gradients<M: Module>(
     model: &M,
     values: &[f32],
     present: &[f32],
     scale: f32,
+    keep: impl Fn(usize) -> bool,
 ) -> GradientsParams {
-    struct Read<'a> {
+    struct Read<'a, F> {
+        keep: F,
         values: &'a [f32],
         present: &'a [f32],
         scale: f32,
@@ -135,11 +195,11 @@ pub(crate) fn read_gradients<M: Module>(
         param: usize,
         grads: GradientsParams,
     }
-    impl ModuleVisitor for Read<'_> {
+    impl<F: Fn(usize) -> bool> ModuleVisitor for Read<'_, F> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             let shape = param.shape();
             let len = shape.num_elements();
-            if self.present[self.param] > 0.0 {
+            if self.present[self.param] > 0.0 && (self.keep)(self.param) {
                 let device = param.val().inner().device();
                 let scaled: Vec<f32> = self.values[self.at..self.at + len]
                     .iter()
@@ -153,6 +213,7 @@ pub(crate) fn read_gradients<M: Module>(
         }
     }
     let mut read = Read {
+        keep,
         values,
         present,
         scale,

@@ -10,10 +10,17 @@
 //!    rule burn's `split_dataloader` uses for devices), split again between its devices.
 //! 3. Each rank reduces its devices' gradients with the pool path (ember-step's
 //!    [`GradientWindow`](ember_step::burn::GradientWindow)); then one **round**
-//!    ([`Ranks::round`]) sums every rank's window in one all-reduce, divides by the number of
-//!    gradient sets of all ranks together for [`Reduction::Mean`](ember_step::burn::Reduction),
-//!    and every rank steps its optimizer on the same bits, so parameters stay identical.
-//! 4. Work that each rank does on its own share and that every rank must then agree on (the
+//!    ([`Ranks::round`]) sums every rank's window in one all-reduce and divides by the number
+//!    of gradient sets of all ranks together for
+//!    [`Reduction::Mean`](ember_step::burn::Reduction).
+//! 4. The optimizer step is split between the ranks, ZeRO-1 style: each parameter belongs to
+//!    one rank ([`owners_by_elements`], whole parameters balanced by element count), which
+//!    alone steps it and alone keeps its optimizer state; [`Ranks::gather_parameters`] then
+//!    gives every rank every owner's stepped parameters in one all-gather. Burn's optimizers
+//!    step each parameter on its own, so this gives the bits one optimizer stepping every
+//!    parameter gives, on every rank, while each rank does 1/N of the optimizer's work and
+//!    holds 1/N of its state.
+//! 5. Work that each rank does on its own share and that every rank must then agree on (the
 //!    validation pass's sums) meets in [`Ranks::gather_totals`]: every rank gets every rank's
 //!    values, to add up in rank order to the same bits.
 //!
@@ -21,7 +28,8 @@
 //! length, so a failure announced anywhere meets whichever exchange the others are in): how many sets it added, whether its
 //! shard ran dry or it was asked to stop, and whether it failed. A rank whose shard is done
 //! keeps joining rounds until every rank's is; a rank that fails joins one last round saying
-//! so ([`Ranks::announce_failure`]), and every other rank ends with
+//! so ([`Ranks::announce_failure`]), or, when its optimizer step failed, the gather that
+//! follows the round ([`Ranks::announce_step_failure`]), and every other rank ends with
 //! [`CollectiveError::PeersFailed`] naming it. So a failure anywhere ends every rank with an
 //! error that names the failed rank, and no rank waits for a round that never comes.
 //!
@@ -53,4 +61,4 @@ pub use local::{LocalComm, LocalGroup};
 #[cfg(feature = "mpi")]
 pub use mpi_comm::{MpiComm, MpiInitError};
 pub use ranks::{MAX_TOTALS, Ranks, Round, RoundState, broadcast_u64};
-pub use shard::shard_range;
+pub use shard::{owners_by_elements, shard_range};

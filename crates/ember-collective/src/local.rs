@@ -169,7 +169,11 @@ fn combine(contributions: &[Option<Contribution>], len: usize) -> Vec<f32> {
             .and_then(Option::as_ref)
             .map_or_else(|| vec![0.0; len], |c| c.values.clone()),
         _ => {
-            let mut sum = vec![0.0f32; len];
+            // Starting from rank 0's values, not from +0.0, which would turn a −0.0 into +0.0.
+            let mut all = all;
+            let mut sum = all
+                .next()
+                .map_or_else(|| vec![0.0f32; len], |first| first.values.clone());
             for contribution in all {
                 for (to, from) in sum.iter_mut().zip(&contribution.values) {
                     *to += from;
@@ -246,6 +250,38 @@ mod tests {
         for (sum, broadcast) in results {
             assert_eq!(sum, vec![3.0, 3.0, expected_third]);
             assert_eq!(broadcast, vec![2.0, 2.0]);
+        }
+    }
+
+    #[test]
+    fn the_default_gather_keeps_every_value_s_bits() {
+        let results = on_threads(LocalGroup::ranks(3, Duration::from_secs(10)), |mut comm| {
+            let rank = comm.rank() as f32;
+            // Signed zeros, an infinity and the smallest subnormal, which a sum over +0.0
+            // would not all keep.
+            let mine = [-0.0, 0.0, f32::NEG_INFINITY, f32::from_bits(1), rank];
+            let mut all = vec![1.0; 15];
+            comm.all_gather(&mine, &mut all).unwrap();
+            let wrong = comm.all_gather(&mine, &mut [0.0; 14]);
+            (all, wrong)
+        });
+        for (all, wrong) in results {
+            let expected: Vec<u32> = (0..3)
+                .flat_map(|rank| {
+                    [-0.0, 0.0, f32::NEG_INFINITY, f32::from_bits(1), rank as f32].map(f32::to_bits)
+                })
+                .collect();
+            assert_eq!(
+                all.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                expected
+            );
+            assert_eq!(
+                wrong,
+                Err(CollectiveError::GatherLength {
+                    len: 14,
+                    expected: 15
+                })
+            );
         }
     }
 

@@ -23,7 +23,8 @@ pub enum MpiInitError {
 ///
 /// MPI is initialized when this is made and finalized when it is dropped, once per process.
 ///
-/// **Bounded waits.** Each operation is started non-blocking (`MPI_Iallreduce`, `MPI_Ibcast`)
+/// **Bounded waits.** Each operation is started non-blocking (`MPI_Iallreduce`, `MPI_Ibcast`,
+/// `MPI_Iallgather`)
 /// and polled until it completes or `timeout` passes. MPI cannot cancel a collective in
 /// flight, and its buffers stay MPI's until it completes, so on a timeout this rank prints
 /// which operation waited how long and calls `MPI_Abort`, which ends every process of the
@@ -140,6 +141,21 @@ impl Communicator for MpiComm {
             self.wait(request, "all-reduce");
         });
         self.send = send;
+        Ok(())
+    }
+
+    fn all_gather(&mut self, mine: &[f32], all: &mut [f32]) -> Result<(), CollectiveError> {
+        let expected = mine.len() * self.size;
+        if all.len() != expected {
+            return Err(CollectiveError::GatherLength {
+                len: all.len(),
+                expected,
+            });
+        }
+        scope(|scope| {
+            let request = self.world.immediate_all_gather_into(scope, mine, all);
+            self.wait(request, "all-gather");
+        });
         Ok(())
     }
 

@@ -1,13 +1,17 @@
 //! The rounds of a hierarchical data-parallel job; see the crate docs.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
 use ember_step::burn::{GradientWindow, Reduction};
 
 use crate::communicator::Communicator;
 use crate::error::CollectiveError;
-use crate::flat::{parameter_sizes, parameters, read_gradients, with_parameters, write_gradients};
-use crate::shard::shard_range;
+use crate::flat::{
+    parameter_sizes, parameters, read_gradients, replace_parameters, with_parameters,
+    write_gradients, write_parameters,
+};
+use crate::shard::{owners_by_elements, shard_range};
 
 /// A data-parallel job's ranks, as this process takes part in them: the communicator and the
 /// shape of a round.
@@ -17,7 +21,9 @@ use crate::shard::shard_range;
 /// rank's [`RoundState`] (gradient sets, done, stop) and one failure slot per rank: one
 /// all-reduce carries the gradients and every rank's state. Every exchange has that length, so
 /// a rank that fails anywhere announces it ([`Ranks::announce_failure`]) in whichever
-/// exchange the others are in.
+/// exchange the others are in; the one exception, the gather of stepped parameters that
+/// follows a round with gradients, carries a failure flag in each rank's block, for the one
+/// failure that can happen between the two (the optimizer step's).
 #[derive(Debug)]
 pub struct Ranks {
     comm: Box<dyn Communicator>,
@@ -25,6 +31,16 @@ pub struct Ranks {
     shape: Option<(usize, usize)>,
     buffer: Vec<f32>,
     rounds: u64,
+    /// Which rank steps each parameter (by visit index), and the parameter's place in that
+    /// rank's block of the exchange of parameters.
+    owners: Vec<usize>,
+    offsets: Vec<usize>,
+    /// A rank's block in the exchange of parameters: the most any rank owns, then its failure
+    /// flag.
+    block: usize,
+    /// This rank's block, and every rank's, kept between rounds.
+    mine: Vec<f32>,
+    gathered: Vec<f32>,
 }
 
 /// What this rank brings to a round besides its gradients.
@@ -41,7 +57,9 @@ pub struct RoundState {
 #[derive(Debug)]
 pub struct Round {
     /// The reduced gradients (summed, and for [`Reduction::Mean`] divided by
-    /// [`sets`](Self::sets)); `None` when no rank had any, so no optimizer steps.
+    /// [`sets`](Self::sets)) of the parameters this rank steps, or of every parameter when the
+    /// round was asked for all; `None` when no rank had any, so no optimizer steps and no
+    /// parameters are gathered.
     pub gradients: Option<GradientsParams>,
     /// The gradient sets of every rank together.
     pub sets: usize,
@@ -68,6 +86,11 @@ impl Ranks {
             shape: None,
             buffer: Vec::new(),
             rounds: 0,
+            owners: Vec::new(),
+            offsets: Vec::new(),
+            block: 0,
+            mine: Vec::new(),
+            gathered: Vec::new(),
         }
     }
 
@@ -112,17 +135,127 @@ impl Ranks {
         self.comm.broadcast(&mut values, 0)?;
         self.shape = Some((len, sizes.len()));
         self.buffer = vec![0.0; len + sizes.len() + self.totals_len() + TRAILER + self.size()];
+        self.share_parameters(&sizes);
         Ok(with_parameters(model, &values))
     }
 
+    /// Splits the optimizer's work: each parameter to one rank, by element count.
+    fn share_parameters(&mut self, sizes: &[usize]) {
+        let size = self.size();
+        self.owners = owners_by_elements(sizes, size);
+        let mut owned = vec![0usize; size];
+        self.offsets = sizes
+            .iter()
+            .zip(&self.owners)
+            .map(|(elements, owner)| {
+                let at = owned[*owner];
+                owned[*owner] += elements;
+                at
+            })
+            .collect();
+        self.block = owned.iter().max().copied().unwrap_or(0) + 1;
+        self.mine = vec![0.0; self.block];
+        self.gathered = vec![0.0; self.block * size];
+    }
+
+    /// Whether this rank steps the parameter at visit index `index` (see
+    /// [`Ranks::gather_parameters`]).
+    pub fn owns(&self, index: usize) -> bool {
+        self.owners.get(index) == Some(&self.rank())
+    }
+
+    /// `grads` without the gradients of parameters other ranks step.
+    pub fn owned_gradients<M: Module>(
+        &self,
+        model: &M,
+        mut grads: GradientsParams,
+    ) -> GradientsParams {
+        struct Drop<'a> {
+            ranks: &'a Ranks,
+            grads: &'a mut GradientsParams,
+            index: usize,
+        }
+        impl ModuleVisitor for Drop<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if !self.ranks.owns(self.index) {
+                    self.grads.remove::<D>(param.id);
+                }
+                self.index += 1;
+            }
+        }
+        model.visit(&mut Drop {
+            ranks: self,
+            grads: &mut grads,
+            index: 0,
+        });
+        grads
+    }
+
+    /// After an optimizer step that stepped only this rank's parameters: every rank's stepped
+    /// parameters, in place of `model`'s others, the same bits on every rank. Every rank must
+    /// call it after every round that gave gradients; a rank whose step failed joins it through
+    /// [`Ranks::announce_step_failure`] instead, and the others get
+    /// [`CollectiveError::PeersFailed`] naming it.
+    pub fn gather_parameters<M: Module>(&mut self, model: M) -> Result<M, CollectiveError> {
+        if self.shape.is_none() {
+            return Err(CollectiveError::NotStarted);
+        }
+        if self.size() == 1 {
+            // The one rank owns every parameter: nothing to gather.
+            return Ok(model);
+        }
+        let rank = self.rank();
+        let flag = self.block - 1;
+        write_parameters(&model, |index| self.owners[index] == rank, &mut self.mine);
+        self.mine[flag] = 0.0;
+        self.exchange_parameters()?;
+        let (owners, offsets, block) = (&self.owners, &self.offsets, self.block);
+        let gathered = &self.gathered;
+        Ok(replace_parameters(model, |index, len| {
+            let owner = owners[index];
+            (owner != rank).then(|| {
+                let at = owner * block + offsets[index];
+                &gathered[at..at + len]
+            })
+        }))
+    }
+
+    /// Tells every other rank, in the exchange of parameters they are in, that this rank's
+    /// optimizer step failed; their [`Ranks::gather_parameters`] ends with
+    /// [`CollectiveError::PeersFailed`] naming this rank.
+    pub fn announce_step_failure(&mut self) -> Result<(), CollectiveError> {
+        if self.shape.is_none() {
+            return Ok(());
+        }
+        self.mine.fill(0.0);
+        let flag = self.block - 1;
+        self.mine[flag] = 1.0;
+        self.exchange_parameters()
+    }
+
+    fn exchange_parameters(&mut self) -> Result<(), CollectiveError> {
+        self.comm.all_gather(&self.mine, &mut self.gathered)?;
+        let flag = self.block - 1;
+        let failed: Vec<usize> = (0..self.size())
+            .filter(|r| *r != self.rank() && self.gathered[r * self.block + flag] > 0.0)
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(CollectiveError::PeersFailed { ranks: failed })
+        }
+    }
+
     /// One round: this rank's window (its plain sum, emptied) and `state` against every other
-    /// rank's. Every rank gets the same [`Round`]; when a rank announced a failure in this
-    /// round, every other rank gets [`CollectiveError::PeersFailed`] instead.
+    /// rank's. Every rank gets the same [`Round`], with the reduced gradients of the parameters
+    /// it steps (of every parameter when `every_gradient`); when a rank announced a failure in
+    /// this round, every other rank gets [`CollectiveError::PeersFailed`] instead.
     pub fn round<M: Module>(
         &mut self,
         window: &mut GradientWindow<M>,
         model: &M,
         state: RoundState,
+        every_gradient: bool,
     ) -> Result<Round, CollectiveError> {
         let (len, params) = self.shape.ok_or(CollectiveError::NotStarted)?;
         let reduction = window.reduction();
@@ -150,8 +283,14 @@ impl Ranks {
             Reduction::Mean if sets > 0 => 1.0 / sets as f32,
             _ => 1.0,
         };
+        let rank = self.rank();
+        let owners = &self.owners;
         Ok(Round {
-            gradients: (sets > 0).then(|| read_gradients(model, gradients, present, scale)),
+            gradients: (sets > 0).then(|| {
+                read_gradients(model, gradients, present, scale, |index| {
+                    every_gradient || owners[index] == rank
+                })
+            }),
             sets,
             all_done: trailer[1] as usize >= size,
             stopped: trailer[2] > 0.0,
@@ -257,7 +396,118 @@ fn join_u64(parts: &[f32]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use burn::optim::{AdamConfig, ModuleOptimizer};
+    use burn::tensor::Device;
+    use ember_step::burn::Reduction;
+    use ember_tests::{Mlp, XyBatch, parameters, seeded_mlp};
+
     use super::*;
+    use crate::local::{LocalComm, LocalGroup};
+
+    fn gradients(model: &Mlp, seed: u64, device: &Device) -> GradientsParams {
+        let batch = XyBatch::synthetic(seed, 16, device);
+        let loss = (model.forward(batch.x) - batch.y).powf_scalar(2.0).mean();
+        GradientsParams::from_grads(loss.backward(), model)
+    }
+
+    fn bits(values: &[f32]) -> Vec<u32> {
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// Three steps of one rank of a job: each step's gradients (drawn from the rank's own
+    /// seeds) go through a round asking for every gradient, stepped whole by a reference
+    /// optimizer, and through a round asking for this rank's, stepped by its own optimizer and
+    /// gathered. Returns both models' parameters and how many gradients each round gave.
+    fn rank_steps(comm: LocalComm) -> (Vec<f32>, Vec<f32>, Vec<(usize, usize)>) {
+        let device = Device::flex().autodiff();
+        let rank = comm.rank() as u64;
+        let mut ranks = Ranks::new(comm);
+        // Each rank starts from its own draw: the broadcast makes them rank 0's.
+        let start = ranks
+            .broadcast_module(seeded_mlp(24, 7 + rank, &device))
+            .unwrap();
+        let (mut whole, mut shared) = (start.clone(), start);
+        let mut whole_optimizer: ModuleOptimizer = AdamConfig::new().init();
+        let mut own_optimizer: ModuleOptimizer = AdamConfig::new().init();
+        let mut counts = Vec::new();
+        for step in 0..3 {
+            let mut window = GradientWindow::new(Reduction::Mean);
+            window.add(
+                gradients(&whole, rank * 10 + step, &device),
+                &device,
+                &whole,
+            );
+            let every = ranks
+                .round(&mut window, &whole, RoundState::default(), true)
+                .unwrap();
+            let every = every.gradients.unwrap();
+            let mut window = GradientWindow::new(Reduction::Mean);
+            window.add(
+                gradients(&shared, rank * 10 + step, &device),
+                &device,
+                &shared,
+            );
+            let own = ranks
+                .round(&mut window, &shared, RoundState::default(), false)
+                .unwrap();
+            let own = own.gradients.unwrap();
+            counts.push((every.len(), own.len()));
+            whole = whole_optimizer.step(0.01, whole, every);
+            let stepped = own_optimizer.step(0.01, shared, own);
+            shared = ranks.gather_parameters(stepped).unwrap();
+        }
+        (parameters(&whole), parameters(&shared), counts)
+    }
+
+    #[test]
+    fn each_rank_steps_its_own_parameters_and_the_gather_gives_every_rank_one_optimizer_s_bits() {
+        let handles: Vec<_> = LocalGroup::ranks(3, Duration::from_secs(60))
+            .into_iter()
+            .map(|comm| std::thread::spawn(move || rank_steps(comm)))
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let (whole, _, _) = &results[0];
+        // Mlp(24): l1 weight 2x24 and bias 24, l2 weight 24x1 and bias 1; over 3 ranks, by
+        // elements largest first: the weight of 48 alone, 24 and 1, then 24.
+        let owned: Vec<usize> = results.iter().map(|(_, _, c)| c[0].1).collect();
+        assert_eq!(owned, vec![1, 2, 1]);
+        for (rank, (every, shared, counts)) in results.iter().enumerate() {
+            assert!(counts.iter().all(|(all, _)| *all == 4), "{counts:?}");
+            assert_eq!(bits(every), bits(whole), "rank {rank}'s reference");
+            assert_eq!(bits(shared), bits(whole), "rank {rank}");
+        }
+    }
+
+    #[test]
+    fn a_rank_whose_optimizer_step_failed_is_named_in_the_gather() {
+        let handles: Vec<_> = LocalGroup::ranks(3, Duration::from_secs(60))
+            .into_iter()
+            .map(|comm| {
+                std::thread::spawn(move || {
+                    let device = Device::flex().autodiff();
+                    let rank = comm.rank();
+                    let mut ranks = Ranks::new(comm);
+                    let model = ranks.broadcast_module(Mlp::new(8, &device)).unwrap();
+                    if rank == 1 {
+                        ranks.announce_step_failure().map(|()| None)
+                    } else {
+                        ranks.gather_parameters(model).map(|m| Some(parameters(&m)))
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(results[1], Ok(None));
+        for rank in [0, 2] {
+            assert_eq!(
+                results[rank],
+                Err(CollectiveError::PeersFailed { ranks: vec![1] }),
+                "rank {rank}"
+            );
+        }
+    }
 
     #[test]
     fn lengths_travel_exactly() {

@@ -12,7 +12,8 @@
 //!
 //! Across processes (a [`Ranks`] given), the training loader is first cut into one contiguous
 //! shard per rank, and each full window (or a rank's last, partial one) becomes one round
-//! that sums every rank's window; every rank then steps on the same gradients. A rank whose
+//! that sums every rank's window; each rank then steps the parameters it owns and the ranks
+//! gather each other's (ZeRO-1), so every rank holds the same parameters. A rank whose
 //! shard is done joins the others' rounds with no gradients until every rank's is, so every
 //! rank makes the same sequence of rounds and the epoch ends on all of them at the same round.
 //!
@@ -44,6 +45,18 @@ pub(crate) trait Optimize<M> {
     /// Steps the optimizer with `grads`, reduced over the window; returns the learning rate
     /// used.
     fn step(&mut self, grads: GradientsParams) -> f64;
+    /// Whether the next step across ranks needs every parameter's gradient, not only those
+    /// of the parameters this rank steps.
+    fn wants_every_gradient(&self) -> bool;
+    /// Across ranks: steps the parameters this rank owns with `grads` (the reduced gradients
+    /// of those, or of every parameter when [`Optimize::wants_every_gradient`]), then gathers
+    /// every rank's stepped parameters ([`Ranks::gather_parameters`]); returns the learning
+    /// rate used.
+    fn step_shared(
+        &mut self,
+        grads: GradientsParams,
+        ranks: &mut Ranks,
+    ) -> Result<f64, CollectiveError>;
 }
 
 /// One device's part of a step.
@@ -374,18 +387,29 @@ where
             return Ok(None);
         };
         let model = optimizer.model();
+        let step = self.step;
+        let failed = |source| StepFailure {
+            step,
+            source: StepFailureSource::Ranks(source),
+        };
         let round: Round = ranks
-            .round(&mut self.window, &model, state)
-            .map_err(|source| StepFailure {
-                step: self.step,
-                source: StepFailureSource::Ranks(source),
-            })?;
+            .round(
+                &mut self.window,
+                &model,
+                state,
+                optimizer.wants_every_gradient(),
+            )
+            .map_err(failed)?;
         self.window_steps = 0;
         if round.all_done || round.stopped {
             self.ended = true;
             self.stopped_by_peer = round.stopped && !state.stop;
         }
-        Ok(round.gradients.map(|grads| optimizer.step(grads)))
+        round
+            .gradients
+            .map(|grads| optimizer.step_shared(grads, ranks))
+            .transpose()
+            .map_err(failed)
     }
 
     /// Ends the epoch: a partial accumulation window still steps the model, as burn-train

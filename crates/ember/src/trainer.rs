@@ -74,7 +74,9 @@ pub(crate) use run_state::RunState;
 /// between its devices; each accumulation window's gradients, reduced on the rank's main device,
 /// are then summed over every rank in one round (and for
 /// [`Reduction::Mean`](crate::Reduction::Mean) divided by the number of gradient sets of all
-/// ranks), and every rank steps on the same gradients, so parameters stay identical. Rank 0 records
+/// ranks); each rank then steps the parameters it owns (whole parameters, balanced by element
+/// count: ZeRO-1, each rank holding that part of the optimizer's state alone) and the ranks
+/// gather each other's, so parameters stay identical. Rank 0 records
 /// the run's summaries (losses, hyper-parameters, graph, epochs, lineage); every rank records its
 /// own devices' step times as `rank/<r>/device/<d>/step_seconds`, so a [`SummaryRecord`] built with
 /// [`rank`](crate::SummaryRecordBuilder::rank) writes them into its rank's file of the same run.

@@ -4,12 +4,13 @@
 //! that fails, stops, or leaves ends every rank, named. The same rounds under `mpirun`, with
 //! `MpiComm`, are driven by `cargo xtask mpi`.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use burn::optim::SgdConfig;
+use burn::optim::{ModuleOptimizer, Optimizer, SgdConfig};
 use burn::tensor::Device;
 use ember::collective::{CollectiveError, LocalComm, LocalGroup};
 use ember::{SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
@@ -218,6 +219,74 @@ fn a_rank_whose_step_fails_ends_every_rank_with_an_error_naming_it() {
         other => panic!("rank 0 ended with {other}"),
     }
     assert!(rank0.to_string().contains("rank 1 failed"), "{rank0}");
+}
+
+/// Plain SGD that panics in every step on the rank it is made for.
+#[derive(Clone)]
+struct SgdFailingOn {
+    fails: bool,
+}
+
+impl Optimizer for SgdFailingOn {
+    type State<const D: usize> = ();
+
+    fn step<const D: usize>(
+        &self,
+        lr: f64,
+        tensor: burn::tensor::Tensor<D>,
+        grad: burn::tensor::Tensor<D>,
+        _state: Option<()>,
+    ) -> (burn::tensor::Tensor<D>, Option<()>) {
+        assert!(!self.fails, "the optimizer's step failed on purpose");
+        (tensor - grad.mul_scalar(lr), None)
+    }
+
+    fn to_device<const D: usize>(state: (), _device: &Device) {
+        state
+    }
+}
+
+#[test]
+fn a_rank_whose_optimizer_step_panics_ends_every_rank_with_an_error_naming_it() {
+    // Each rank steps its own parameters, then the ranks gather them: rank 1's step panics
+    // between the round and the gather, and announces it in the gather rank 0 waits in.
+    let results = job(2, Duration::from_secs(60), |comm| {
+        let rank = ember::collective::Communicator::rank(&comm);
+        let device = Device::flex().autodiff();
+        let trainer = Trainer::new(
+            vec![device.clone()],
+            ModuleOptimizer::from(SgdFailingOn { fails: rank == 1 }),
+            0.05,
+            TrainerConfig {
+                epochs: 1,
+                histogram_every: None,
+                ..TrainerConfig::default()
+            },
+        )
+        .communicator(comm);
+        let loader = regression_loader(1, ROWS, BATCH, &device);
+        catch_unwind(AssertUnwindSafe(|| {
+            trainer
+                .fit(Mlp::new(4, &device), loader, None, None)
+                .map(|_| ())
+        }))
+        .map_err(|payload| {
+            let text = payload.downcast_ref::<&str>().map(|s| s.to_string());
+            text.or_else(|| payload.downcast_ref::<String>().cloned())
+        })
+    });
+    match &results[1] {
+        Err(Some(message)) => assert!(message.contains("failed on purpose"), "{message}"),
+        other => panic!("rank 1 ended with {other:?}"),
+    }
+    match &results[0] {
+        Ok(Err(TrainError::Ranks {
+            epoch: 1,
+            step: 1,
+            source: CollectiveError::PeersFailed { ranks },
+        })) => assert_eq!(ranks, &[1]),
+        other => panic!("rank 0 ended with {other:?}"),
+    }
 }
 
 #[test]

@@ -17,6 +17,7 @@ use ember_pool::step::burn::Reduction;
 use ember_pool::{PoolOptions, SpawnError};
 
 use super::failure::EmberFailure;
+use crate::collective::{CollectiveError, Ranks};
 use crate::driver::{self, Driver, Optimize, StepFailure, StepFailureSource, ValidationError};
 
 /// Why a [`PoolStrategy`] stopped training.
@@ -196,6 +197,23 @@ impl<M: LearnerModel> Optimize<M> for LearnerStep<'_, M> {
         let lr = self.0.lr_current().base();
         self.0.optimizer_step(grads);
         lr
+    }
+
+    fn wants_every_gradient(&self) -> bool {
+        true
+    }
+
+    /// burn's `Learner` takes no model back, so across ranks it would step every parameter
+    /// (the bits each owner gets) and join the exchange only for the other ranks' sake. The
+    /// strategy gives the driver no ranks, so this is not reached today.
+    fn step_shared(
+        &mut self,
+        grads: GradientsParams,
+        ranks: &mut Ranks,
+    ) -> Result<f64, CollectiveError> {
+        let lr = self.step(grads);
+        ranks.gather_parameters(self.0.model())?;
+        Ok(lr)
     }
 }
 

@@ -12,12 +12,12 @@
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use burn::module::Module;
-use burn::optim::ModuleOptimizer;
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::store::ModuleRecord;
-use burn::tensor::Bytes;
+use burn::tensor::{Bytes, Tensor};
 
 use super::directory::{Checkpoints, Loaded};
 use super::error::CheckpointError;
@@ -136,16 +136,7 @@ impl Checkpointer {
                 "model",
                 bytes(model.into_bytes().map_err(record_err("save the model"))?),
             );
-            for (shard, record) in optimizer.into_iter().enumerate() {
-                checkpoint = checkpoint.with(
-                    &optimizer_section(shard),
-                    bytes(
-                        record
-                            .into_bytes()
-                            .map_err(record_err("save the optimizer state"))?,
-                    ),
-                );
-            }
+            checkpoint = with_optimizer(checkpoint, optimizer)?;
             Ok(checkpoint
                 .with(
                     "scheduler",
@@ -175,13 +166,17 @@ impl Checkpointer {
     }
 
     /// Writes this rank's part of the job's next checkpoint (a rank other than 0, in a job of
-    /// several): its own log's snapshot, which rank 0's checkpoint cannot hold. Written in
-    /// line and durably: rank 0 writes the checkpoint only once every rank's part is there.
-    pub(crate) fn save_part(
+    /// several): what rank 0's checkpoint cannot hold, its own log's snapshot and the state of
+    /// the optimizer for the parameters this rank steps, with the parameter ids that state is
+    /// keyed by. Written in line and durably: rank 0 writes the checkpoint only once every
+    /// rank's part is there.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn save_part<M: Module>(
         &mut self,
         rank: usize,
         steps: usize,
         epoch_done: bool,
+        (model, optimizer): (&M, &OptimizerShards),
         log: Option<(&LogPlace, &mut SummaryRecord)>,
         faults: &mut SummaryFaults,
     ) -> Result<(), TrainError> {
@@ -198,7 +193,14 @@ impl Checkpointer {
         };
         let part = Checkpoint::new()
             .with("meta", format!("rank={rank}\nsteps={steps}").into_bytes())
-            .with("log", snapshot.into_bytes());
+            .with("log", snapshot.into_bytes())
+            .with("ids", encode_ids(&param_ids(model)).into_bytes());
+        let optimizer: Vec<_> = optimizer
+            .shards()
+            .iter()
+            .map(ModuleOptimizer::to_record)
+            .collect();
+        let part = with_optimizer(part, optimizer)?;
         self.store.write_part(self.next_seq, rank, &part)?;
         self.next_seq += 1;
         self.last = Some((steps, epoch_done));
@@ -281,6 +283,7 @@ enum Taken {
 pub(crate) fn load<M: Module>(
     dir: &Path,
     identity: &Identity,
+    rank: usize,
     model: M,
     mut optimizer: OptimizerShards,
     scheduler: ModuleLrScheduler,
@@ -338,22 +341,52 @@ pub(crate) fn load<M: Module>(
     };
     let bytes = |name: &str| section(name).map(|b| Bytes::from_bytes_vec(b.to_vec()));
     let record = ModuleRecord::from_bytes(bytes("model")?).map_err(record_err("its model"))?;
-    let model = model
+    let mut model = model
         .try_load_record(record)
         .map_err(record_err("its model does not fit this one"))?;
+    // Across ranks each rank steps its own parameters, so the state of its optimizer is in its
+    // part, keyed by the ids its parameters had; the model record gave rank 0's. A part of a
+    // job whose ranks each stepped every parameter has neither: rank 0's state serves all.
+    let part = match rank {
+        0 => None,
+        rank => Some(store.read_part(loaded.seq, rank)?),
+    };
+    let part_path = || store.part_path(loaded.seq, rank);
+    if let Some(ids) = part.as_ref().and_then(|part| part.section("ids")) {
+        let ids = decode_ids(ids).ok_or_else(|| CheckpointError::Section {
+            path: part_path(),
+            section: "ids".into(),
+            reason: "not one parameter id a line".into(),
+        })?;
+        model = with_param_ids(model, &ids).ok_or_else(|| CheckpointError::Mismatch {
+            path: part_path(),
+            reason: format!("its {} parameter ids do not fit this model", ids.len()),
+        })?;
+    }
+    let (holder, holder_path) = match &part {
+        Some(part) if part.section(&optimizer_section(0)).is_some() => (part, part_path()),
+        _ => (&loaded.checkpoint, path.clone()),
+    };
     // A checkpoint holds one optimizer section per shard; one written by a single optimizer
     // holds every parameter's state, which serves each shard as well, since a shard only reads
     // the state of the parameters it owns.
     for shard in 0..optimizer.len() {
         let name = optimizer_section(shard);
-        let name = if loaded.checkpoint.section(&name).is_some() {
+        let name = if holder.section(&name).is_some() {
             name
         } else {
             optimizer_section(0)
         };
+        let section = holder
+            .section(&name)
+            .ok_or_else(|| CheckpointError::Section {
+                path: holder_path.clone(),
+                section: name.clone(),
+                reason: "missing".into(),
+            })?;
         let stepped = optimizer.shards()[shard]
             .clone()
-            .from_bytes(bytes(&name)?)
+            .from_bytes(Bytes::from_bytes_vec(section.to_vec()))
             .map_err(record_err("its optimizer state"))?;
         optimizer.set_shard(shard, stepped);
     }
@@ -394,6 +427,70 @@ pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<Snapshot, Chec
         reason: e.to_string(),
     })?;
     Snapshot::decode(text)
+}
+
+/// `checkpoint` with one section per optimizer shard's record.
+fn with_optimizer(
+    mut checkpoint: Checkpoint,
+    shards: Vec<OptimizerRecord>,
+) -> Result<Checkpoint, CheckpointError> {
+    for (shard, record) in shards.into_iter().enumerate() {
+        let bytes = record.into_bytes().map_err(|e| CheckpointError::Record {
+            what: "save the optimizer state",
+            reason: e.to_string(),
+        })?;
+        checkpoint = checkpoint.with(
+            &optimizer_section(shard),
+            bytes.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec()),
+        );
+    }
+    Ok(checkpoint)
+}
+
+/// Every float parameter's id, in visit order.
+fn param_ids<M: Module>(model: &M) -> Vec<u64> {
+    struct Ids(Vec<u64>);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push(param.id.val());
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    model.visit(&mut ids);
+    ids.0
+}
+
+/// `model` with its float parameters' ids replaced by `ids` (in visit order); `None` when
+/// the model has a different number of them.
+fn with_param_ids<M: Module>(model: M, ids: &[u64]) -> Option<M> {
+    if param_ids(&model).len() != ids.len() {
+        return None;
+    }
+    struct Rename<'a> {
+        ids: &'a [u64],
+        at: usize,
+    }
+    impl ModuleMapper for Rename<'_> {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let id = ParamId::from(self.ids[self.at]);
+            self.at += 1;
+            let (_, value, mapper) = param.consume();
+            Param::from_mapped_value(id, value, mapper)
+        }
+    }
+    Some(model.map(&mut Rename { ids, at: 0 }))
+}
+
+fn encode_ids(ids: &[u64]) -> String {
+    ids.iter().map(|id| format!("{id}\n")).collect()
+}
+
+fn decode_ids(bytes: &[u8]) -> Option<Vec<u64>> {
+    std::str::from_utf8(bytes)
+        .ok()?
+        .lines()
+        .map(|line| line.parse().ok())
+        .collect()
 }
 
 /// The checkpoint section of optimizer shard `shard`: `optimizer` for the first (and for a

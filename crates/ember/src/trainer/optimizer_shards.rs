@@ -27,6 +27,8 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
 
+use crate::collective::owners_by_elements;
+
 /// Below this many parameter elements the whole model stays in the first shard: starting a
 /// thread costs tens of microseconds, as much as an Adam step over about this many elements.
 const MIN_ELEMENTS_TO_SPLIT: usize = 1 << 18;
@@ -159,19 +161,13 @@ fn split_by_elements<M: Module>(
     if total < min_elements {
         return sizes.0.iter().map(|(id, _)| (*id, 0)).collect();
     }
-    let mut order: Vec<usize> = (0..sizes.0.len()).collect();
-    order.sort_by_key(|&index| std::cmp::Reverse(sizes.0[index].1));
-    let mut load = vec![0usize; count];
-    let mut owners = HashMap::with_capacity(sizes.0.len());
-    for index in order {
-        let (id, elements) = sizes.0[index];
-        let shard = (0..count)
-            .min_by_key(|&shard| (load[shard], shard))
-            .unwrap_or(0);
-        load[shard] += elements;
-        owners.insert(id, shard);
-    }
-    owners
+    let elements: Vec<usize> = sizes.0.iter().map(|(_, elements)| *elements).collect();
+    sizes
+        .0
+        .iter()
+        .zip(owners_by_elements(&elements, count))
+        .map(|((id, _), shard)| (*id, shard))
+        .collect()
 }
 
 struct ParamSizes(Vec<(ParamId, usize)>);

@@ -175,13 +175,19 @@ impl<M: Module + Clone> Loop<'_, M> {
                     ranks.rank(),
                     self.state.report.steps,
                     position.epoch_done,
+                    (&self.stepper.model, &*self.stepper.optimizer),
                     self.log_place.as_ref().zip(self.summary.as_deref_mut()),
                     self.faults,
                 )?;
             }
             let mut nothing = ember_pool::step::burn::GradientWindow::new(self.config.reduction);
             ranks
-                .round(&mut nothing, &self.stepper.model, RoundState::default())
+                .round(
+                    &mut nothing,
+                    &self.stepper.model,
+                    RoundState::default(),
+                    false,
+                )
                 .map_err(|source| TrainError::Ranks {
                     epoch: position.epoch,
                     step: 0,

@@ -175,9 +175,11 @@ where
         log: Option<(&LogPlace, &SummaryRecord)>,
         state: &mut RunState,
     ) -> Result<(M, Option<Position>), TrainError> {
+        let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
         let (resumed, loaded) = checkpointing::load(
             dir,
             identity,
+            rank,
             model,
             self.optimizer.clone(),
             self.scheduler.clone(),
@@ -191,7 +193,6 @@ where
             ));
         }
         if let Some((place, summary)) = log {
-            let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
             place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
         }
         self.optimizer = resumed.optimizer;

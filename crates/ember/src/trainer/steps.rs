@@ -1,6 +1,8 @@
 //! What the loop does around one step: the Trainer's side of the driver's optimizer step
 //! ([`Stepper`]), the step-time tags, errors named by device, and the validation pass.
 
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
 use burn::data::dataloader::DataLoader;
 use burn::module::Module;
 use burn::optim::GradientsParams;
@@ -97,11 +99,48 @@ impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
         let lr = self.scheduler.step();
         let base = lr.base();
         self.model = self.optimizer.step(lr, self.model.clone(), grads);
+        self.updated();
+        base
+    }
+
+    fn wants_every_gradient(&self) -> bool {
+        self.want_gradients
+    }
+
+    fn step_shared(
+        &mut self,
+        grads: GradientsParams,
+        ranks: &mut Ranks,
+    ) -> Result<f64, CollectiveError> {
+        if self.want_gradients {
+            self.gradients = Some(named_gradients(&self.model, &grads));
+        }
+        let grads = ranks.owned_gradients(&self.model, grads);
+        let lr = self.scheduler.step();
+        let base = lr.base();
+        let model = self.model.clone();
+        let optimizer = &mut *self.optimizer;
+        // A panicking step is announced in the exchange the other ranks wait in, then goes on
+        // panicking here, as one process's optimizer would.
+        let stepped = match catch_unwind(AssertUnwindSafe(|| optimizer.step(lr, model, grads))) {
+            Ok(stepped) => stepped,
+            Err(payload) => {
+                let _ = ranks.announce_step_failure();
+                resume_unwind(payload);
+            }
+        };
+        self.model = ranks.gather_parameters(stepped)?;
+        self.updated();
+        Ok(base)
+    }
+}
+
+impl<M: Module + Clone> Stepper<'_, M> {
+    fn updated(&mut self) {
         self.updates += 1;
         if let Some(hook) = self.on_update.as_mut() {
             hook(&self.model, self.updates);
         }
-        base
     }
 }
 
