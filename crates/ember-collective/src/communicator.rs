@@ -28,48 +28,17 @@ pub trait Communicator: std::fmt::Debug {
     /// (MPI's) moves.
     fn all_gather(&mut self, mine: &[f32], all: &mut [f32]) -> Result<(), CollectiveError> {
         let block = mine.len();
-        check_blocks("all-gather", all.len(), block, self.size())?;
+        let expected = block * self.size();
+        if all.len() != expected {
+            return Err(CollectiveError::GatherLength {
+                len: all.len(),
+                expected,
+            });
+        }
         all.fill(-0.0);
         let at = self.rank() * block;
         all[at..at + block].copy_from_slice(mine);
         self.all_reduce_sum(all)
-    }
-    /// Sums `values` (`size × mine.len()`) element-wise over every rank and gives each rank
-    /// its own block of the sum, rank `r` the `r`-th, in `mine`.
-    ///
-    /// By default an all-reduce of a copy, of which each rank keeps its block; communicators
-    /// with a reduce-scatter of their own (MPI's) move half the bytes of an all-reduce.
-    fn reduce_scatter_sum(
-        &mut self,
-        values: &[f32],
-        mine: &mut [f32],
-    ) -> Result<(), CollectiveError> {
-        let block = mine.len();
-        check_blocks("reduce-scatter", values.len(), block, self.size())?;
-        let mut sum = values.to_vec();
-        self.all_reduce_sum(&mut sum)?;
-        let at = self.rank() * block;
-        mine.copy_from_slice(&sum[at..at + block]);
-        Ok(())
-    }
-}
-
-/// That a buffer of `len` values holds one block of `block` for each of `size` ranks.
-pub(crate) fn check_blocks(
-    operation: &'static str,
-    len: usize,
-    block: usize,
-    size: usize,
-) -> Result<(), CollectiveError> {
-    let expected = block * size;
-    if len == expected {
-        Ok(())
-    } else {
-        Err(CollectiveError::BlockLength {
-            operation,
-            len,
-            expected,
-        })
     }
 }
 
@@ -88,12 +57,5 @@ impl<C: Communicator + ?Sized> Communicator for Box<C> {
     }
     fn all_gather(&mut self, mine: &[f32], all: &mut [f32]) -> Result<(), CollectiveError> {
         (**self).all_gather(mine, all)
-    }
-    fn reduce_scatter_sum(
-        &mut self,
-        values: &[f32],
-        mine: &mut [f32],
-    ) -> Result<(), CollectiveError> {
-        (**self).reduce_scatter_sum(values, mine)
     }
 }

@@ -16,7 +16,7 @@ pub enum CollectiveError {
     /// The other ranks did not join an operation in time.
     #[error("the {operation} waited {waited:?} for the other ranks (rank {rank} of {size})")]
     Timeout {
-        /// The operation: `all-reduce`, `broadcast`, `all-gather` or `reduce-scatter`.
+        /// The operation: `all-reduce`, `broadcast` or `all-gather`.
         operation: &'static str,
         /// This rank.
         rank: usize,
@@ -60,11 +60,9 @@ pub enum CollectiveError {
     /// yet, so the size of a round is unknown.
     #[error("no round before the model is broadcast")]
     NotStarted,
-    /// An all-gather's or reduce-scatter's buffer does not hold one block per rank.
-    #[error("the {operation} needs {expected} values, the buffer holds {len}")]
-    BlockLength {
-        /// The operation: `all-gather` or `reduce-scatter`.
-        operation: &'static str,
+    /// An all-gather's buffer does not hold one block per rank.
+    #[error("an all-gather needs {expected} values, the buffer holds {len}")]
+    GatherLength {
         /// The buffer's length.
         len: usize,
         /// One block per rank.

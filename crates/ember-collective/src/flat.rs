@@ -121,28 +121,26 @@ pub(crate) fn write_parameters<M: Module>(
     });
 }
 
-/// Writes every parameter's gradient from `grads` into `out`, parameter `i` (in visit order)
-/// from `place(i)` on (zeros where a parameter has no gradient), and marks in `present` (one
-/// slot per parameter) which had one.
+/// Writes every parameter's gradient from `grads` into `out` (one slot per element, in visit
+/// order; zeros where a parameter has no gradient) and marks in `present` (one slot per
+/// parameter) which had one.
 pub(crate) fn write_gradients<M: Module>(
     model: &M,
     grads: Option<&GradientsParams>,
     out: &mut [f32],
     present: &mut [f32],
-    place: impl Fn(usize) -> usize,
 ) {
-    struct Write<'a, F> {
+    struct Write<'a> {
         grads: Option<&'a GradientsParams>,
         out: &'a mut [f32],
         present: &'a mut [f32],
-        place: F,
+        at: usize,
         param: usize,
     }
-    impl<F: Fn(usize) -> usize> ModuleVisitor for Write<'_, F> {
+    impl ModuleVisitor for Write<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             let len = param.shape().num_elements();
-            let at = (self.place)(self.param);
-            let slot = &mut self.out[at..at + len];
+            let slot = &mut self.out[self.at..self.at + len];
             match self.grads.and_then(|grads| grads.get::<D>(param.id)) {
                 Some(grad) => {
                     let data = grad.into_data();
@@ -164,6 +162,7 @@ pub(crate) fn write_gradients<M: Module>(
                     self.present[self.param] = 0.0;
                 }
             }
+            self.at += len;
             self.param += 1;
         }
     }
@@ -171,53 +170,54 @@ pub(crate) fn write_gradients<M: Module>(
         grads,
         out,
         present,
-        place,
+        at: 0,
         param: 0,
     });
 }
 
-/// Gradients for `model` read from `values`, parameter `i` (in visit order) from `place(i)`
-/// on, each multiplied by `scale`, for every parameter `place` gives a place for that some
-/// rank had a gradient for (`present` > 0), on the parameter's device without autodiff, as
-/// Burn's optimizers take them.
+/// Gradients for `model` read from `values` (laid out as [`write_gradients`] writes them), each
+/// multiplied by `scale`, for every parameter `keep` picks (by visit index) that some rank had
+/// a gradient for (`present` > 0), on the parameter's device without autodiff, as Burn's
+/// optimizers take them.
 pub(crate) fn read_gradients<M: Module>(
     model: &M,
     values: &[f32],
     present: &[f32],
     scale: f32,
-    place: impl Fn(usize) -> Option<usize>,
+    keep: impl Fn(usize) -> bool,
 ) -> GradientsParams {
     struct Read<'a, F> {
-        place: F,
+        keep: F,
         values: &'a [f32],
         present: &'a [f32],
         scale: f32,
+        at: usize,
         param: usize,
         grads: GradientsParams,
     }
-    impl<F: Fn(usize) -> Option<usize>> ModuleVisitor for Read<'_, F> {
+    impl<F: Fn(usize) -> bool> ModuleVisitor for Read<'_, F> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             let shape = param.shape();
             let len = shape.num_elements();
-            if self.present[self.param] > 0.0
-                && let Some(at) = (self.place)(self.param)
-            {
+            if self.present[self.param] > 0.0 && (self.keep)(self.param) {
                 let device = param.val().inner().device();
-                let scaled: Vec<f32> = self.values[at..at + len]
+                let scaled: Vec<f32> = self.values[self.at..self.at + len]
                     .iter()
                     .map(|v| v * self.scale)
                     .collect();
                 let tensor = Tensor::<D>::from_data(TensorData::new(scaled, shape), &device);
                 self.grads.register::<D>(param.id, tensor);
             }
+            self.at += len;
             self.param += 1;
         }
     }
     let mut read = Read {
-        place,
+        keep,
         values,
         present,
         scale,
+        at: 0,
         param: 0,
         grads: GradientsParams::new(),
     };

@@ -8,19 +8,18 @@
 //!    with rank 0's.
 //! 2. Each rank trains on its own contiguous shard of the data ([`Ranks::shard`], by rank, the
 //!    rule burn's `split_dataloader` uses for devices), split again between its devices.
-//! 3. The optimizer step is split between the ranks, ZeRO-1 style: each parameter belongs to
-//!    one rank ([`owners_by_elements`], whole parameters balanced by element count), which
-//!    alone steps it and alone keeps its optimizer state.
-//! 4. Each rank reduces its devices' gradients with the pool path (ember-step's
+//! 3. Each rank reduces its devices' gradients with the pool path (ember-step's
 //!    [`GradientWindow`](ember_step::burn::GradientWindow)); then one **round**
-//!    ([`Ranks::round`]), a reduce-scatter, sums every rank's window and gives each rank the
-//!    sums of the gradients it owns (divided by the number of gradient sets of all ranks
-//!    together for [`Reduction::Mean`](ember_step::burn::Reduction)). Each rank steps its
-//!    parameters, and [`Ranks::gather_parameters`] gives every rank every owner's stepped
-//!    parameters in one all-gather. Burn's optimizers step each parameter on its own, so every
-//!    rank ends with the bits one optimizer stepping every parameter gives, while each rank
-//!    does 1/N of the optimizer's work and holds 1/N of its state, and the round and the
-//!    gather together move the bytes of one all-reduce.
+//!    ([`Ranks::round`]) sums every rank's window in one all-reduce and divides by the number
+//!    of gradient sets of all ranks together for
+//!    [`Reduction::Mean`](ember_step::burn::Reduction).
+//! 4. The optimizer step is split between the ranks, ZeRO-1 style: each parameter belongs to
+//!    one rank ([`owners_by_elements`], whole parameters balanced by element count), which
+//!    alone steps it and alone keeps its optimizer state; [`Ranks::gather_parameters`] then
+//!    gives every rank every owner's stepped parameters in one all-gather. Burn's optimizers
+//!    step each parameter on its own, so this gives the bits one optimizer stepping every
+//!    parameter gives, on every rank, while each rank does 1/N of the optimizer's work and
+//!    holds 1/N of its state.
 //! 5. Work that each rank does on its own share and that every rank must then agree on (the
 //!    validation pass's sums) meets in [`Ranks::gather_totals`]: every rank gets every rank's
 //!    values, to add up in rank order to the same bits.

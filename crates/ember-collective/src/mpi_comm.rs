@@ -7,7 +7,7 @@ use mpi::environment::Universe;
 use mpi::request::{Request, Scope, scope};
 use mpi::topology::{Communicator as _, SimpleCommunicator};
 
-use crate::communicator::{Communicator, check_blocks};
+use crate::communicator::Communicator;
 use crate::error::CollectiveError;
 
 /// Why MPI could not be started.
@@ -24,7 +24,7 @@ pub enum MpiInitError {
 /// MPI is initialized when this is made and finalized when it is dropped, once per process.
 ///
 /// **Bounded waits.** Each operation is started non-blocking (`MPI_Iallreduce`, `MPI_Ibcast`,
-/// `MPI_Iallgather`, `MPI_Ireduce_scatter_block`)
+/// `MPI_Iallgather`)
 /// and polled until it completes or `timeout` passes. MPI cannot cancel a collective in
 /// flight, and its buffers stay MPI's until it completes, so on a timeout this rank prints
 /// which operation waited how long and calls `MPI_Abort`, which ends every process of the
@@ -145,28 +145,16 @@ impl Communicator for MpiComm {
     }
 
     fn all_gather(&mut self, mine: &[f32], all: &mut [f32]) -> Result<(), CollectiveError> {
-        check_blocks("all-gather", all.len(), mine.len(), self.size)?;
+        let expected = mine.len() * self.size;
+        if all.len() != expected {
+            return Err(CollectiveError::GatherLength {
+                len: all.len(),
+                expected,
+            });
+        }
         scope(|scope| {
             let request = self.world.immediate_all_gather_into(scope, mine, all);
             self.wait(request, "all-gather");
-        });
-        Ok(())
-    }
-
-    fn reduce_scatter_sum(
-        &mut self,
-        values: &[f32],
-        mine: &mut [f32],
-    ) -> Result<(), CollectiveError> {
-        check_blocks("reduce-scatter", values.len(), mine.len(), self.size)?;
-        scope(|scope| {
-            let request = self.world.immediate_reduce_scatter_block_into(
-                scope,
-                values,
-                mine,
-                SystemOperation::sum(),
-            );
-            self.wait(request, "reduce-scatter");
         });
         Ok(())
     }

@@ -1,7 +1,5 @@
 //! The rounds of a hierarchical data-parallel job; see the crate docs.
 
-use std::ops::Range;
-
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
@@ -18,33 +16,29 @@ use crate::shard::{owners_by_elements, shard_range};
 /// A data-parallel job's ranks, as this process takes part in them: the communicator and the
 /// shape of a round.
 ///
-/// Each parameter belongs to one rank, which alone steps it (ZeRO-1). A round is one
-/// reduce-scatter of one block per rank: block `r` holds the gradients of the parameters rank
-/// `r` owns, then a part every block repeats (one presence flag per parameter, one slot per rank
-/// for [`Ranks::gather_totals`], this rank's [`RoundState`] and whether it wants every
-/// gradient, and one failure slot per rank), so each rank receives the sums of its own
-/// gradients and of every rank's state. Every exchange but one has that length, so a rank that
-/// fails anywhere announces it ([`Ranks::announce_failure`]) in whichever exchange the others
-/// are in; the exception, the all-gather of stepped parameters that follows a round with
-/// gradients, carries a failure flag in each rank's block, for the one failure that can happen
-/// between the two (the optimizer step's).
+/// The round buffer is the model's gradients (every float parameter in visit order), one
+/// presence flag per parameter, one slot per rank for [`Ranks::gather_totals`], then this
+/// rank's [`RoundState`] (gradient sets, done, stop) and one failure slot per rank: one
+/// all-reduce carries the gradients and every rank's state. Every exchange has that length, so
+/// a rank that fails anywhere announces it ([`Ranks::announce_failure`]) in whichever
+/// exchange the others are in; the one exception, the gather of stepped parameters that
+/// follows a round with gradients, carries a failure flag in each rank's block, for the one
+/// failure that can happen between the two (the optimizer step's).
 #[derive(Debug)]
 pub struct Ranks {
     comm: Box<dyn Communicator>,
     /// Elements of the gradients, and how many parameters, once the model is known.
     shape: Option<(usize, usize)>,
-    /// A round as this rank sends it (one block per rank), and its own block of the sum.
-    sent: Vec<f32>,
-    received: Vec<f32>,
+    buffer: Vec<f32>,
     rounds: u64,
     /// Which rank steps each parameter (by visit index), and the parameter's place in that
-    /// rank's block.
+    /// rank's block of the exchange of parameters.
     owners: Vec<usize>,
     offsets: Vec<usize>,
-    /// The most elements any rank owns: the gradients' part of a round's block, and the
-    /// parameters' part of the gather's, which adds a failure flag.
-    owned_most: usize,
-    /// This rank's block of the gather, and every rank's, kept between rounds.
+    /// A rank's block in the exchange of parameters: the most any rank owns, then its failure
+    /// flag.
+    block: usize,
+    /// This rank's block, and every rank's, kept between rounds.
     mine: Vec<f32>,
     gathered: Vec<f32>,
 }
@@ -63,8 +57,8 @@ pub struct RoundState {
 #[derive(Debug)]
 pub struct Round {
     /// The reduced gradients (summed, and for [`Reduction::Mean`] divided by
-    /// [`sets`](Self::sets)) of the parameters this rank steps, or of every parameter when this
-    /// rank asked for all; `None` when no rank had any, so no optimizer steps and no
+    /// [`sets`](Self::sets)) of the parameters this rank steps, or of every parameter when the
+    /// round was asked for all; `None` when no rank had any, so no optimizer steps and no
     /// parameters are gathered.
     pub gradients: Option<GradientsParams>,
     /// The gradient sets of every rank together.
@@ -75,8 +69,7 @@ pub struct Round {
     pub stopped: bool,
 }
 
-/// A rank's state in a round: gradient sets, done, stop, wants every gradient.
-const TRAILER: usize = 4;
+const TRAILER: usize = 3;
 
 /// The most values one rank brings to [`Ranks::gather_totals`].
 pub const MAX_TOTALS: usize = 8;
@@ -91,12 +84,11 @@ impl Ranks {
         Self {
             comm: Box::new(comm),
             shape: None,
-            sent: Vec::new(),
-            received: Vec::new(),
+            buffer: Vec::new(),
             rounds: 0,
             owners: Vec::new(),
             offsets: Vec::new(),
-            owned_most: 0,
+            block: 0,
             mine: Vec::new(),
             gathered: Vec::new(),
         }
@@ -122,10 +114,9 @@ impl Ranks {
         shard_range(items, self.size(), self.rank())
     }
 
-    /// `model` with rank 0's parameters, on every rank; this also fixes the size of a round
-    /// and which rank steps each parameter. The ranks' models must have the same structure:
-    /// one that differs is an error on every rank ([`CollectiveError::LengthMismatch`]), found
-    /// before any parameter moves.
+    /// `model` with rank 0's parameters, on every rank; this also fixes the size of a round.
+    /// The ranks' models must have the same structure: one that differs is an error on every
+    /// rank ([`CollectiveError::LengthMismatch`]), found before any parameter moves.
     pub fn broadcast_module<M: Module>(&mut self, model: M) -> Result<M, CollectiveError> {
         let sizes = parameter_sizes(&model);
         let len: usize = sizes.iter().sum();
@@ -143,12 +134,12 @@ impl Ranks {
         let mut values = parameters(&model);
         self.comm.broadcast(&mut values, 0)?;
         self.shape = Some((len, sizes.len()));
+        self.buffer = vec![0.0; len + sizes.len() + self.totals_len() + TRAILER + self.size()];
         self.share_parameters(&sizes);
         Ok(with_parameters(model, &values))
     }
 
-    /// Splits the optimizer's work, each parameter to one rank by element count, and sizes
-    /// the buffers of the exchanges.
+    /// Splits the optimizer's work: each parameter to one rank, by element count.
     fn share_parameters(&mut self, sizes: &[usize]) {
         let size = self.size();
         self.owners = owners_by_elements(sizes, size);
@@ -162,37 +153,9 @@ impl Ranks {
                 at
             })
             .collect();
-        self.owned_most = owned.iter().max().copied().unwrap_or(0);
-        let block = self.round_block();
-        self.sent = vec![0.0; block * size];
-        self.received = vec![0.0; block];
-        self.mine = vec![0.0; self.owned_most + 1];
-        self.gathered = vec![0.0; (self.owned_most + 1) * size];
-    }
-
-    /// The length of a round's block: the most gradients a rank owns, then the shared part.
-    fn round_block(&self) -> usize {
-        self.owned_most + self.shared_len()
-    }
-
-    /// The part of a round's block that every block repeats.
-    fn shared_len(&self) -> usize {
-        let params = self.shape.map_or(0, |(_, params)| params);
-        params + self.totals_len() + TRAILER + self.size()
-    }
-
-    /// Where the shared part's pieces sit within it: presence flags, totals, the trailer and
-    /// the failure slots.
-    fn shared_parts(&self) -> [Range<usize>; 4] {
-        let params = self.shape.map_or(0, |(_, params)| params);
-        let totals = params + self.totals_len();
-        let trailer = totals + TRAILER;
-        [
-            0..params,
-            params..totals,
-            totals..trailer,
-            trailer..trailer + self.size(),
-        ]
+        self.block = owned.iter().max().copied().unwrap_or(0) + 1;
+        self.mine = vec![0.0; self.block];
+        self.gathered = vec![0.0; self.block * size];
     }
 
     /// Whether this rank steps the parameter at visit index `index` (see
@@ -242,10 +205,11 @@ impl Ranks {
             return Ok(model);
         }
         let rank = self.rank();
+        let flag = self.block - 1;
         write_parameters(&model, |index| self.owners[index] == rank, &mut self.mine);
-        self.mine[self.owned_most] = 0.0;
-        self.exchange_owned()?;
-        let (owners, offsets, block) = (&self.owners, &self.offsets, self.owned_most + 1);
+        self.mine[flag] = 0.0;
+        self.exchange_parameters()?;
+        let (owners, offsets, block) = (&self.owners, &self.offsets, self.block);
         let gathered = &self.gathered;
         Ok(replace_parameters(model, |index, len| {
             let owner = owners[index];
@@ -256,7 +220,7 @@ impl Ranks {
         }))
     }
 
-    /// Tells every other rank, in the gather of parameters they are in, that this rank's
+    /// Tells every other rank, in the exchange of parameters they are in, that this rank's
     /// optimizer step failed; their [`Ranks::gather_parameters`] ends with
     /// [`CollectiveError::PeersFailed`] naming this rank.
     pub fn announce_step_failure(&mut self) -> Result<(), CollectiveError> {
@@ -264,48 +228,17 @@ impl Ranks {
             return Ok(());
         }
         self.mine.fill(0.0);
-        self.mine[self.owned_most] = 1.0;
-        self.exchange_owned()
+        let flag = self.block - 1;
+        self.mine[flag] = 1.0;
+        self.exchange_parameters()
     }
 
-    /// The all-gather of every rank's owned values (`mine`, with its failure flag last).
-    fn exchange_owned(&mut self) -> Result<(), CollectiveError> {
+    fn exchange_parameters(&mut self) -> Result<(), CollectiveError> {
         self.comm.all_gather(&self.mine, &mut self.gathered)?;
-        let block = self.owned_most + 1;
+        let flag = self.block - 1;
         let failed: Vec<usize> = (0..self.size())
-            .filter(|r| *r != self.rank() && self.gathered[r * block + block - 1] > 0.0)
+            .filter(|r| *r != self.rank() && self.gathered[r * self.block + flag] > 0.0)
             .collect();
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(CollectiveError::PeersFailed { ranks: failed })
-        }
-    }
-
-    /// Fills the shared part of every block of the round to send: `fill` writes block 0's
-    /// (zeroed first), which is then copied into the others.
-    fn share(&mut self, fill: impl FnOnce(&mut [f32], &[Range<usize>; 4])) {
-        let block = self.round_block();
-        let parts = self.shared_parts();
-        let start = self.owned_most;
-        let shared = &mut self.sent[start..block];
-        shared.fill(0.0);
-        fill(shared, &parts);
-        for rank in 1..self.size() {
-            let (first, rest) = self.sent.split_at_mut(rank * block);
-            rest[start..block].copy_from_slice(&first[start..block]);
-        }
-    }
-
-    /// The round's reduce-scatter: this rank's block of every rank's sum in `received`; an
-    /// error naming the ranks that announced a failure in it.
-    fn exchange(&mut self) -> Result<(), CollectiveError> {
-        self.comm
-            .reduce_scatter_sum(&self.sent, &mut self.received)?;
-        self.rounds += 1;
-        let [.., failures] = self.shared_parts();
-        let slots = &self.received[self.owned_most..][failures];
-        let failed: Vec<usize> = (0..self.size()).filter(|r| slots[*r] > 0.0).collect();
         if failed.is_empty() {
             Ok(())
         } else {
@@ -315,9 +248,8 @@ impl Ranks {
 
     /// One round: this rank's window (its plain sum, emptied) and `state` against every other
     /// rank's. Every rank gets the same [`Round`], with the reduced gradients of the parameters
-    /// it steps, or of every parameter when `every_gradient` (then every rank joins one
-    /// all-gather of the reduced gradients after the round); when a rank announced a failure
-    /// in this round, every other rank gets [`CollectiveError::PeersFailed`] instead.
+    /// it steps (of every parameter when `every_gradient`); when a rank announced a failure in
+    /// this round, every other rank gets [`CollectiveError::PeersFailed`] instead.
     pub fn round<M: Module>(
         &mut self,
         window: &mut GradientWindow<M>,
@@ -325,83 +257,53 @@ impl Ranks {
         state: RoundState,
         every_gradient: bool,
     ) -> Result<Round, CollectiveError> {
-        let (_, params) = self.shape.ok_or(CollectiveError::NotStarted)?;
+        let (len, params) = self.shape.ok_or(CollectiveError::NotStarted)?;
         let reduction = window.reduction();
         let (grads, sets) = window.take_sum();
         let size = self.size();
-        let block = self.round_block();
-        let mut present = vec![0.0; params];
-        let (owners, offsets) = (&self.owners, &self.offsets);
-        write_gradients(
-            model,
-            (sets > 0).then_some(&grads),
-            &mut self.sent,
-            &mut present,
-            |index| owners[index] * block + offsets[index],
-        );
+        let totals_len = self.totals_len();
+        let (gradients, rest) = self.buffer.split_at_mut(len);
+        let (present, rest) = rest.split_at_mut(params);
+        write_gradients(model, (sets > 0).then_some(&grads), gradients, present);
         drop(grads);
-        self.share(|shared, [flags, _, trailer, _]| {
-            shared[flags.clone()].copy_from_slice(&present);
-            let trailer = &mut shared[trailer.clone()];
-            trailer[0] = sets as f32;
-            trailer[1] = f32::from(state.done);
-            trailer[2] = f32::from(state.stop);
-            trailer[3] = f32::from(every_gradient);
-        });
-        self.exchange()?;
+        rest.fill(0.0);
+        let rest = &mut rest[totals_len..];
+        rest[0] = sets as f32;
+        rest[1] = f32::from(state.done);
+        rest[2] = f32::from(state.stop);
+        self.comm.all_reduce_sum(&mut self.buffer)?;
+        self.rounds += 1;
 
-        let [flags, _, trailer, _] = self.shared_parts();
-        let shared = &self.received[self.owned_most..];
-        let trailer = &shared[trailer];
+        let (gradients, rest) = self.buffer.split_at(len);
+        let (present, rest) = rest.split_at(params);
+        let trailer = &rest[totals_len..];
+        self.peers_failed()?;
         let sets = trailer[0] as usize;
-        let (all_done, stopped, anyone_wants_every) = (
-            trailer[1] as usize >= size,
-            trailer[2] > 0.0,
-            trailer[3] > 0.0,
-        );
-        let present: Vec<f32> = shared[flags].to_vec();
         let scale = match reduction {
             Reduction::Mean if sets > 0 => 1.0 / sets as f32,
             _ => 1.0,
         };
-        if sets > 0 && anyone_wants_every && size > 1 {
-            // Every rank joins; the ranks that asked read every owner's block.
-            let owned = self.owned_most;
-            self.mine[..owned].copy_from_slice(&self.received[..owned]);
-            self.mine[owned] = 0.0;
-            self.exchange_owned()?;
-        }
         let rank = self.rank();
-        let (owners, offsets) = (&self.owners, &self.offsets);
-        let gradients = (sets > 0).then(|| {
-            if every_gradient && size > 1 {
-                let gathered_block = self.owned_most + 1;
-                read_gradients(model, &self.gathered, &present, scale, |index| {
-                    Some(owners[index] * gathered_block + offsets[index])
-                })
-            } else {
-                read_gradients(model, &self.received, &present, scale, |index| {
-                    (owners[index] == rank).then(|| offsets[index])
-                })
-            }
-        });
+        let owners = &self.owners;
         Ok(Round {
-            gradients,
+            gradients: (sets > 0).then(|| {
+                read_gradients(model, gradients, present, scale, |index| {
+                    every_gradient || owners[index] == rank
+                })
+            }),
             sets,
-            all_done,
-            stopped,
+            all_done: trailer[1] as usize >= size,
+            stopped: trailer[2] > 0.0,
         })
     }
 
     /// Every rank's `values` (at most [`MAX_TOTALS`], as many on every rank), in rank order, on
     /// every rank alike: sums that each rank made of its own share (its validation batches),
-    /// for every rank to add up in the same order to the same bits. Every rank must call it at
-    /// the same point; when a rank announced a failure instead, the others get
+    /// for every rank to add up in the same order to the same bits. Every rank must call it at the same point;
+    /// when a rank announced a failure instead, the others get
     /// [`CollectiveError::PeersFailed`].
     pub fn gather_totals(&mut self, values: &[f64]) -> Result<Vec<Vec<f64>>, CollectiveError> {
-        if self.shape.is_none() {
-            return Err(CollectiveError::NotStarted);
-        }
+        let (len, params) = self.shape.ok_or(CollectiveError::NotStarted)?;
         if values.len() > MAX_TOTALS {
             return Err(CollectiveError::TooManyTotals {
                 count: values.len(),
@@ -409,27 +311,38 @@ impl Ranks {
             });
         }
         let (size, rank) = (self.size(), self.rank());
-        self.share(|shared, [_, totals, _, _]| {
-            let slot = totals.start + rank * MAX_TOTALS * PIECES;
-            for (index, value) in values.iter().enumerate() {
-                let at = slot + index * PIECES;
-                shared[at..at + PIECES].copy_from_slice(&split_u64(value.to_bits()));
-            }
-        });
-        self.exchange()?;
-        let [_, totals, _, _] = self.shared_parts();
-        let totals = &self.received[self.owned_most..][totals];
+        self.buffer.fill(0.0);
+        let slots = len + params;
+        let slot = slots + rank * MAX_TOTALS * PIECES;
+        for (index, value) in values.iter().enumerate() {
+            let at = slot + index * PIECES;
+            self.buffer[at..at + PIECES].copy_from_slice(&split_u64(value.to_bits()));
+        }
+        self.comm.all_reduce_sum(&mut self.buffer)?;
+        self.peers_failed()?;
         Ok((0..size)
             .map(|from| {
-                let slot = from * MAX_TOTALS * PIECES;
+                let slot = slots + from * MAX_TOTALS * PIECES;
                 (0..values.len())
                     .map(|index| {
                         let at = slot + index * PIECES;
-                        f64::from_bits(join_u64(&totals[at..at + PIECES]))
+                        f64::from_bits(join_u64(&self.buffer[at..at + PIECES]))
                     })
                     .collect()
             })
             .collect())
+    }
+
+    /// After an exchange: the ranks whose failure slot is set, as an error.
+    fn peers_failed(&self) -> Result<(), CollectiveError> {
+        let size = self.size();
+        let slots = &self.buffer[self.buffer.len() - size..];
+        let failed: Vec<usize> = (0..size).filter(|r| slots[*r] > 0.0).collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(CollectiveError::PeersFailed { ranks: failed })
+        }
     }
 
     fn totals_len(&self) -> usize {
@@ -445,13 +358,13 @@ impl Ranks {
             return Ok(());
         }
         let rank = self.rank();
-        self.share(|shared, [_, _, trailer, failures]| {
-            shared[failures.start + rank] = 1.0;
-            // Done, so that ranks counting done ranks never wait for this one again.
-            shared[trailer.start + 1] = 1.0;
-        });
-        self.comm
-            .reduce_scatter_sum(&self.sent, &mut self.received)?;
+        self.buffer.fill(0.0);
+        let at = self.buffer.len() - self.size() + rank;
+        self.buffer[at] = 1.0;
+        // Done, so that ranks counting done ranks never wait for this one again.
+        let done = self.buffer.len() - self.size() - TRAILER + 1;
+        self.buffer[done] = 1.0;
+        self.comm.all_reduce_sum(&mut self.buffer)?;
         self.rounds += 1;
         Ok(())
     }
@@ -504,12 +417,10 @@ mod tests {
     }
 
     /// Three steps of one rank of a job: each step's gradients (drawn from the rank's own
-    /// seeds) go through a round asking for every gradient on every rank, stepped whole by a
-    /// reference optimizer, and through a round in which rank 0 alone asks for every gradient
-    /// (as it does on a histogram step), of which each rank steps its own with its own
-    /// optimizer before the gather. Returns both models' parameters and, for each step, how
-    /// many gradients each round gave and how many the rank stepped.
-    fn rank_steps(comm: LocalComm) -> (Vec<f32>, Vec<f32>, Vec<[usize; 3]>) {
+    /// seeds) go through a round asking for every gradient, stepped whole by a reference
+    /// optimizer, and through a round asking for this rank's, stepped by its own optimizer and
+    /// gathered. Returns both models' parameters and how many gradients each round gave.
+    fn rank_steps(comm: LocalComm) -> (Vec<f32>, Vec<f32>, Vec<(usize, usize)>) {
         let device = Device::flex().autodiff();
         let rank = comm.rank() as u64;
         let mut ranks = Ranks::new(comm);
@@ -538,13 +449,11 @@ mod tests {
                 &device,
                 &shared,
             );
-            let given = ranks
-                .round(&mut window, &shared, RoundState::default(), rank == 0)
+            let own = ranks
+                .round(&mut window, &shared, RoundState::default(), false)
                 .unwrap();
-            let given = given.gradients.unwrap();
-            let given_count = given.len();
-            let own = ranks.owned_gradients(&shared, given);
-            counts.push([every.len(), given_count, own.len()]);
+            let own = own.gradients.unwrap();
+            counts.push((every.len(), own.len()));
             whole = whole_optimizer.step(0.01, whole, every);
             let stepped = own_optimizer.step(0.01, shared, own);
             shared = ranks.gather_parameters(stepped).unwrap();
@@ -561,14 +470,11 @@ mod tests {
         let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         let (whole, _, _) = &results[0];
         // Mlp(24): l1 weight 2x24 and bias 24, l2 weight 24x1 and bias 1; over 3 ranks, by
-        // elements largest first: the weight of 48 alone, 24 and 1, then 24. Rank 0 asked
-        // for every gradient in the second round; the others were given their own.
-        let expected = [[4, 4, 1], [4, 2, 2], [4, 1, 1]];
+        // elements largest first: the weight of 48 alone, 24 and 1, then 24.
+        let owned: Vec<usize> = results.iter().map(|(_, _, c)| c[0].1).collect();
+        assert_eq!(owned, vec![1, 2, 1]);
         for (rank, (every, shared, counts)) in results.iter().enumerate() {
-            assert!(
-                counts.iter().all(|c| *c == expected[rank]),
-                "rank {rank}: {counts:?}"
-            );
+            assert!(counts.iter().all(|(all, _)| *all == 4), "{counts:?}");
             assert_eq!(bits(every), bits(whole), "rank {rank}'s reference");
             assert_eq!(bits(shared), bits(whole), "rank {rank}");
         }
