@@ -4,6 +4,7 @@
 //! that fails, stops, or leaves ends every rank, named. The same rounds under `mpirun`, with
 //! `MpiComm`, are driven by `cargo xtask mpi`.
 
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,8 +14,9 @@ use std::time::Duration;
 use burn::optim::{ModuleOptimizer, Optimizer, SgdConfig};
 use burn::tensor::Device;
 use ember::collective::{CollectiveError, LocalComm, LocalGroup};
+use ember::read::Summaries;
 use ember::{SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
-use ember_tests::{Mlp, PoisonedLoader, max_difference, parameters, regression_loader};
+use ember_tests::{Mlp, PoisonedLoader, max_difference, parameters, regression_loader, seeded_mlp};
 
 const ROWS: usize = 64;
 const BATCH: usize = 4;
@@ -415,6 +417,85 @@ fn rank_zero_records_the_run_and_every_rank_its_step_times() {
     }
     assert!(tags.contains(&"train/loss".to_string()));
     assert!(!tags.iter().any(|t| t.starts_with("device/")), "{tags:?}");
+}
+
+/// Every `gradients/…` histogram of the run in `dir`: per tag, each step's (count, sum).
+fn gradient_histograms(dir: &std::path::Path) -> BTreeMap<String, Vec<(i64, f64, f64)>> {
+    Summaries::read_dir(dir)
+        .unwrap()
+        .histograms
+        .into_iter()
+        .filter(|(tag, _)| tag.starts_with("gradients/"))
+        .map(|(tag, points)| {
+            let points = points.iter().map(|p| (p.step, p.count, p.sum)).collect();
+            (tag, points)
+        })
+        .collect()
+}
+
+#[test]
+fn rank_zero_s_gradient_histograms_hold_every_parameter_s_reduced_gradient() {
+    // Each rank steps only its own parameters, but on a histogram step rank 0 asks the round
+    // for every gradient: its histograms are those of one process with one worker per rank.
+    let record = |dir: &std::path::Path, workers: usize, comm: Option<LocalComm>| {
+        let device = Device::flex().autodiff();
+        let rank = comm
+            .as_ref()
+            .map_or(0, ember::collective::Communicator::rank);
+        let mut builder = SummaryRecord::builder(dir);
+        if comm.is_some() {
+            builder = builder.rank(rank as u32, 2);
+        }
+        let mut summary = builder.build().unwrap();
+        let mut trainer = Trainer::new(
+            vec![device.clone(); workers],
+            SgdConfig::new().init(),
+            0.05,
+            TrainerConfig {
+                epochs: 1,
+                histogram_every: Some(1),
+                ..TrainerConfig::default()
+            },
+        );
+        if let Some(comm) = comm {
+            trainer = trainer.communicator(comm);
+        }
+        trainer
+            .fit(
+                seeded_mlp(4, 3, &device),
+                regression_loader(1, 32, 4, &device),
+                None,
+                Some(&mut summary),
+            )
+            .unwrap();
+        summary.close().unwrap();
+    };
+    let root = tempfile::tempdir().unwrap();
+    let (ranks_dir, one_dir) = (root.path().join("ranks"), root.path().join("one"));
+    let dir = ranks_dir.clone();
+    job(2, Duration::from_secs(60), move |comm| {
+        record(&dir, 1, Some(comm))
+    });
+    record(&one_dir, 2, None);
+    let ranks = gradient_histograms(&ranks_dir);
+    let one = gradient_histograms(&one_dir);
+    // Mlp(4): two weights and two biases, 4 steps of 2 batches.
+    assert_eq!(ranks.len(), 4, "{:?}", ranks.keys());
+    assert_eq!(
+        ranks.keys().collect::<Vec<_>>(),
+        one.keys().collect::<Vec<_>>()
+    );
+    for (tag, points) in &ranks {
+        let expected = &one[tag];
+        assert_eq!(points.len(), 4, "{tag}");
+        for ((step, count, sum), (one_step, one_count, one_sum)) in points.iter().zip(expected) {
+            assert_eq!((step, count), (one_step, one_count), "{tag}");
+            assert!(
+                (sum - one_sum).abs() <= 1e-5 * (1.0 + one_sum.abs()),
+                "{tag} step {step}: {sum} against {one_sum}"
+            );
+        }
+    }
 }
 
 const VALID_ROWS: usize = 32;
