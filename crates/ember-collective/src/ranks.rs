@@ -416,6 +416,16 @@ mod tests {
         values.iter().map(|v| v.to_bits()).collect()
     }
 
+    /// One round of `model`'s gradients on a batch drawn from `seed`: the reduced gradients
+    /// this rank is given.
+    fn reduced(ranks: &mut Ranks, model: &Mlp, seed: u64, every: bool) -> GradientsParams {
+        let device = Device::flex().autodiff();
+        let mut window = GradientWindow::new(Reduction::Mean);
+        window.add(gradients(model, seed, &device), &device, model);
+        let round = ranks.round(&mut window, model, RoundState::default(), every);
+        round.unwrap().gradients.unwrap()
+    }
+
     /// Three steps of one rank of a job: each step's gradients (drawn from the rank's own
     /// seeds) go through a round asking for every gradient, stepped whole by a reference
     /// optimizer, and through a round asking for this rank's, stepped by its own optimizer and
@@ -433,26 +443,9 @@ mod tests {
         let mut own_optimizer: ModuleOptimizer = AdamConfig::new().init();
         let mut counts = Vec::new();
         for step in 0..3 {
-            let mut window = GradientWindow::new(Reduction::Mean);
-            window.add(
-                gradients(&whole, rank * 10 + step, &device),
-                &device,
-                &whole,
-            );
-            let every = ranks
-                .round(&mut window, &whole, RoundState::default(), true)
-                .unwrap();
-            let every = every.gradients.unwrap();
-            let mut window = GradientWindow::new(Reduction::Mean);
-            window.add(
-                gradients(&shared, rank * 10 + step, &device),
-                &device,
-                &shared,
-            );
-            let own = ranks
-                .round(&mut window, &shared, RoundState::default(), false)
-                .unwrap();
-            let own = own.gradients.unwrap();
+            let seed = rank * 10 + step;
+            let every = reduced(&mut ranks, &whole, seed, true);
+            let own = reduced(&mut ranks, &shared, seed, false);
             counts.push((every.len(), own.len()));
             whole = whole_optimizer.step(0.01, whole, every);
             let stepped = own_optimizer.step(0.01, shared, own);
