@@ -170,7 +170,6 @@ impl Checkpointer {
     /// the optimizer for the parameters this rank steps, with the parameter ids that state is
     /// keyed by. Written in line and durably: rank 0 writes the checkpoint only once every
     /// rank's part is there.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn save_part<M: Module>(
         &mut self,
         rank: usize,
