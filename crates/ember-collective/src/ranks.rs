@@ -235,15 +235,10 @@ impl Ranks {
 
     fn exchange_parameters(&mut self) -> Result<(), CollectiveError> {
         self.comm.all_gather(&self.mine, &mut self.gathered)?;
-        let flag = self.block - 1;
-        let failed: Vec<usize> = (0..self.size())
-            .filter(|r| *r != self.rank() && self.gathered[r * self.block + flag] > 0.0)
-            .collect();
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(CollectiveError::PeersFailed { ranks: failed })
-        }
+        let (rank, block) = (self.rank(), self.block);
+        failed_ranks(self.size(), |from| {
+            from != rank && self.gathered[from * block + block - 1] > 0.0
+        })
     }
 
     /// One round: this rank's window (its plain sum, emptied) and `state` against every other
@@ -337,12 +332,7 @@ impl Ranks {
     fn peers_failed(&self) -> Result<(), CollectiveError> {
         let size = self.size();
         let slots = &self.buffer[self.buffer.len() - size..];
-        let failed: Vec<usize> = (0..size).filter(|r| slots[*r] > 0.0).collect();
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(CollectiveError::PeersFailed { ranks: failed })
-        }
+        failed_ranks(size, |rank| slots[rank] > 0.0)
     }
 
     fn totals_len(&self) -> usize {
@@ -367,6 +357,17 @@ impl Ranks {
         self.comm.all_reduce_sum(&mut self.buffer)?;
         self.rounds += 1;
         Ok(())
+    }
+}
+
+/// [`CollectiveError::PeersFailed`] naming the ranks of `size` whose failure flag `is_set`,
+/// if any.
+fn failed_ranks(size: usize, is_set: impl Fn(usize) -> bool) -> Result<(), CollectiveError> {
+    let ranks: Vec<usize> = (0..size).filter(|rank| is_set(*rank)).collect();
+    if ranks.is_empty() {
+        Ok(())
+    } else {
+        Err(CollectiveError::PeersFailed { ranks })
     }
 }
 
