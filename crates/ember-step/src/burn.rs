@@ -8,11 +8,12 @@
 //!   [`Reduction::Sum`] (burn-train's multi-device behaviour), in the order given, so that the
 //!   pool's device-ordered outputs reduce to the same bits on every run.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
 
 use ::burn::data::dataloader::DataLoaderIterator;
 use ::burn::data::dataset::DatasetError;
-use ::burn::module::{Module, ModuleVisitor, Param};
+use ::burn::module::{Module, ModuleVisitor, Param, ParamId};
 use ::burn::optim::{GradientsAccumulator, GradientsParams};
 use ::burn::tensor::{Device, Tensor};
 use ::burn::train::{TrainOutput, TrainStep};
@@ -91,6 +92,8 @@ pub struct GradientWindow<M: Module> {
     sum: GradientsAccumulator<M>,
     count: usize,
     reduction: Reduction,
+    /// Parameters whose gradients are summed on a device other than the main one.
+    homes: HashMap<ParamId, Device>,
 }
 
 impl<M: Module> std::fmt::Debug for GradientWindow<M> {
@@ -109,12 +112,26 @@ impl<M: Module> GradientWindow<M> {
             sum: GradientsAccumulator::new(),
             count: 0,
             reduction,
+            homes: HashMap::new(),
         }
     }
 
-    /// Moves `grads` to `main` and adds them to the sum.
+    /// Sums the gradient of each parameter in `homes` on the device given there instead of
+    /// the main device: where an optimizer split by device steps it, so that it moves once.
+    /// Set it while the window is empty.
+    pub fn set_homes(&mut self, homes: HashMap<ParamId, Device>) {
+        self.homes = homes;
+    }
+
+    /// Moves `grads` to `main` (those of [`set_homes`](Self::set_homes)' parameters to their
+    /// home) and adds them to the sum.
     pub fn add(&mut self, grads: GradientsParams, main: &Device, model: &M) {
-        self.sum.accumulate(model, grads.to_device(main, model));
+        let grads = if self.homes.is_empty() {
+            grads.to_device(main, model)
+        } else {
+            place_gradients(grads, model, &self.homes, main)
+        };
+        self.sum.accumulate(model, grads);
         self.count += 1;
     }
 
@@ -155,6 +172,40 @@ impl<M: Module> GradientWindow<M> {
         }
         self.count = 0;
         sum
+    }
+}
+
+/// Moves the gradient of each parameter of `model` in `homes` to the device given there, and
+/// every other one to `main` (a gradient already there stays as it is).
+pub fn place_gradients<M: Module>(
+    mut grads: GradientsParams,
+    model: &M,
+    homes: &HashMap<ParamId, Device>,
+    main: &Device,
+) -> GradientsParams {
+    let mut placed = GradientsParams::new();
+    model.visit(&mut PlaceGradients {
+        from: &mut grads,
+        into: &mut placed,
+        homes,
+        main,
+    });
+    placed
+}
+
+struct PlaceGradients<'a> {
+    from: &'a mut GradientsParams,
+    into: &'a mut GradientsParams,
+    homes: &'a HashMap<ParamId, Device>,
+    main: &'a Device,
+}
+
+impl ModuleVisitor for PlaceGradients<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.from.remove::<D>(param.id) {
+            let device = self.homes.get(&param.id).unwrap_or(self.main);
+            self.into.register::<D>(param.id, grad.to_device(device));
+        }
     }
 }
 

@@ -21,13 +21,14 @@
 //! panicking inference step are [`ValidationError`]s naming the device and the batch, never
 //! skipped and never retried.
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
-use burn::module::Module;
+use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
@@ -48,6 +49,11 @@ pub(crate) trait Optimize<M> {
     /// Whether the next step across ranks needs every parameter's gradient, not only those
     /// of the parameters this rank steps.
     fn wants_every_gradient(&self) -> bool;
+    /// The parameters whose reduced gradients are best made on a device other than the main
+    /// one, and that device: where an optimizer split by device steps them.
+    fn gradient_homes(&mut self, _model: &M) -> HashMap<ParamId, Device> {
+        HashMap::new()
+    }
     /// Across ranks: steps the parameters this rank owns with `grads` (the reduced gradients
     /// of those, or of every parameter when [`Optimize::wants_every_gradient`]), then gathers
     /// every rank's stepped parameters ([`Ranks::gather_parameters`]); returns the learning
@@ -321,6 +327,9 @@ where
         }
         self.step += 1;
         let model = optimizer.model();
+        if self.ranks.is_none() && self.window.is_empty() {
+            self.window.set_homes(optimizer.gradient_homes(&model));
+        }
         let started = Instant::now();
         let outputs = match self
             .pool

@@ -55,7 +55,11 @@ pub(crate) use run_state::RunState;
 /// Each epoch splits the training loader into one contiguous slice per device; every pool step
 /// runs one batch per device, brings each device's gradients to the main device (the first)
 /// and reduces them by [`TrainerConfig::reduction`], in device order. Every
-/// `grad_accumulation` steps the scheduler gives the learning rate and the optimizer steps on the
+/// `grad_accumulation` steps the scheduler gives the learning rate and the optimizer steps. Its
+/// step is split between the devices for models of 2^18 parameter elements or more, each
+/// device stepping whole parameters, balanced by element count: on the CPU one thread each; on
+/// distinct devices (wgpu, CUDA) each device sums the gradients of its share and steps them
+/// itself, as burn-train's `OptimSharded` does, and the stepped parameters come back to the
 /// main device. After each epoch a validation pass runs on the main device.
 ///
 /// **Summary errors.** A failing summary call (a rejected value, a full writer queue, a closed

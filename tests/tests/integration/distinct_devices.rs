@@ -2,7 +2,8 @@
 //! (`ember::devices`), each with its own queue, memory and Burn client; on a machine without a
 //! GPU they sit on Mesa's lavapipe. Every path that only matters when devices differ is driven
 //! here: forking the model onto each device, gradients moved to the main device before the
-//! reduction, validation on the main device, and each failure of the pool.
+//! reduction (or to the device that steps their parameter), validation on the main device,
+//! and each failure of the pool.
 //!
 //! Run one test at a time (`--test-threads=1`, as the xtasks do): one measures device memory.
 //!
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use burn::data::dataloader::DataLoaderIterator;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::SgdConfig;
+use burn::optim::momentum::MomentumConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 use burn::train::logger::FileMetricLogger;
 use burn::train::metric::LossMetric;
@@ -214,6 +216,84 @@ fn the_trainer_on_two_distinct_devices_trains_like_one_device_on_the_concatenate
     assert!(
         difference < GPU_TOLERANCE,
         "2 distinct devices differ from one device by {difference}"
+    );
+}
+
+/// Units of a model of more than 2^18 parameter elements (`Linear` weights of 2 × 65,536 and
+/// 65,536 × 1, and the biases): the size from which the Trainer splits the optimizer step
+/// between devices. Split by element count, the second device steps the first layer's bias
+/// and the second layer's weight.
+const WIDE: usize = 65_536;
+
+#[test]
+fn the_trainer_with_the_optimizer_split_between_devices_trains_like_one_device() {
+    let devices = two_devices();
+    let main = devices[0].clone();
+    const ROWS: usize = 64;
+    const BATCH: usize = 8;
+    const EPOCHS: usize = 2;
+    let rows = regression_rows(7, ROWS);
+    let model = Mlp::new(WIDE, &main);
+    // SGD with momentum keeps one tensor of state per parameter, on the device that steps it;
+    // its updates are linear in the gradients, so the two runs below differ by rounding only.
+    let optimizer = || {
+        SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new()))
+            .init()
+    };
+    const LR: f64 = 1e-4;
+    let config = TrainerConfig {
+        epochs: EPOCHS,
+        histogram_every: None,
+        reduction: Reduction::Mean,
+        ..TrainerConfig::default()
+    };
+    let hook_main = main.clone();
+    let (parallel, report) = Trainer::new(devices.clone(), optimizer(), LR, config.clone())
+        .on_update(move |model, _| {
+            assert_all_on(model, &hook_main, "the model an update hook sees")
+        })
+        .fit(
+            model.clone(),
+            rows_loader(rows.clone(), BATCH, &main),
+            Some(regression_loader(9, 16, BATCH, &main)),
+            None,
+        )
+        .unwrap();
+    assert_eq!(report.optimizer_steps, EPOCHS * ROWS / (2 * BATCH));
+    assert_all_on(&parallel, &main, "the trained model");
+
+    let slice = ROWS / 2;
+    let mut concatenated = Vec::with_capacity(ROWS);
+    for step in 0..slice / BATCH {
+        for worker in 0..2 {
+            let start = worker * slice + step * BATCH;
+            concatenated.extend_from_slice(&rows[start..start + BATCH]);
+        }
+    }
+    let (single, _) = Trainer::new(vec![main.clone()], optimizer(), LR, config)
+        .fit(
+            model.clone(),
+            rows_loader(concatenated, 2 * BATCH, &main),
+            None,
+            None,
+        )
+        .unwrap();
+    let difference = max_difference(&parameters(&parallel), &parameters(&single));
+    let moved = max_difference(&parameters(&parallel), &parameters(&model));
+    eprintln!(
+        "optimizer split by device vs one device on the concatenated batch: max |Δparam| = \
+         {difference:e} (training moved parameters by up to {moved:e})"
+    );
+    assert!(
+        moved > 1e-3,
+        "training did not move the parameters: {moved}"
+    );
+    // Rounding moves them by ~1e-8; a gradient stepped on the wrong device's copy, dropped
+    // or counted twice moves them by a sizeable share of `moved`.
+    assert!(
+        difference < moved * 1e-3,
+        "the optimizer split by device differs from one device by {difference}"
     );
 }
 

@@ -14,20 +14,24 @@
 //! A model whose elements sit in one parameter gains little, and one of fewer than 2^18
 //! elements is not split at all: a thread's start costs what its Adam step does.
 //!
-//! The Trainer shards on the CPU (flex) only: on wgpu, shards stepped on threads other than
-//! the one that made the gradients left NaN parameters
-//! (`tests/tests/integration/distinct_devices.rs`; the same shards stepped one after another
-//! on the calling thread train like one optimizer), so GPU backends keep one optimizer until
-//! that is understood.
+//! On distinct devices (GPUs, lavapipe) the split is by device instead of by thread
+//! ([`OptimizerShards::on_devices`]), as burn-train's `OptimSharded` splits it: one optimizer,
+//! stepped on the calling thread, each parameter's step queued on the device that owns it
+//! (its gradient is moved there, and Burn's optimizer moves the parameter and its state to
+//! its gradient's device), so the devices run their shares at once. The stepped parameters
+//! then come back to the main device, where the model lives between steps. Threads are not
+//! used there: on wgpu, shards stepped on threads other than the one that made the gradients
+//! left NaN parameters (`tests/tests/integration/distinct_devices.rs`).
 
 use std::collections::HashMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::optim::{GradientsParams, ModuleOptimizer};
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor};
 
 use crate::collective::owners_by_elements;
+use crate::step::burn::place_gradients;
 
 /// Below this many parameter elements the whole model stays in the first shard: starting a
 /// thread costs tens of microseconds, as much as an Adam step over about this many elements.
@@ -41,6 +45,12 @@ pub(crate) struct OptimizerShards {
     owners: Option<HashMap<ParamId, usize>>,
     /// A model with fewer parameter elements is not split.
     min_elements: usize,
+    /// The devices one optimizer steps each its share of the parameters on (the first is the
+    /// main device); empty when the split is by thread.
+    devices: Vec<Device>,
+    /// The device each parameter not stepped on the main device is stepped on; filled from
+    /// the model at the first step, as `owners`.
+    homes: Option<HashMap<ParamId, Device>>,
 }
 
 impl std::fmt::Debug for OptimizerShards {
@@ -58,7 +68,43 @@ impl OptimizerShards {
             shards: vec![optimizer; count.max(1)],
             owners: None,
             min_elements: MIN_ELEMENTS_TO_SPLIT,
+            devices: Vec::new(),
+            homes: None,
         }
+    }
+
+    /// One `optimizer` stepping each parameter on the device of `devices` that owns it (the
+    /// first is the main device, where the model comes back to); one device steps everything
+    /// on it.
+    pub(crate) fn on_devices(optimizer: ModuleOptimizer, devices: Vec<Device>) -> Self {
+        let devices = if devices.len() > 1 {
+            devices
+        } else {
+            Vec::new()
+        };
+        Self {
+            devices,
+            ..Self::new(optimizer, 1)
+        }
+    }
+
+    /// Which device of [`on_devices`](Self::on_devices)' devices steps each parameter of
+    /// `module`, for those not stepped on the main device (where their reduced gradients are
+    /// best made); empty when the split is not by device or `module` is too small to split.
+    pub(crate) fn gradient_homes<M: Module>(&mut self, module: &M) -> &HashMap<ParamId, Device> {
+        if self.homes.is_none() {
+            let homes = if self.devices.len() < 2 {
+                HashMap::new()
+            } else {
+                split_by_elements(module, self.devices.len(), self.min_elements)
+                    .into_iter()
+                    .filter(|(_, device)| *device != 0)
+                    .map(|(id, device)| (id, self.devices[device].clone()))
+                    .collect()
+            };
+            self.homes = Some(homes);
+        }
+        self.homes.get_or_insert_default()
     }
 
     /// Splits models of any size (the tests' small models).
@@ -95,6 +141,9 @@ impl OptimizerShards {
         mut grads: GradientsParams,
     ) -> M {
         let lr = lr.into();
+        if !self.devices.is_empty() {
+            return self.step_on_devices(lr, module, grads);
+        }
         if self.shards.len() == 1 {
             return self.shards[0].step(lr, module, grads);
         }
@@ -145,6 +194,29 @@ impl OptimizerShards {
         first_module.map(&mut PlaceOwned {
             from: &mut gathered,
         })
+    }
+}
+
+impl OptimizerShards {
+    /// The split by device: each gradient moved to the device that steps its parameter
+    /// (where the Trainer's gradient window made it already), one optimizer step queueing each
+    /// parameter's update there, then the model back on the main device.
+    fn step_on_devices<M: Module>(
+        &mut self,
+        lr: ModuleLearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> M {
+        let main = self.devices[0].clone();
+        let homes = self.gradient_homes(&module);
+        if homes.is_empty() {
+            return self.shards[0].step(lr, module, grads);
+        }
+        let grads = place_gradients(grads, &module, homes, &main);
+        let stepped = self.shards[0].step(lr, module, grads);
+        // Leaving each parameter where it was stepped, for the next step's fork to take it
+        // from there (as burn-train's `OptimSharded` does), was slower on lavapipe than this.
+        stepped.fork(&main)
     }
 }
 
@@ -283,6 +355,35 @@ mod tests {
                 "{shards} shards"
             );
         }
+    }
+
+    #[test]
+    fn a_split_by_device_steps_each_parameter_once_with_the_bits_of_one_optimizer() {
+        // The CPU has one device, given twice: the moves between devices are no-ops here (the
+        // distinct-device suite drives them on wgpu), the split and the steps are not.
+        let adam = || -> ModuleOptimizer { AdamConfig::new().init() };
+        let start = model();
+        let device = Device::flex().autodiff();
+        let mut by_device =
+            OptimizerShards::on_devices(adam(), vec![Device::flex(), Device::flex()])
+                .splitting_any_size();
+        let homes = by_device.gradient_homes(&start).clone();
+        // l1's bias and l2's weight go to the second device (see the split test below).
+        assert_eq!(homes.len(), 2);
+        let mut model = start.clone();
+        for step in 0..10 {
+            let grads = gradients(&model, step, &device);
+            model = by_device.step(0.01, model, grads);
+        }
+        assert_eq!(by_device.len(), 1);
+        assert_eq!(
+            bits(&parameters(&model)),
+            bits(&train(adam(), 1, start.clone()))
+        );
+        // One device is no split.
+        let mut one =
+            OptimizerShards::on_devices(adam(), vec![Device::flex()]).splitting_any_size();
+        assert!(one.gradient_homes(&start).is_empty());
     }
 
     #[test]

@@ -40,15 +40,21 @@ where
         scheduler: impl Into<ModuleLrScheduler>,
         config: TrainerConfig,
     ) -> Self {
-        // One optimizer shard per device on the CPU, where the optimizer step was the largest
-        // serial part of a step. On wgpu, shards stepped on other threads left NaN parameters
-        // (the distinct-device suite), so GPU backends keep one optimizer.
-        let shards = if devices.iter().all(|device| *device == Device::flex()) {
-            devices.len()
+        // One optimizer shard per device: on the CPU a thread each, where the optimizer step
+        // was the largest serial part of a step; on distinct devices (wgpu) a device each,
+        // stepped from this thread, since shards stepped on other threads left NaN parameters
+        // on wgpu (the distinct-device suite).
+        let optimizer = if devices.iter().all(|device| *device == Device::flex()) {
+            OptimizerShards::new(optimizer, devices.len())
         } else {
-            1
+            let mut distinct: Vec<Device> = Vec::new();
+            for device in &devices {
+                if !distinct.contains(device) {
+                    distinct.push(device.clone());
+                }
+            }
+            OptimizerShards::on_devices(optimizer, distinct)
         };
-        let optimizer = OptimizerShards::new(optimizer, shards);
         Self {
             devices,
             config,

@@ -1,13 +1,14 @@
 //! What the loop does around one step: the Trainer's side of the driver's optimizer step
 //! ([`Stepper`]), the step-time tags, errors named by device, and the validation pass.
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use burn::data::dataloader::DataLoader;
-use burn::module::Module;
+use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor};
 use burn::train::{InferenceStep, TrainStep};
 
 use super::config::UpdateHook;
@@ -105,6 +106,10 @@ impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
 
     fn wants_every_gradient(&self) -> bool {
         self.want_gradients
+    }
+
+    fn gradient_homes(&mut self, model: &M) -> HashMap<ParamId, Device> {
+        self.optimizer.gradient_homes(model).clone()
     }
 
     fn step_shared(
