@@ -43,7 +43,7 @@ use crate::digits::{self, CLASSES, DigitBatch, DigitBatcher, PIXELS};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Side {
     /// ember's Trainer: the device pool, gradients reduced as they arrive, the optimizer
-    /// step split over one thread per device.
+    /// step split between the devices (a thread each on the CPU).
     Ember,
     /// burn-train's `ExecutionStrategy::single` (one worker only).
     BurnSingle,
