@@ -186,23 +186,8 @@ fn the_trainer_on_two_distinct_devices_trains_like_one_device_on_the_concatenate
     assert!(report.last().unwrap().valid_loss.is_some());
     assert_all_on(&parallel, &main, "the trained model");
 
-    // Device i trains on rows [i·R/2, (i+1)·R/2); step k takes the k-th batch of each.
-    let slice = ROWS / 2;
-    let mut concatenated = Vec::with_capacity(ROWS);
-    for step in 0..slice / BATCH {
-        for worker in 0..2 {
-            let start = worker * slice + step * BATCH;
-            concatenated.extend_from_slice(&rows[start..start + BATCH]);
-        }
-    }
-    let (single, _) = Trainer::new(vec![main.clone()], SgdConfig::new().init(), 0.05, config)
-        .fit(
-            model.clone(),
-            rows_loader(concatenated, 2 * BATCH, &main),
-            None,
-            None,
-        )
-        .unwrap();
+    let single = Trainer::new(vec![main.clone()], SgdConfig::new().init(), 0.05, config);
+    let single = trained_on_concatenated_batches(single, &model, &rows, BATCH, &main);
     let difference = max_difference(&parameters(&parallel), &parameters(&single));
     let moved = max_difference(&parameters(&parallel), &parameters(&model));
     eprintln!(
@@ -217,6 +202,35 @@ fn the_trainer_on_two_distinct_devices_trains_like_one_device_on_the_concatenate
         difference < GPU_TOLERANCE,
         "2 distinct devices differ from one device by {difference}"
     );
+}
+
+/// `model` trained by `trainer` on one device, `main`, on what two devices trained on in
+/// batches of `batch` each: device i trains on rows [i·R/2, (i+1)·R/2), step k on the k-th
+/// batch of each, so one device's step k takes both batches concatenated.
+fn trained_on_concatenated_batches(
+    trainer: Trainer<Mlp>,
+    model: &Mlp,
+    rows: &[[f32; 3]],
+    batch: usize,
+    main: &Device,
+) -> Mlp {
+    let slice = rows.len() / 2;
+    let mut concatenated = Vec::with_capacity(rows.len());
+    for step in 0..slice / batch {
+        for worker in 0..2 {
+            let start = worker * slice + step * batch;
+            concatenated.extend_from_slice(&rows[start..start + batch]);
+        }
+    }
+    let (single, _) = trainer
+        .fit(
+            model.clone(),
+            rows_loader(concatenated, 2 * batch, main),
+            None,
+            None,
+        )
+        .unwrap();
+    single
 }
 
 /// Units of a model of more than 2^18 parameter elements (`Linear` weights of 2 × 65,536 and
@@ -263,22 +277,8 @@ fn the_trainer_with_the_optimizer_split_between_devices_trains_like_one_device()
     assert_eq!(report.optimizer_steps, EPOCHS * ROWS / (2 * BATCH));
     assert_all_on(&parallel, &main, "the trained model");
 
-    let slice = ROWS / 2;
-    let mut concatenated = Vec::with_capacity(ROWS);
-    for step in 0..slice / BATCH {
-        for worker in 0..2 {
-            let start = worker * slice + step * BATCH;
-            concatenated.extend_from_slice(&rows[start..start + BATCH]);
-        }
-    }
-    let (single, _) = Trainer::new(vec![main.clone()], optimizer(), LR, config)
-        .fit(
-            model.clone(),
-            rows_loader(concatenated, 2 * BATCH, &main),
-            None,
-            None,
-        )
-        .unwrap();
+    let single = Trainer::new(vec![main.clone()], optimizer(), LR, config);
+    let single = trained_on_concatenated_batches(single, &model, &rows, BATCH, &main);
     let difference = max_difference(&parameters(&parallel), &parameters(&single));
     let moved = max_difference(&parameters(&parallel), &parameters(&model));
     eprintln!(
