@@ -49,11 +49,6 @@ pub(crate) trait Optimize<M> {
     /// Whether the next step across ranks needs every parameter's gradient, not only those
     /// of the parameters this rank steps.
     fn wants_every_gradient(&self) -> bool;
-    /// The parameters whose reduced gradients are best made on a device other than the main
-    /// one, and that device: where an optimizer split by device steps them.
-    fn gradient_homes(&mut self, _model: &M) -> HashMap<ParamId, Device> {
-        HashMap::new()
-    }
     /// Across ranks: steps the parameters this rank owns with `grads` (the reduced gradients
     /// of those, or of every parameter when [`Optimize::wants_every_gradient`]), then gathers
     /// every rank's stepped parameters ([`Ranks::gather_parameters`]); returns the learning
@@ -212,17 +207,27 @@ where
     }
 
     /// Starts an epoch: a fresh iterator on every device's slice. With `ranks`, windows are
-    /// reduced across every rank.
-    pub(crate) fn epoch<'d>(&'d mut self, ranks: Option<&'d mut Ranks>) -> Epoch<'d, M> {
+    /// reduced across every rank. Without, the gradients of the parameters in `homes` are
+    /// summed on the device given there (where an optimizer split by device steps them).
+    pub(crate) fn epoch<'d>(
+        &'d mut self,
+        ranks: Option<&'d mut Ranks>,
+        homes: HashMap<ParamId, Device>,
+    ) -> Epoch<'d, M> {
         // The pool skips sources it saw run dry; a run that left the last epoch early (a stop)
         // must not carry that over.
         self.pool.new_epoch();
         let sources = self.loaders.iter().map(|loader| loader.iter()).collect();
+        let mut window = GradientWindow::new(self.reduction);
+        // A round across ranks sums each rank's window as it is, on its main device.
+        if ranks.is_none() {
+            window.set_homes(homes);
+        }
         Epoch {
             pool: &mut self.pool,
             sources,
             main: &self.main,
-            window: GradientWindow::new(self.reduction),
+            window,
             window_steps: 0,
             accumulation: self.accumulation,
             step: 0,
@@ -327,9 +332,6 @@ where
         }
         self.step += 1;
         let model = optimizer.model();
-        if self.ranks.is_none() && self.window.is_empty() {
-            self.window.set_homes(optimizer.gradient_homes(&model));
-        }
         let started = Instant::now();
         let outputs = match self
             .pool

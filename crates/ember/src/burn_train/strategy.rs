@@ -1,5 +1,6 @@
 //! [`PoolStrategy`]: burn-train's supervised training on ember's device pool.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -230,7 +231,7 @@ fn train_epoch<M>(
     TrainOutput<<M as TrainStep>::Output>: Send,
 {
     log::info!("executing training epoch {epoch} on the pool");
-    let mut run = driver.epoch(None);
+    let mut run = driver.epoch(None, HashMap::new());
     interrupter.fail_on_error(events.process_train(LearnerEvent::StartSplit {
         epoch_number: epoch,
         progress: run.progress(),

@@ -45,7 +45,7 @@ where
         from: Option<&Position>,
     ) -> Result<Option<Trained>, TrainError> {
         let started = Instant::now();
-        let mut run = driver.epoch(ranks);
+        let mut run = driver.epoch(ranks, self.stepper.gradient_homes());
         let mut totals = EpochTotals::default();
         if let Some(position) = from {
             run.skip(position.step_in_epoch).map_err(|steps| {

@@ -92,19 +92,17 @@ impl OptimizerShards {
     /// `module`, for those not stepped on the main device (where their reduced gradients are
     /// best made); empty when the split is not by device or `module` is too small to split.
     pub(crate) fn gradient_homes<M: Module>(&mut self, module: &M) -> &HashMap<ParamId, Device> {
-        if self.homes.is_none() {
-            let homes = if self.devices.len() < 2 {
-                HashMap::new()
-            } else {
-                split_by_elements(module, self.devices.len(), self.min_elements)
-                    .into_iter()
-                    .filter(|(_, device)| *device != 0)
-                    .map(|(id, device)| (id, self.devices[device].clone()))
-                    .collect()
-            };
-            self.homes = Some(homes);
-        }
-        self.homes.get_or_insert_default()
+        let (devices, min_elements) = (&self.devices, self.min_elements);
+        self.homes.get_or_insert_with(|| {
+            if devices.len() < 2 {
+                return HashMap::new();
+            }
+            split_by_elements(module, devices.len(), min_elements)
+                .into_iter()
+                .filter(|(_, device)| *device != 0)
+                .map(|(id, device)| (id, devices[device].clone()))
+                .collect()
+        })
     }
 
     /// Splits models of any size (the tests' small models).

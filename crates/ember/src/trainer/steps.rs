@@ -108,10 +108,6 @@ impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
         self.want_gradients
     }
 
-    fn gradient_homes(&mut self, model: &M) -> HashMap<ParamId, Device> {
-        self.optimizer.gradient_homes(model).clone()
-    }
-
     fn step_shared(
         &mut self,
         grads: GradientsParams,
@@ -141,6 +137,11 @@ impl<M: Module + Clone> Optimize<M> for Stepper<'_, M> {
 }
 
 impl<M: Module + Clone> Stepper<'_, M> {
+    /// The parameters the optimizer steps on a device other than the main one, and where.
+    pub(super) fn gradient_homes(&mut self) -> HashMap<ParamId, Device> {
+        self.optimizer.gradient_homes(&self.model).clone()
+    }
+
     fn updated(&mut self) {
         self.updates += 1;
         if let Some(hook) = self.on_update.as_mut() {
