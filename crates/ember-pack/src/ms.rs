@@ -3,12 +3,13 @@
 //! One function per value kind, each beside the MindSpore source it follows.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 
 use half::f16;
 use prost::Message;
 
 use crate::dtype::DType;
-use crate::error::PackErrorKind;
+use crate::error::PackErrorKind::{self, InvalidGraph};
 use crate::format::{FileKind, Format};
 use crate::histogram;
 use crate::image::{self, Image};
@@ -439,61 +440,8 @@ fn full_name(name: &str, op: &str, id: u64) -> String {
 /// `/` as `.`, MindSpore's `conv1.weight` style) must be unique; and no generated `full_name`
 /// may be another node's scope.
 pub(crate) fn check_graph(g: &Graph) -> Result<Vec<GraphRole>, PackErrorKind> {
-    use std::collections::{HashMap, HashSet};
-    let invalid = |msg: String| PackErrorKind::InvalidGraph(msg);
-    let mut index = HashMap::with_capacity(g.nodes.len());
-    for (i, n) in g.nodes.iter().enumerate() {
-        if n.name.is_empty() || n.name.split('/').any(str::is_empty) {
-            return Err(invalid(format!(
-                "node name {:?} is empty or has an empty scope segment",
-                n.name
-            )));
-        }
-        for text in [&n.name, &n.op] {
-            if text.contains(['<', '>', '"']) {
-                return Err(invalid(format!(
-                    "node {:?}: MindInsight refuses '<', '>' and '\"' in {text:?}",
-                    n.name
-                )));
-            }
-        }
-        if n.op.is_empty() {
-            return Err(invalid(format!("node {:?} has no op", n.name)));
-        }
-        if index.insert(n.name.as_str(), i).is_some() {
-            return Err(invalid(format!("node name {:?} is used twice", n.name)));
-        }
-    }
-    let mut roles = Vec::with_capacity(g.nodes.len());
-    let mut parameter_names = HashSet::new();
-    let mut next_id = 0u64;
-    for n in &g.nodes {
-        if let Some(missing) = n.inputs.iter().find(|i| !index.contains_key(i.as_str())) {
-            return Err(invalid(format!(
-                "node {:?} has input {missing:?}, which is not a node",
-                n.name
-            )));
-        }
-        if n.op == PARAMETER_OP {
-            if !n.inputs.is_empty() {
-                return Err(invalid(format!(
-                    "node {:?}: a MindSpore parameter takes no input",
-                    n.name
-                )));
-            }
-            let name = n.name.replace('/', ".");
-            if !parameter_names.insert(name.clone()) {
-                return Err(invalid(format!(
-                    "node {:?}: parameter name {name:?} is used twice",
-                    n.name
-                )));
-            }
-            roles.push(GraphRole::Parameter(name));
-        } else {
-            next_id += 1;
-            roles.push(GraphRole::Op(next_id));
-        }
-    }
+    let index = check_node_names(g)?;
+    let roles = node_roles(g, &index)?;
     // Every scope MindInsight will make, from operator full names and from the scopes it puts
     // parameters in (their consumers' scopes, which are node names).
     let mut scopes = HashSet::new();
@@ -511,11 +459,77 @@ pub(crate) fn check_graph(g: &Graph) -> Result<Vec<GraphRole>, PackErrorKind> {
         if let GraphRole::Op(id) = role {
             let full = full_name(&n.name, &n.op, *id);
             if scopes.contains(&full) {
-                return Err(invalid(format!(
+                return Err(InvalidGraph(format!(
                     "node {:?}: its MindInsight name {full:?} is also a scope",
                     n.name
                 )));
             }
+        }
+    }
+    Ok(roles)
+}
+
+/// Each node's index by name, once every name and op is checked.
+fn check_node_names(g: &Graph) -> Result<HashMap<&str, usize>, PackErrorKind> {
+    let mut index = HashMap::with_capacity(g.nodes.len());
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.name.is_empty() || n.name.split('/').any(str::is_empty) {
+            return Err(InvalidGraph(format!(
+                "node name {:?} is empty or has an empty scope segment",
+                n.name
+            )));
+        }
+        for text in [&n.name, &n.op] {
+            if text.contains(['<', '>', '"']) {
+                return Err(InvalidGraph(format!(
+                    "node {:?}: MindInsight refuses '<', '>' and '\"' in {text:?}",
+                    n.name
+                )));
+            }
+        }
+        if n.op.is_empty() {
+            return Err(InvalidGraph(format!("node {:?} has no op", n.name)));
+        }
+        if index.insert(n.name.as_str(), i).is_some() {
+            return Err(InvalidGraph(format!(
+                "node name {:?} is used twice",
+                n.name
+            )));
+        }
+    }
+    Ok(index)
+}
+
+/// Each node's role, once its inputs name nodes and parameters are checked.
+fn node_roles(g: &Graph, index: &HashMap<&str, usize>) -> Result<Vec<GraphRole>, PackErrorKind> {
+    let mut roles = Vec::with_capacity(g.nodes.len());
+    let mut parameter_names = HashSet::new();
+    let mut next_id = 0u64;
+    for n in &g.nodes {
+        if let Some(missing) = n.inputs.iter().find(|i| !index.contains_key(i.as_str())) {
+            return Err(InvalidGraph(format!(
+                "node {:?} has input {missing:?}, which is not a node",
+                n.name
+            )));
+        }
+        if n.op == PARAMETER_OP {
+            if !n.inputs.is_empty() {
+                return Err(InvalidGraph(format!(
+                    "node {:?}: a MindSpore parameter takes no input",
+                    n.name
+                )));
+            }
+            let name = n.name.replace('/', ".");
+            if !parameter_names.insert(name.clone()) {
+                return Err(InvalidGraph(format!(
+                    "node {:?}: parameter name {name:?} is used twice",
+                    n.name
+                )));
+            }
+            roles.push(GraphRole::Parameter(name));
+        } else {
+            next_id += 1;
+            roles.push(GraphRole::Op(next_id));
         }
     }
     Ok(roles)

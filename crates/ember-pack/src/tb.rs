@@ -130,141 +130,145 @@ pub(crate) fn pack<'a>(
     wall_time: f64,
     sink: &mut Sink<'a>,
 ) -> Result<(), PackErrorKind> {
+    use tbp::summary::value::Value as V;
     let tag_str = tag.as_str();
     match plan {
-        Plan::Scalar(v) => {
-            let metadata = include_metadata.then_some(meta.scalars.as_slice());
-            sink.parts.push(Part::Scalar {
-                tag: tag_str,
-                field: 2,
-                value: v as f32,
-                metadata,
-            });
-        }
-        Plan::Tensor(t) => {
-            let metadata = include_metadata.then_some(meta.tensor.as_slice());
-            sink.parts.push(Part::Tensor {
-                tag: tag_str,
-                header: tensor_header(t),
-                data_field: 4,
-                data: Cow::Borrowed(t.bytes()),
-                metadata,
-            });
-        }
+        Plan::Scalar(v) => sink.parts.push(Part::Scalar {
+            tag: tag_str,
+            field: 2,
+            value: v as f32,
+            metadata: include_metadata.then_some(meta.scalars.as_slice()),
+        }),
+        Plan::Tensor(t) => sink
+            .parts
+            .push(tensor_part(meta, tag_str, t, include_metadata)),
         Plan::Histogram(h) => {
             let histo = histogram_proto(h, options.histogram);
             let metadata = decoded_metadata(&meta.histograms, include_metadata);
-            sink.parts.push(encoded_value(
-                tag_str,
-                metadata,
-                tbp::summary::value::Value::Histo(histo),
-            ));
+            sink.parts
+                .push(encoded_value(tag_str, metadata, V::Histo(histo)));
         }
         Plan::Image(img, geometry) => {
-            let encoded = image::tensorboard(img, &geometry)?;
+            let image = image_proto(img, &geometry)?;
             let metadata = decoded_metadata(&meta.images, include_metadata);
-            let image = tbp::summary::Image {
-                height: encoded.height as i32,
-                width: encoded.width as i32,
-                colorspace: encoded.colorspace,
-                encoded_image_string: encoded.png,
-            };
-            sink.parts.push(encoded_value(
-                tag_str,
-                metadata,
-                tbp::summary::value::Value::Image(image),
-            ));
+            sink.parts
+                .push(encoded_value(tag_str, metadata, V::Image(image)));
         }
         Plan::Text(text) => {
-            let tensor = tbp::TensorProto {
-                dtype: tbp::DataType::DtString as i32,
-                tensor_shape: Some(tbp::TensorShapeProto::default()),
-                string_val: vec![text.as_bytes().to_vec()],
-                ..Default::default()
-            };
+            let text = vec![text.as_bytes().to_vec()];
+            let tensor = string_tensor(tbp::TensorShapeProto::default(), text);
             let metadata = decoded_metadata(&meta.text, include_metadata);
-            sink.parts.push(encoded_value(
-                tag_str,
-                metadata,
-                tbp::summary::value::Value::Tensor(tensor),
-            ));
+            sink.parts
+                .push(encoded_value(tag_str, metadata, V::Tensor(tensor)));
         }
         Plan::HParams(h) => sink.parts.extend(hparams(h, wall_time)),
-        Plan::Graph(g) => {
-            let event = tbp::Event {
-                wall_time,
-                step: 0,
-                what: Some(tbp::event::What::GraphDef(graph_def(g).encode_to_vec())),
-                source_metadata: None,
-            };
-            sink.item(FileKind::Summary, event.encode_to_vec());
-        }
+        Plan::Graph(g) => sink.item(FileKind::Summary, graph_event(g, wall_time)),
         Plan::Export(t, layout) => sink.export(tag, npy::encode(t, layout)),
         Plan::Embedding(e, shape) => {
             let files = crate::projector::encode(tag, sink.step(), e, shape)?;
             sink.projector(files);
         }
         Plan::PrCurve(curve, num_thresholds) => {
-            // `pr_curve/summary.py` (`raw_data_pb`): a [6, n] DT_FLOAT tensor, the threshold
-            // count in the metadata, which every value carries in TensorBoard's own summaries;
-            // here the first of a file's tag, as for every plugin.
-            let tensor_content = curve
-                .rows()
-                .iter()
-                .flat_map(|row| row.iter().flat_map(|&v| (v as f32).to_le_bytes()))
-                .collect();
-            let tensor = tbp::TensorProto {
-                dtype: tbp::DataType::DtFloat as i32,
-                tensor_shape: Some(shape(&[6, i64::from(num_thresholds)])),
-                tensor_content,
-                ..Default::default()
-            };
-            let content = tbp::PrCurvePluginData {
-                version: 0,
-                num_thresholds,
-            }
-            .encode_to_vec();
+            let (tensor, content) = pr_curve_proto(curve, num_thresholds);
             let metadata =
                 include_metadata.then(|| metadata("pr_curves", content, tbp::DataClass::Tensor));
-            sink.parts.push(encoded_value(
-                tag_str,
-                metadata,
-                tbp::summary::value::Value::Tensor(tensor),
-            ));
+            sink.parts
+                .push(encoded_value(tag_str, metadata, V::Tensor(tensor)));
         }
         Plan::Audio(audio) => {
             // `audio/summary_v2.py`: a [k, 2] string tensor of (encoded clip, label) rows.
-            let wav = wav(audio)?;
-            let tensor = tbp::TensorProto {
-                dtype: tbp::DataType::DtString as i32,
-                tensor_shape: Some(shape(&[1, 2])),
-                string_val: vec![wav, Vec::new()],
-                ..Default::default()
-            };
+            let tensor = string_tensor(shape(&[1, 2]), vec![wav(audio)?, Vec::new()]);
             let metadata = decoded_metadata(&meta.audio, include_metadata);
-            sink.parts.push(encoded_value(
-                tag_str,
-                metadata,
-                tbp::summary::value::Value::Tensor(tensor),
-            ));
+            sink.parts
+                .push(encoded_value(tag_str, metadata, V::Tensor(tensor)));
         }
         Plan::CustomScalars(layout) => {
             // `custom_scalar/summary.py` (`pb`): the serialized layout in a rank-0 string
             // tensor under the plugin's fixed tag. The plugin reads the first layout of each
             // run, so the metadata goes on every value, as for hparams.
-            let tensor = tbp::TensorProto {
-                dtype: tbp::DataType::DtString as i32,
-                tensor_shape: Some(tbp::TensorShapeProto::default()),
-                string_val: vec![layout_proto(layout).encode_to_vec()],
-                ..Default::default()
-            };
+            let layout = layout_proto(layout).encode_to_vec();
+            let tensor = string_tensor(tbp::TensorShapeProto::default(), vec![layout]);
             let metadata = decoded_metadata(&meta.custom_scalars, true);
             sink.parts.push(encoded_value(
                 CUSTOM_SCALARS_TAG,
                 metadata,
-                tbp::summary::value::Value::Tensor(tensor),
+                V::Tensor(tensor),
             ));
         }
     }
     Ok(())
+}
+
+/// A tensor's value: its header, then its bytes as they are.
+fn tensor_part<'a>(
+    meta: &'a Metadata,
+    tag: &'a str,
+    t: &'a TensorValue,
+    include_metadata: bool,
+) -> Part<'a> {
+    Part::Tensor {
+        tag,
+        header: tensor_header(t),
+        data_field: 4,
+        data: Cow::Borrowed(t.bytes()),
+        metadata: include_metadata.then_some(meta.tensor.as_slice()),
+    }
+}
+
+/// The event of a graph: its `GraphDef`, at step 0.
+fn graph_event(g: &Graph, wall_time: f64) -> Vec<u8> {
+    tbp::Event {
+        wall_time,
+        step: 0,
+        what: Some(tbp::event::What::GraphDef(graph_def(g).encode_to_vec())),
+        source_metadata: None,
+    }
+    .encode_to_vec()
+}
+
+/// TensorBoard's image of a checked image, PNG-encoded.
+fn image_proto(
+    img: &Image,
+    geometry: &image::Geometry,
+) -> Result<tbp::summary::Image, PackErrorKind> {
+    let encoded = image::tensorboard(img, geometry)?;
+    Ok(tbp::summary::Image {
+        height: encoded.height as i32,
+        width: encoded.width as i32,
+        colorspace: encoded.colorspace,
+        encoded_image_string: encoded.png,
+    })
+}
+
+/// A DT_STRING tensor of `shape` holding `strings`.
+fn string_tensor(shape: tbp::TensorShapeProto, strings: Vec<Vec<u8>>) -> tbp::TensorProto {
+    tbp::TensorProto {
+        dtype: tbp::DataType::DtString as i32,
+        tensor_shape: Some(shape),
+        string_val: strings,
+        ..Default::default()
+    }
+}
+
+/// `pr_curve/summary.py` (`raw_data_pb`): a [6, n] DT_FLOAT tensor, and the threshold count for
+/// the metadata, which every value carries in TensorBoard's own summaries; here the first of a
+/// file's tag, as for every plugin.
+fn pr_curve_proto(curve: &PrCurve, num_thresholds: u32) -> (tbp::TensorProto, Vec<u8>) {
+    let tensor_content = curve
+        .rows()
+        .iter()
+        .flat_map(|row| row.iter().flat_map(|&v| (v as f32).to_le_bytes()))
+        .collect();
+    let tensor = tbp::TensorProto {
+        dtype: tbp::DataType::DtFloat as i32,
+        tensor_shape: Some(shape(&[6, i64::from(num_thresholds)])),
+        tensor_content,
+        ..Default::default()
+    };
+    let content = tbp::PrCurvePluginData {
+        version: 0,
+        num_thresholds,
+    }
+    .encode_to_vec();
+    (tensor, content)
 }

@@ -98,7 +98,15 @@ fn uniform(n: usize, seed: u64, low: f32, high: f32) -> Vec<f32> {
 }
 
 fn adversarial() -> Vec<(&'static str, Vec<f32>)> {
-    let mut cases = vec![
+    let mut cases = plain_cases();
+    cases.push(("nan and inf", with_nan_and_inf()));
+    cases.push(("on edges", on_edges()));
+    cases
+}
+
+/// Data sets of one kind each: spreads, bit patterns, ranges and repeated values.
+fn plain_cases() -> Vec<(&'static str, Vec<f32>)> {
+    vec![
         ("uniform", uniform(40_000, 1, -3.0, 5.0)),
         (
             "any bits",
@@ -156,7 +164,11 @@ fn adversarial() -> Vec<(&'static str, Vec<f32>)> {
                 .map(|i| f32::from_bits(1.0f32.to_bits() + (i % 5)))
                 .collect(),
         ),
-    ];
+    ]
+}
+
+/// Uniform values with NaN and both infinities at the start, the end and across lanes.
+fn with_nan_and_inf() -> Vec<f32> {
     let mut with_bad = uniform(40_000, 6, -1.0, 1.0);
     for (i, bad) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN]
         .into_iter()
@@ -166,9 +178,12 @@ fn adversarial() -> Vec<(&'static str, Vec<f32>)> {
             with_bad[at] = bad;
         }
     }
-    cases.push(("nan and inf", with_bad));
-    // Every edge of equal-width and MindSpore histograms over [-1, 2], as f32, with its
-    // neighbours, many times over so that every lane and slot sees them.
+    with_bad
+}
+
+/// Every edge of equal-width and MindSpore histograms over [-1, 2], as f32, with its
+/// neighbours, many times over so that every lane and slot sees them.
+fn on_edges() -> Vec<f32> {
     let mut on_edges = Vec::new();
     for k in [7, 30, 90, 1000] {
         for e in equal_width_edges(-1.0, 2.0, k)
@@ -181,9 +196,7 @@ fn adversarial() -> Vec<(&'static str, Vec<f32>)> {
     }
     on_edges.retain(|x| (-1.0..=2.0).contains(x));
     on_edges.extend([-1.0, 2.0]);
-    let on_edges: Vec<f32> = on_edges.iter().copied().cycle().take(50_000).collect();
-    cases.push(("on edges", on_edges));
-    cases
+    on_edges.iter().copied().cycle().take(50_000).collect()
 }
 
 #[test]
