@@ -308,8 +308,7 @@ impl<M: StepModel> DevicePool<M> {
         let mut slots: Vec<Option<DeviceOutput<M::Output>>> =
             (0..sent_at.len()).map(|_| None).collect();
         let timeout = self.options.step_timeout;
-        // A timeout too long to add to the clock (`Duration::MAX`) is no deadline at all.
-        let due = |sent: Instant| timeout.and_then(|timeout| sent.checked_add(timeout));
+        let due = |sent: Instant| due(timeout, sent);
         while sent_at.iter().any(Option::is_some) {
             let deadline = sent_at.iter().flatten().filter_map(|&sent| due(sent)).min();
             // `recv_deadline` takes an answer already queued before it looks at the clock, so a
@@ -324,17 +323,7 @@ impl<M: StepModel> DevicePool<M> {
             let answer = match received {
                 Ok(answer) => answer,
                 Err(RecvTimeoutError::Timeout) => {
-                    let (now, limit) = (Instant::now(), timeout.unwrap_or_default());
-                    for (device, sent) in sent_at.iter_mut().enumerate() {
-                        if sent.and_then(due).is_some_and(|due| now >= due) {
-                            *sent = None;
-                            failures.push(DeviceFailure {
-                                device,
-                                kind: FailureKind::TimedOut(limit),
-                            });
-                            self.replace_worker(device, Loss::Hung);
-                        }
-                    }
+                    self.time_out_late_workers(sent_at, failures);
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -350,41 +339,78 @@ impl<M: StepModel> DevicePool<M> {
                     break;
                 }
             };
-            let device = answer.device;
-            let current = answer.step == step
-                && device < sent_at.len()
-                && sent_at[device].is_some()
-                && answer.generation == self.workers[device].generation;
-            if !current {
-                // A late answer of a worker given up on, or of an earlier step: never this step's.
-                continue;
-            }
-            sent_at[device] = None;
-            match answer.outcome {
-                Outcome::Output { output, elapsed } => {
-                    slots[device] = Some(DeviceOutput {
-                        device,
-                        output,
-                        elapsed,
-                    });
-                }
-                Outcome::Panicked(message) => {
-                    failures.push(DeviceFailure {
-                        device,
-                        kind: FailureKind::Panicked(message),
-                    });
-                    self.replace_worker(device, Loss::Panicked);
-                }
-                Outcome::Exited => {
-                    failures.push(DeviceFailure {
-                        device,
-                        kind: FailureKind::WorkerGone,
-                    });
-                    self.replace_worker(device, Loss::Died);
-                }
-            }
+            self.take_answer(answer, step, sent_at, &mut slots, failures);
         }
         slots.into_iter().flatten().collect()
+    }
+
+    /// Gives up on every worker still silent `step_timeout` after its own send time, and
+    /// replaces it.
+    fn time_out_late_workers(
+        &mut self,
+        sent_at: &mut [Option<Instant>],
+        failures: &mut Vec<DeviceFailure>,
+    ) {
+        let timeout = self.options.step_timeout;
+        let (now, limit) = (Instant::now(), timeout.unwrap_or_default());
+        for (device, sent) in sent_at.iter_mut().enumerate() {
+            if sent
+                .and_then(|sent| due(timeout, sent))
+                .is_some_and(|due| now >= due)
+            {
+                *sent = None;
+                failures.push(DeviceFailure {
+                    device,
+                    kind: FailureKind::TimedOut(limit),
+                });
+                self.replace_worker(device, Loss::Hung);
+            }
+        }
+    }
+
+    /// Files one answer of `step`: its output in `slots`, or its failure (and a fresh worker);
+    /// an answer that is not this step's is dropped.
+    fn take_answer(
+        &mut self,
+        answer: Answer<M::Output>,
+        step: u64,
+        sent_at: &mut [Option<Instant>],
+        slots: &mut [Option<DeviceOutput<M::Output>>],
+        failures: &mut Vec<DeviceFailure>,
+    ) {
+        let device = answer.device;
+        let current = answer.step == step
+            && device < sent_at.len()
+            && sent_at[device].is_some()
+            && answer.generation == self.workers[device].generation;
+        if !current {
+            // A late answer of a worker given up on, or of an earlier step: never this step's.
+            return;
+        }
+        sent_at[device] = None;
+        match answer.outcome {
+            Outcome::Output { output, elapsed } => {
+                slots[device] = Some(DeviceOutput {
+                    device,
+                    output,
+                    elapsed,
+                });
+            }
+            Outcome::Panicked(message) => {
+                failures.push(DeviceFailure {
+                    device,
+                    kind: FailureKind::Panicked(message),
+                });
+                self.replace_worker(device, Loss::Panicked);
+            }
+            Outcome::Exited => {
+                failures.push(DeviceFailure {
+                    device,
+                    kind: FailureKind::WorkerGone,
+                });
+                self.replace_worker(device, Loss::Died);
+            }
+        }
     }
 
     /// Starts a fresh worker for `device`, which forks the model anew on its first job.
@@ -439,4 +465,10 @@ impl<M: StepModel> Drop for DevicePool<M> {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// When a worker sent a job at `sent` is late; a timeout too long to add to the clock
+/// (`Duration::MAX`) is no deadline at all.
+fn due(timeout: Option<Duration>, sent: Instant) -> Option<Instant> {
+    timeout.and_then(|timeout| sent.checked_add(timeout))
 }
