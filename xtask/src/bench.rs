@@ -17,7 +17,7 @@
 //!    and max over the rounds, ember / peer ratios of medians, and ember as a fraction of the
 //!    limits.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
 
@@ -64,56 +64,99 @@ fn dd_limit(dir: &Path, bs: u64, count: u64) -> anyhow::Result<Figure> {
     Ok(Figure { seconds, bytes })
 }
 
+/// How many histogram inputs `ember bench memory` reads per round.
+const MEMORY_N: u64 = 20_000;
+
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let options = parse(args)?;
     let target = target_dir(root);
     let bench_dir = target.join("bench");
     std::fs::create_dir_all(&bench_dir)
         .with_context(|| format!("creating {}", bench_dir.display()))?;
-
     // Before anything runs, so a missing Python stops a --peers run early.
-    let mut sides = vec![Side::Ember];
-    let mut tbx_python = None;
-    let mut ms_python = None;
-    if options.peers {
+    let sides = Sides::ready(&target, options.peers)?;
+    let criterion = if options.skip_criterion {
+        Vec::new()
+    } else {
+        run_criterion(root, &target)?
+    };
+    let runner = Runner {
+        ember: build_ember(root, &target)?,
+        scripts: root.join("xtask/bench"),
+        out: bench_dir.join("out"),
+        sides: &sides,
+    };
+    let mut measured = Measured::default();
+    for round in 0..options.rounds {
+        runner.round(round, &mut measured)?;
+    }
+    fresh_dir(&runner.out)?;
+    let rows = measured.rows(&sides.sides);
+    write_reports(&bench_dir, &options, &sides.sides, &criterion, &rows)
+}
+
+/// The sides a run measures, and the Python of each peer's venv.
+struct Sides {
+    sides: Vec<Side>,
+    tbx_python: Option<PathBuf>,
+    ms_python: Option<PathBuf>,
+}
+
+impl Sides {
+    /// ember, and with `peers` every peer whose venv can be made (one that cannot is skipped in
+    /// one line, or fails the run where skipping is not allowed).
+    fn ready(target: &Path, peers: bool) -> anyhow::Result<Self> {
+        let mut ready = Sides {
+            sides: vec![Side::Ember],
+            tbx_python: None,
+            ms_python: None,
+        };
+        if !peers {
+            return Ok(ready);
+        }
         match ensure_venv(&target.join("bench-venv"), BENCH_REQUIREMENTS) {
             Ok(python) => {
-                tbx_python = Some(python);
-                sides.extend([Side::Tbx, Side::TbxCrc]);
+                ready.tbx_python = Some(python);
+                ready.sides.extend([Side::Tbx, Side::TbxCrc]);
             }
             Err(VenvError::Unavailable(why)) => skip_or_fail("bench --peers: tensorboardX", &why)?,
             Err(VenvError::Failed(e)) => return Err(e),
         }
         match ensure_venv(&target.join("bench-venv-mindspore"), MINDSPORE_REQUIREMENTS) {
             Ok(python) => {
-                ms_python = Some(python);
-                sides.push(Side::MindSpore);
+                ready.ms_python = Some(python);
+                ready.sides.push(Side::MindSpore);
             }
             Err(VenvError::Unavailable(why)) => skip_or_fail("bench --peers: MindSpore", &why)?,
             Err(VenvError::Failed(e)) => return Err(e),
         }
+        Ok(ready)
     }
+}
 
+/// `cargo bench --workspace`, and the mean of every benchmark it produced.
+fn run_criterion(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, f64)>> {
     let started = SystemTime::now();
-    let mut criterion = Vec::new();
-    if !options.skip_criterion {
-        eprintln!("bench: cargo bench --workspace");
-        let status = cargo()
-            .args(["bench", "--workspace"])
-            .current_dir(root)
-            .status()
-            .context("starting cargo bench")?;
-        if !status.success() {
-            bail!("cargo bench --workspace failed ({status})");
-        }
-        criterion = criterion_means(&target.join("criterion"), started);
-        ensure!(
-            !criterion.is_empty(),
-            "cargo bench ran but left no criterion estimates under {}",
-            target.join("criterion").display()
-        );
+    eprintln!("bench: cargo bench --workspace");
+    let status = cargo()
+        .args(["bench", "--workspace"])
+        .current_dir(root)
+        .status()
+        .context("starting cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench --workspace failed ({status})");
     }
+    let criterion = criterion_means(&target.join("criterion"), started);
+    ensure!(
+        !criterion.is_empty(),
+        "cargo bench ran but left no criterion estimates under {}",
+        target.join("criterion").display()
+    );
+    Ok(criterion)
+}
 
+/// Builds `ember-cli` in release; the path of its binary.
+fn build_ember(root: &Path, target: &Path) -> anyhow::Result<PathBuf> {
     eprintln!("bench: cargo build --release -p ember-cli");
     let status = cargo()
         .args(["build", "--release", "-p", "ember-cli"])
@@ -123,19 +166,75 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     if !status.success() {
         bail!("building ember-cli failed ({status})");
     }
-    let ember = target
+    Ok(target
         .join("release")
-        .join(format!("ember{}", std::env::consts::EXE_SUFFIX));
-    let scripts = root.join("xtask/bench");
+        .join(format!("ember{}", std::env::consts::EXE_SUFFIX)))
+}
 
-    let out = bench_dir.join("out");
-    // Every figure of every round: (workload, side) -> figures; and the limits per round.
-    let mut figures: Vec<((String, Side), Vec<Figure>)> = Vec::new();
-    let mut dd: Vec<Figure> = Vec::new();
-    let mut memory: Vec<Figure> = Vec::new();
-    let (mut dd_count, memory_n) = (0u64, 20_000u64);
-    for round in 0..options.rounds {
-        let mut order = sides.clone();
+/// Every figure of every round: (workload, side) -> figures; and the limits per round.
+#[derive(Default)]
+struct Measured {
+    figures: Vec<((String, Side), Vec<Figure>)>,
+    dd: Vec<Figure>,
+    memory: Vec<Figure>,
+    dd_count: u64,
+}
+
+impl Measured {
+    fn add(&mut self, workload: &str, side: Side, figure: Figure) {
+        let key = (workload.to_string(), side);
+        match self.figures.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, list)) => list.push(figure),
+            None => self.figures.push((key, vec![figure])),
+        }
+    }
+
+    /// One report row per workload: each side's spread, and the workload's limit.
+    fn rows(&self, sides: &[Side]) -> Vec<Row> {
+        WORKLOADS
+            .iter()
+            .map(|&workload| {
+                let sides_figures = sides
+                    .iter()
+                    .filter_map(|&side| {
+                        let n = side.steps(workload)?;
+                        let list = self
+                            .figures
+                            .iter()
+                            .find(|((w, s), _)| w == workload && *s == side)?;
+                        Some((side, Spread::of(n, &list.1)?))
+                    })
+                    .collect();
+                let limit = match workload {
+                    "hist" => Spread::of(MEMORY_N, &self.memory)
+                        .map(|s| ("read pass over the 400 kB input".to_string(), s)),
+                    "tensor" => Spread::of(self.dd_count, &self.dd)
+                        .map(|s| ("dd of the same bytes, conv=fsync".to_string(), s)),
+                    _ => None,
+                };
+                Row {
+                    workload: workload.to_string(),
+                    sides: sides_figures,
+                    limit,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What a round runs: the release binary, the peers' scripts, and where their output goes.
+struct Runner<'a> {
+    ember: PathBuf,
+    scripts: PathBuf,
+    out: PathBuf,
+    sides: &'a Sides,
+}
+
+impl Runner<'_> {
+    /// Every workload on every side, in an order that alternates between rounds, and the limits
+    /// right after ember's runs.
+    fn round(&self, round: usize, measured: &mut Measured) -> anyhow::Result<()> {
+        let mut order = self.sides.sides.clone();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -144,32 +243,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
                 let Some(n) = side.steps(workload) else {
                     continue;
                 };
-                let dir = out.join(format!("{}-{workload}-{round}", side.peer()));
+                let dir = self.out.join(format!("{}-{workload}-{round}", side.peer()));
                 fresh_dir(&dir)?;
-                let mut command = match side {
-                    Side::Ember => {
-                        let mut c = Command::new(&ember);
-                        c.args(["bench", "write", "--workload", workload]);
-                        c
-                    }
-                    Side::Tbx | Side::TbxCrc => {
-                        let mut c = Command::new(tbx_python.as_ref().context("no venv")?);
-                        c.arg(scripts.join("tbx_write.py"));
-                        c.args(["--workload", workload, "--crc"]);
-                        c.arg(if side == Side::Tbx {
-                            "python"
-                        } else {
-                            "native"
-                        });
-                        c
-                    }
-                    Side::MindSpore => {
-                        let mut c = Command::new(ms_python.as_ref().context("no venv")?);
-                        c.arg(scripts.join("ms_write.py"));
-                        c.args(["--workload", workload]);
-                        c
-                    }
-                };
+                let mut command = self.command(side, workload)?;
                 command.arg("--n").arg(n.to_string()).arg("--out").arg(&dir);
                 let figure = run_figure(command, side.peer(), workload, n)?;
                 eprintln!(
@@ -179,61 +255,84 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
                     human(n as f64 / figure.seconds)
                 );
                 fresh_dir(&dir)?;
-                if side == Side::Ember && workload == "tensor" {
-                    // The same bytes, written and synced by dd, right after ember's run.
-                    dd_count = n;
-                    let limit = dd_limit(&out.join("dd"), figure.bytes.div_ceil(n), n)?;
-                    eprintln!(
-                        "bench: round {round} {:20} {workload:16} n={n:<8} {:8.3} s  {:>10} steps/s",
-                        "dd conv=fsync",
-                        limit.seconds,
-                        human(n as f64 / limit.seconds)
-                    );
-                    dd.push(limit);
+                if side == Side::Ember {
+                    self.limits(round, workload, n, &figure, measured)?;
                 }
-                if side == Side::Ember && workload == "hist" {
-                    let mut c = Command::new(&ember);
-                    c.args(["bench", "memory", "--n", &memory_n.to_string()]);
-                    memory.push(run_figure(c, "memory", "hist", memory_n)?);
-                }
-                let key = (workload.to_string(), side);
-                match figures.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, list)) => list.push(figure),
-                    None => figures.push((key, vec![figure])),
-                }
+                measured.add(workload, side, figure);
             }
         }
+        Ok(())
     }
-    fresh_dir(&out)?;
 
-    let rows: Vec<Row> = WORKLOADS
-        .iter()
-        .map(|&workload| {
-            let sides_figures = sides
-                .iter()
-                .filter_map(|&side| {
-                    let n = side.steps(workload)?;
-                    let list = figures
-                        .iter()
-                        .find(|((w, s), _)| w == workload && *s == side)?;
-                    Some((side, Spread::of(n, &list.1)?))
-                })
-                .collect();
-            let limit = match workload {
-                "hist" => Spread::of(memory_n, &memory)
-                    .map(|s| ("read pass over the 400 kB input".to_string(), s)),
-                "tensor" => Spread::of(dd_count, &dd)
-                    .map(|s| ("dd of the same bytes, conv=fsync".to_string(), s)),
-                _ => None,
-            };
-            Row {
-                workload: workload.to_string(),
-                sides: sides_figures,
-                limit,
+    /// The command of one side for `workload`, `--n` and `--out` still to add.
+    fn command(&self, side: Side, workload: &str) -> anyhow::Result<Command> {
+        Ok(match side {
+            Side::Ember => {
+                let mut c = Command::new(&self.ember);
+                c.args(["bench", "write", "--workload", workload]);
+                c
+            }
+            Side::Tbx | Side::TbxCrc => {
+                let mut c = Command::new(self.sides.tbx_python.as_ref().context("no venv")?);
+                c.arg(self.scripts.join("tbx_write.py"));
+                c.args(["--workload", workload, "--crc"]);
+                c.arg(if side == Side::Tbx {
+                    "python"
+                } else {
+                    "native"
+                });
+                c
+            }
+            Side::MindSpore => {
+                let mut c = Command::new(self.sides.ms_python.as_ref().context("no venv")?);
+                c.arg(self.scripts.join("ms_write.py"));
+                c.args(["--workload", workload]);
+                c
             }
         })
-        .collect();
+    }
 
+    /// The limit beside ember's run of `workload`: dd of the same bytes after `tensor`, a read
+    /// pass over the input after `hist`.
+    fn limits(
+        &self,
+        round: usize,
+        workload: &str,
+        n: u64,
+        figure: &Figure,
+        measured: &mut Measured,
+    ) -> anyhow::Result<()> {
+        if workload == "tensor" {
+            // The same bytes, written and synced by dd, right after ember's run.
+            measured.dd_count = n;
+            let limit = dd_limit(&self.out.join("dd"), figure.bytes.div_ceil(n), n)?;
+            eprintln!(
+                "bench: round {round} {:20} {workload:16} n={n:<8} {:8.3} s  {:>10} steps/s",
+                "dd conv=fsync",
+                limit.seconds,
+                human(n as f64 / limit.seconds)
+            );
+            measured.dd.push(limit);
+        }
+        if workload == "hist" {
+            let mut c = Command::new(&self.ember);
+            c.args(["bench", "memory", "--n", &MEMORY_N.to_string()]);
+            measured
+                .memory
+                .push(run_figure(c, "memory", "hist", MEMORY_N)?);
+        }
+        Ok(())
+    }
+}
+
+/// `report.json` and `report.md` under `bench_dir`; the markdown is printed too.
+fn write_reports(
+    bench_dir: &Path,
+    options: &options::Options,
+    sides: &[Side],
+    criterion: &[(String, f64)],
+    rows: &[Row],
+) -> anyhow::Result<()> {
     let date = utc_date(SystemTime::now());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let cpu = cpu_model();
@@ -241,10 +340,10 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let machine_json = json!({"cores": cores, "cpu": cpu, "os": std::env::consts::OS});
     let json_path = bench_dir.join("report.json");
     let md_path = bench_dir.join("report.md");
-    let report = report_json(&date, &machine_json, &options, &sides, &criterion, &rows);
+    let report = report_json(&date, &machine_json, options, sides, criterion, rows);
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("writing {}", json_path.display()))?;
-    let md = report_md(&date, &machine, &options, &sides, &criterion, &rows);
+    let md = report_md(&date, &machine, options, sides, criterion, rows);
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     eprintln!("{md}");
     eprintln!(

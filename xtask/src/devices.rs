@@ -53,37 +53,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let work = target.join(format!("devices-check-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
 
-    let started = std::time::Instant::now();
-    let status = cargo()
-        .args([
-            "test",
-            "-p",
-            "ember-tests",
-            "--features",
-            "wgpu",
-            "--test",
-            "integration",
-            "distinct_devices::",
-            "--",
-            // The suite measures each device's memory; tests side by side would blur it.
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        // Mesa's device-select layer prints about a missing Wayland session; `ember` turns
-        // it off itself, a test binary is told here.
-        .env("NODEVICE_SELECT", "1")
-        .current_dir(root)
-        .status()
-        .context("starting cargo test")?;
-    ensure!(
-        status.success(),
-        "the distinct-device suite failed ({status})"
-    );
-    eprintln!(
-        "{TASK}: the distinct-device suite passed ({:.0} s with its build)",
-        started.elapsed().as_secs_f64()
-    );
-
+    distinct_device_suite(root)?;
     build(root, &["build", "-p", "ember-cli", "--features", "wgpu"])?;
     let wgpu = train(&target, &work, "wgpu", &["--device", "wgpu:0,wgpu:1"])?;
     ensure!(
@@ -125,6 +95,41 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     );
     std::fs::remove_dir_all(&work).ok();
     eprintln!("{TASK}: all scenarios passed");
+    Ok(())
+}
+
+/// The distinct-device suite on the wgpu build, one test at a time.
+fn distinct_device_suite(root: &Path) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let status = cargo()
+        .args([
+            "test",
+            "-p",
+            "ember-tests",
+            "--features",
+            "wgpu",
+            "--test",
+            "integration",
+            "distinct_devices::",
+            "--",
+            // The suite measures each device's memory; tests side by side would blur it.
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        // Mesa's device-select layer prints about a missing Wayland session; `ember` turns
+        // it off itself, a test binary is told here.
+        .env("NODEVICE_SELECT", "1")
+        .current_dir(root)
+        .status()
+        .context("starting cargo test")?;
+    ensure!(
+        status.success(),
+        "the distinct-device suite failed ({status})"
+    );
+    eprintln!(
+        "{TASK}: the distinct-device suite passed ({:.0} s with its build)",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

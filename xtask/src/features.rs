@@ -72,7 +72,32 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         with.len()
     );
 
-    // The README's dependency line, in a crate of its own.
+    logging_only_crate(root)?;
+    for (what, args) in [
+        (
+            "cargo doc --workspace",
+            &["doc", "--workspace", "--no-deps"][..],
+        ),
+        (
+            "cargo doc -p ember --no-default-features",
+            &["doc", "-p", "ember", "--no-deps", "--no-default-features"][..],
+        ),
+    ] {
+        run_checked(
+            Command::new("cargo")
+                .args(args)
+                .current_dir(root)
+                .env("RUSTDOCFLAGS", "-D warnings"),
+            what,
+        )?;
+    }
+    eprintln!("features: logging-only build, its example run and docs of both feature sets pass");
+    Ok(())
+}
+
+/// The README's dependency line, in a crate of its own: no burn crate in its tree, and
+/// `examples/logging.rs` builds and runs there.
+fn logging_only_crate(root: &Path) -> anyhow::Result<()> {
     let scratch = target_dir(root).join("logging-only");
     std::fs::create_dir_all(scratch.join("src"))?;
     let manifest = format!(
@@ -117,25 +142,5 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             .env("CARGO_TARGET_DIR", target_dir(root)),
         "building and running examples/logging.rs without the burn feature",
     )?;
-
-    for (what, args) in [
-        (
-            "cargo doc --workspace",
-            &["doc", "--workspace", "--no-deps"][..],
-        ),
-        (
-            "cargo doc -p ember --no-default-features",
-            &["doc", "-p", "ember", "--no-deps", "--no-default-features"][..],
-        ),
-    ] {
-        run_checked(
-            Command::new("cargo")
-                .args(args)
-                .current_dir(root)
-                .env("RUSTDOCFLAGS", "-D warnings"),
-            what,
-        )?;
-    }
-    eprintln!("features: logging-only build, its example run and docs of both feature sets pass");
     Ok(())
 }

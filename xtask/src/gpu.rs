@@ -36,6 +36,30 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let out = target.join("bench");
     std::fs::create_dir_all(&out)?;
 
+    distinct_device_suite(root, gpus)?;
+    build(
+        root,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "ember-cli",
+            "--features",
+            "cuda",
+        ],
+    )?;
+    let ember = target.join("release/ember");
+    let mut md = train_table(&ember, &out, gpus, epochs)?;
+    let runs = scaling_runs(&ember, &out, gpus, rounds)?;
+    md.push_str(&scaling_table(&runs));
+    std::fs::write(out.join("gpu.md"), &md)?;
+    print!("{md}");
+    eprintln!("{TASK}: wrote {}", out.join("gpu.md").display());
+    Ok(())
+}
+
+/// With two GPUs or more, the distinct-device suite on `cuda:0,cuda:1` in a release build.
+fn distinct_device_suite(root: &Path, gpus: usize) -> anyhow::Result<()> {
     if gpus >= 2 {
         let status = cargo()
             .args([
@@ -63,19 +87,11 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     } else {
         eprintln!("{TASK}: one GPU: the two-device suite needs two, skipped");
     }
+    Ok(())
+}
 
-    build(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "ember-cli",
-            "--features",
-            "cuda",
-        ],
-    )?;
-    let ember = target.join("release/ember");
+/// `ember train` on 1..=`gpus` GPUs, `epochs` each: the markdown table of its figures.
+fn train_table(ember: &Path, out: &Path, gpus: usize, epochs: usize) -> anyhow::Result<String> {
     let mut md = format!(
         "| GPUs | examples/s | s per step | test accuracy | memory per device at the end (reserved) |\n\
          |---:|---:|---:|---:|---|\n<!-- {epochs} epochs of `ember train`, {} -->\n",
@@ -83,7 +99,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     );
     for n in 1..=gpus {
         let list: Vec<String> = (0..n).map(|i| format!("cuda:{i}")).collect();
-        let mut command = Command::new(&ember);
+        let mut command = Command::new(ember);
         command
             .args(["train", "--epochs", &epochs.to_string(), "--device"])
             .arg(list.join(","))
@@ -104,6 +120,16 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         eprint!("{line}");
         md.push_str(&line);
     }
+    Ok(md)
+}
+
+/// `ember bench scaling` of every side on 1..=`gpus` GPUs, `rounds` times: each run's JSON line.
+fn scaling_runs(
+    ember: &Path,
+    out: &Path,
+    gpus: usize,
+    rounds: usize,
+) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut runs = Vec::new();
     for round in 0..rounds {
         for n in 1..=gpus {
@@ -113,7 +139,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
                 sides.reverse();
             }
             for side in sides {
-                let mut command = Command::new(&ember);
+                let mut command = Command::new(ember);
                 command
                     .args(["bench", "scaling", "--side", side, "--model", "deep"])
                     .args(["--workers", &n.to_string(), "--device"])
@@ -131,11 +157,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
-    md.push_str(&scaling_table(&runs));
-    std::fs::write(out.join("gpu.md"), &md)?;
-    print!("{md}");
-    eprintln!("{TASK}: wrote {}", out.join("gpu.md").display());
-    Ok(())
+    Ok(runs)
 }
 
 /// The scaling runs as a table: per GPU count and side, the median examples/s of its rounds,

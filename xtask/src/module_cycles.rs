@@ -16,7 +16,7 @@ use anyhow::Context;
 
 pub(crate) mod tokens;
 
-use tokens::{Token, tokens};
+use tokens::{Token, ident_at, token_is, tokens};
 
 /// The source folders the check reads, relative to the workspace root: every crate's `src`.
 pub(crate) fn source_roots(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -231,13 +231,6 @@ fn cycles_of(
     modules: &BTreeSet<ModPath>,
     edges: &BTreeMap<ModPath, BTreeMap<ModPath, String>>,
 ) -> Vec<String> {
-    let name = |m: &ModPath| {
-        if m.is_empty() {
-            "crate".to_string()
-        } else {
-            m.join("::")
-        }
-    };
     let reaches = |from: &ModPath| {
         let mut seen = BTreeSet::new();
         let mut stack = vec![from.clone()];
@@ -263,66 +256,91 @@ fn cycles_of(
             .filter(|m| reach[module].contains(*m) && reach[*m].contains(module))
             .cloned()
             .collect();
-        // The shortest way back to `module`, breadth first.
-        let mut previous: BTreeMap<ModPath, ModPath> = BTreeMap::new();
-        let mut queue = std::collections::VecDeque::from([module.clone()]);
-        'search: while let Some(m) = queue.pop_front() {
-            for next in edges.get(&m).into_iter().flat_map(|e| e.keys()) {
-                if !members.contains(next) || previous.contains_key(next) {
-                    continue;
-                }
-                previous.insert(next.clone(), m.clone());
-                if next == module {
-                    break 'search;
-                }
-                queue.push_back(next.clone());
-            }
-        }
-        let mut back = Vec::new();
-        let mut at = previous[module].clone();
-        while &at != module {
-            back.push(at.clone());
-            at = previous[&at].clone();
-        }
-        let path: Vec<ModPath> = std::iter::once(module.clone())
-            .chain(back.into_iter().rev())
-            .chain(std::iter::once(module.clone()))
-            .collect();
-        let names: Vec<String> = path.iter().map(name).collect();
-        let because: Vec<String> = path
-            .windows(2)
-            .map(|w| {
-                format!(
-                    "{} -> {}: {}",
-                    name(&w[0]),
-                    name(&w[1]),
-                    edges[&w[0]][&w[1]]
-                )
-            })
-            .collect();
-        let others = members.len() + 1 - path.len();
-        let more = if others > 0 {
-            format!(" (and {others} more module(s) in the same circle)")
-        } else {
-            String::new()
-        };
-        cycles.push(format!(
-            "module cycle {}{more}; {}",
-            names.join(" -> "),
-            because.join("; ")
-        ));
+        let path = shortest_cycle(module, &members, edges);
+        cycles.push(describe_cycle(&path, members.len(), edges));
         reported.extend(members);
     }
     cycles
 }
 
+/// The shortest way from `module` back to itself through `members`, breadth first: the path,
+/// `module` at both ends.
+fn shortest_cycle(
+    module: &ModPath,
+    members: &BTreeSet<ModPath>,
+    edges: &BTreeMap<ModPath, BTreeMap<ModPath, String>>,
+) -> Vec<ModPath> {
+    let mut previous: BTreeMap<ModPath, ModPath> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([module.clone()]);
+    'search: while let Some(m) = queue.pop_front() {
+        for next in edges.get(&m).into_iter().flat_map(|e| e.keys()) {
+            if !members.contains(next) || previous.contains_key(next) {
+                continue;
+            }
+            previous.insert(next.clone(), m.clone());
+            if next == module {
+                break 'search;
+            }
+            queue.push_back(next.clone());
+        }
+    }
+    let mut back = Vec::new();
+    let mut at = previous[module].clone();
+    while &at != module {
+        back.push(at.clone());
+        at = previous[&at].clone();
+    }
+    std::iter::once(module.clone())
+        .chain(back.into_iter().rev())
+        .chain(std::iter::once(module.clone()))
+        .collect()
+}
+
+/// A cycle's line: its modules, why each reaches the next, and how many more modules of a
+/// circle of `members` it does not pass.
+fn describe_cycle(
+    path: &[ModPath],
+    members: usize,
+    edges: &BTreeMap<ModPath, BTreeMap<ModPath, String>>,
+) -> String {
+    let names: Vec<String> = path.iter().map(mod_name).collect();
+    let because: Vec<String> = path
+        .windows(2)
+        .map(|w| {
+            format!(
+                "{} -> {}: {}",
+                mod_name(&w[0]),
+                mod_name(&w[1]),
+                edges[&w[0]][&w[1]]
+            )
+        })
+        .collect();
+    let others = members + 1 - path.len();
+    let more = if others > 0 {
+        format!(" (and {others} more module(s) in the same circle)")
+    } else {
+        String::new()
+    };
+    format!(
+        "module cycle {}{more}; {}",
+        names.join(" -> "),
+        because.join("; ")
+    )
+}
+
+/// A module's name in a report: `crate` for the root.
+fn mod_name(m: &ModPath) -> String {
+    if m.is_empty() {
+        "crate".to_string()
+    } else {
+        m.join("::")
+    }
+}
+
 /// Records the modules, imports and path mentions of one file whose module is `module`.
 fn scan(tokens: &[(Token, usize)], file: &Path, module: ModPath, krate: &mut Crate) {
-    let ident = |i: usize| match tokens.get(i) {
-        Some((Token::Ident(s), _)) => Some(s.as_str()),
-        _ => None,
-    };
-    let is = |i: usize, t: &Token| tokens.get(i).is_some_and(|(x, _)| x == t);
+    let ident = |i: usize| ident_at(tokens, i);
+    let is = |i: usize, t: &Token| token_is(tokens, i, t);
     // The module at each open inline `mod`, with the brace depth it opened at.
     let mut scopes: Vec<(ModPath, usize)> = vec![(module, 0)];
     let mut depth = 0;
@@ -353,50 +371,73 @@ fn scan(tokens: &[(Token, usize)], file: &Path, module: ModPath, krate: &mut Cra
                     && !is(i + 1, &Token::Punct('<'))
                     && !(i > 0 && is(i - 1, &Token::PathSep)) =>
             {
-                let end = (i..tokens.len())
-                    .find(|&j| is(j, &Token::Punct(';')))
-                    .unwrap_or(tokens.len());
-                let line = tokens[i].1;
-                for (path, name) in use_tree(&tokens[i + 1..end]) {
-                    if let Some(name) = name {
-                        krate.imports.insert((current.clone(), name), path.clone());
-                    }
-                    krate.mentions.push(Mention {
-                        from: current.clone(),
-                        segments: path,
-                        file: file.to_path_buf(),
-                        line,
-                    });
-                }
-                i = end + 1;
+                i = scan_use(tokens, i, &current, file, krate);
                 continue;
             }
             Token::Ident(_)
                 if is(i + 1, &Token::PathSep) && !(i > 0 && is(i - 1, &Token::PathSep)) =>
             {
-                let line = tokens[i].1;
-                let mut segments = Vec::new();
-                let mut j = i;
-                while let Some(s) = ident(j) {
-                    segments.push(s.to_string());
-                    if !is(j + 1, &Token::PathSep) {
-                        break;
-                    }
-                    j += 2;
-                }
-                krate.mentions.push(Mention {
-                    from: current.clone(),
-                    segments,
-                    file: file.to_path_buf(),
-                    line,
-                });
-                i = j + 1;
+                i = scan_path(tokens, i, &current, file, krate);
                 continue;
             }
             _ => {}
         }
         i += 1;
     }
+}
+
+/// Records the imports and mentions of the `use` item whose keyword is at `i`, written in
+/// `module`; the index after its `;`.
+fn scan_use(
+    tokens: &[(Token, usize)],
+    i: usize,
+    module: &ModPath,
+    file: &Path,
+    krate: &mut Crate,
+) -> usize {
+    let end = (i..tokens.len())
+        .find(|&j| token_is(tokens, j, &Token::Punct(';')))
+        .unwrap_or(tokens.len());
+    let line = tokens[i].1;
+    for (path, name) in use_tree(&tokens[i + 1..end]) {
+        if let Some(name) = name {
+            krate.imports.insert((module.clone(), name), path.clone());
+        }
+        krate.mentions.push(Mention {
+            from: module.clone(),
+            segments: path,
+            file: file.to_path_buf(),
+            line,
+        });
+    }
+    end + 1
+}
+
+/// Records the path (`a::b::c`) that starts at `i`, written in `module`; the index after it.
+fn scan_path(
+    tokens: &[(Token, usize)],
+    i: usize,
+    module: &ModPath,
+    file: &Path,
+    krate: &mut Crate,
+) -> usize {
+    let line = tokens[i].1;
+    let mut segments = Vec::new();
+    let mut j = i;
+    while let Some(s) = ident_at(tokens, j) {
+        segments.push(s.to_string());
+        if !token_is(tokens, j + 1, &Token::PathSep) {
+            break;
+        }
+        j += 2;
+    }
+    krate.mentions.push(Mention {
+        from: module.clone(),
+        segments,
+        file: file.to_path_buf(),
+        line,
+    });
+    j + 1
 }
 
 /// The paths a `use` tree imports (its tokens after `use`, before `;`), each with the name it

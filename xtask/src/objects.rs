@@ -469,6 +469,30 @@ fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Starts `xtask/objects/outage_proxy.py` on `proxy_port` in front of the server on `port`,
+/// closed while `flag` exists, its output to `proxy_log`.
+fn outage_proxy(
+    check: &Check,
+    proxy_port: u16,
+    port: u16,
+    flag: &Path,
+    proxy_log: &Path,
+) -> anyhow::Result<Server> {
+    let log = std::fs::File::create(proxy_log)?;
+    let proxy = Server(
+        Command::new(check.python)
+            .arg(check.root.join("xtask/objects/outage_proxy.py"))
+            .args([proxy_port.to_string(), port.to_string()])
+            .arg(flag)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting the outage proxy")?,
+    );
+    wait_for_port(proxy_port, "the outage proxy")?;
+    Ok(proxy)
+}
+
 /// `ember train` while its S3 server is killed 2 s into the run and started again 3 s later,
 /// its state replayed from moto's recorder. A proxy in front keeps the endpoint closed from the
 /// kill until the replay is done, as a store's endpoint is down until the store is back. The
@@ -495,18 +519,7 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
     let proxy_port = free_port()?;
     let flag = check.work.join("store-down");
     let proxy_log = check.work.join("proxy.log");
-    let log = std::fs::File::create(&proxy_log)?;
-    let _proxy = Server(
-        Command::new(check.python)
-            .arg(check.root.join("xtask/objects/outage_proxy.py"))
-            .args([proxy_port.to_string(), port.to_string()])
-            .arg(&flag)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting the outage proxy")?,
-    );
-    wait_for_port(proxy_port, "the outage proxy")?;
+    let _proxy = outage_proxy(check, proxy_port, port, &flag, &proxy_log)?;
     let mut train = check.ember(&format!("http://127.0.0.1:{proxy_port}"), ARGS);
     train.args(["--logdir", "s3://ember/restarted"]);
     let log = std::fs::File::create(check.work.join("restarted.log"))?;

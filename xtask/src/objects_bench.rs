@@ -102,6 +102,16 @@ struct Figure {
     wire: f64,
 }
 
+/// The release `ember` with its `object-store` feature.
+const EMBER_BUILD: &[&str] = &[
+    "build",
+    "--release",
+    "-p",
+    "ember-cli",
+    "--features",
+    "object-store",
+];
+
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let rounds = crate::process::positive_arg(args, "--rounds", 5)?;
     let target = target_dir(root);
@@ -110,17 +120,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         Err(VenvError::Unavailable(why)) => bail!("objects --bench needs Python and PyPI: {why}"),
         Err(VenvError::Failed(e)) => return Err(e),
     };
-    build(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "ember-cli",
-            "--features",
-            "object-store",
-        ],
-    )?;
+    build(root, EMBER_BUILD)?;
     let ember = target.join("release").join("ember");
     let work = target.join("objects-bench");
     if work.exists() {
@@ -132,7 +132,6 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let direct = format!("http://127.0.0.1:{port}");
     let _server = moto(&python, port, &[], &work.join("moto.log"))?;
     let proxy_port = free_port()?;
-    let counted = format!("http://127.0.0.1:{proxy_port}");
     let count_file = work.join("sent-bytes");
     let _proxy = Server(
         Command::new(&python)
@@ -144,110 +143,22 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
             .context("starting the counting proxy")?,
     );
     wait_for_port(proxy_port, "the counting proxy")?;
-    let mut bucket = Command::new(&python);
-    bucket
-        .arg(root.join("xtask/objects/check_s3.py"))
-        .args(["bucket", &direct, "bench"]);
-    s3_env(&mut bucket, &direct);
-    let status = bucket.status()?;
-    ensure!(status.success(), "creating the bench bucket failed");
-    let sent = || -> anyhow::Result<f64> {
-        // The proxy writes its count every 50 ms: wait for the last bytes to be in it.
-        std::thread::sleep(Duration::from_millis(200));
-        Ok(std::fs::read_to_string(&count_file)?.trim().parse()?)
+    create_bucket(root, &python, &direct)?;
+    let bench = Bench {
+        root,
+        python,
+        ember,
+        work,
+        counted: format!("http://127.0.0.1:{proxy_port}"),
+        count_file,
     };
 
     let mut report = String::from(
         "| workload | side | steps/s median (min–max) | MB/s | event bytes | bytes on the wire | wire / event bytes |\n|---|---|---:|---:|---:|---:|---:|\n",
     );
     for workload in WORKLOADS {
-        let mut figures: BTreeMap<Side, Vec<Figure>> = BTreeMap::new();
-        for round in 0..rounds {
-            for k in 0..Side::ALL.len() {
-                let side = Side::ALL[(round + k) % Side::ALL.len()];
-                let name = format!("{}-{round}-{k}", workload.name);
-                let before = sent()?;
-                let mut command = match side {
-                    Side::EmberLocal | Side::EmberS3 => {
-                        let mut c = Command::new(&ember);
-                        c.args(["bench", "write", "--workload", workload.name]);
-                        c
-                    }
-                    Side::TbxLocal | Side::TbxS3 => {
-                        let mut c = Command::new(&python);
-                        c.arg(root.join("xtask/bench/tbx_write.py"))
-                            .args(["--workload", workload.name]);
-                        c
-                    }
-                };
-                command.args(["--n", &workload.steps.to_string()]);
-                if let Some(every) = workload.flush_every {
-                    command.args(["--flush-every", &every.to_string()]);
-                }
-                let out = if side.remote() {
-                    format!("s3://bench/{name}")
-                } else {
-                    work.join(&name).display().to_string()
-                };
-                command
-                    .args(["--out", &out])
-                    .current_dir(root.join("xtask/bench"));
-                s3_env(&mut command, &counted);
-                let output = command
-                    .output()
-                    .with_context(|| format!("running {}", side.label()))?;
-                ensure!(
-                    output.status.success(),
-                    "{} on {} failed:\n{}",
-                    side.label(),
-                    workload.name,
-                    String::from_utf8_lossy(&output.stderr)
-                );
-                let line: serde_json::Value = serde_json::from_slice(
-                    output
-                        .stdout
-                        .split(|b| *b == b'\n')
-                        .find(|l| l.starts_with(b"{"))
-                        .context("no JSON line")?,
-                )?;
-                let seconds = line["seconds"].as_f64().context("no seconds")?;
-                let figure = Figure {
-                    seconds,
-                    written: line["bytes"].as_f64().unwrap_or(0.0),
-                    wire: if side.remote() { sent()? - before } else { 0.0 },
-                };
-                figures.entry(side).or_default().push(figure);
-            }
-        }
-        for side in Side::ALL {
-            let runs = &figures[&side];
-            let mut rates: Vec<f64> = runs
-                .iter()
-                .map(|f| workload.steps as f64 / f.seconds)
-                .collect();
-            rates.sort_by(f64::total_cmp);
-            let written = median(figures[&side.local()].iter().map(|f| f.written));
-            let seconds = median(runs.iter().map(|f| f.seconds));
-            let (wire, ratio) = if side.remote() {
-                let wire = median(runs.iter().map(|f| f.wire));
-                (format!("{wire:.0}"), format!("{:.2}", wire / written))
-            } else {
-                ("–".to_owned(), "–".to_owned())
-            };
-            report.push_str(&format!(
-                "| {} × {}{} | {} | {:.0} ({:.0}–{:.0}) | {:.1} | {written:.0} | {wire} | {ratio} |\n",
-                workload.name,
-                workload.steps,
-                workload
-                    .flush_every
-                    .map_or(String::new(), |k| format!(", flush every {k}")),
-                side.label(),
-                median(rates.iter().copied()),
-                rates[0],
-                rates[rates.len() - 1],
-                written / seconds / 1e6,
-            ));
-        }
+        let figures = bench.rounds(workload, rounds)?;
+        report_rows(&mut report, workload, &figures);
     }
 
     // The Trainer with an s3:// log directory, straight to the server; then what a checkpoint
@@ -271,6 +182,148 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     std::fs::write(&path, &text)?;
     println!("{text}\n(written to {})", path.display());
     Ok(())
+}
+
+/// The `bench` bucket on the S3 server at `endpoint`.
+fn create_bucket(root: &Path, python: &Path, endpoint: &str) -> anyhow::Result<()> {
+    let mut bucket = Command::new(python);
+    bucket
+        .arg(root.join("xtask/objects/check_s3.py"))
+        .args(["bucket", endpoint, "bench"]);
+    s3_env(&mut bucket, endpoint);
+    let status = bucket.status()?;
+    ensure!(status.success(), "creating the bench bucket failed");
+    Ok(())
+}
+
+/// What the sides' runs need: the release binary, the venv's Python, the local output folder,
+/// and the counting proxy's URL and count file.
+struct Bench<'a> {
+    root: &'a Path,
+    python: PathBuf,
+    ember: PathBuf,
+    work: PathBuf,
+    counted: String,
+    count_file: PathBuf,
+}
+
+impl Bench<'_> {
+    /// The bytes the proxy has counted so far.
+    fn sent(&self) -> anyhow::Result<f64> {
+        // The proxy writes its count every 50 ms: wait for the last bytes to be in it.
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(std::fs::read_to_string(&self.count_file)?.trim().parse()?)
+    }
+
+    /// Every side's figures for `workload` over `rounds` rounds, in an order that rotates each
+    /// round.
+    fn rounds(
+        &self,
+        workload: &Workload,
+        rounds: usize,
+    ) -> anyhow::Result<BTreeMap<Side, Vec<Figure>>> {
+        let mut figures: BTreeMap<Side, Vec<Figure>> = BTreeMap::new();
+        for round in 0..rounds {
+            for k in 0..Side::ALL.len() {
+                let side = Side::ALL[(round + k) % Side::ALL.len()];
+                let name = format!("{}-{round}-{k}", workload.name);
+                let figure = self.run_side(workload, side, &name)?;
+                figures.entry(side).or_default().push(figure);
+            }
+        }
+        Ok(figures)
+    }
+
+    /// One run of `side` on `workload`, into the run `name`.
+    fn run_side(&self, workload: &Workload, side: Side, name: &str) -> anyhow::Result<Figure> {
+        let before = self.sent()?;
+        let mut command = match side {
+            Side::EmberLocal | Side::EmberS3 => {
+                let mut c = Command::new(&self.ember);
+                c.args(["bench", "write", "--workload", workload.name]);
+                c
+            }
+            Side::TbxLocal | Side::TbxS3 => {
+                let mut c = Command::new(&self.python);
+                c.arg(self.root.join("xtask/bench/tbx_write.py"))
+                    .args(["--workload", workload.name]);
+                c
+            }
+        };
+        command.args(["--n", &workload.steps.to_string()]);
+        if let Some(every) = workload.flush_every {
+            command.args(["--flush-every", &every.to_string()]);
+        }
+        let out = if side.remote() {
+            format!("s3://bench/{name}")
+        } else {
+            self.work.join(name).display().to_string()
+        };
+        command
+            .args(["--out", &out])
+            .current_dir(self.root.join("xtask/bench"));
+        s3_env(&mut command, &self.counted);
+        let output = command
+            .output()
+            .with_context(|| format!("running {}", side.label()))?;
+        ensure!(
+            output.status.success(),
+            "{} on {} failed:\n{}",
+            side.label(),
+            workload.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let line: serde_json::Value = serde_json::from_slice(
+            output
+                .stdout
+                .split(|b| *b == b'\n')
+                .find(|l| l.starts_with(b"{"))
+                .context("no JSON line")?,
+        )?;
+        let seconds = line["seconds"].as_f64().context("no seconds")?;
+        Ok(Figure {
+            seconds,
+            written: line["bytes"].as_f64().unwrap_or(0.0),
+            wire: if side.remote() {
+                self.sent()? - before
+            } else {
+                0.0
+            },
+        })
+    }
+}
+
+/// One report row per side for `workload`: medians with the spread over rounds.
+fn report_rows(report: &mut String, workload: &Workload, figures: &BTreeMap<Side, Vec<Figure>>) {
+    for side in Side::ALL {
+        let runs = &figures[&side];
+        let mut rates: Vec<f64> = runs
+            .iter()
+            .map(|f| workload.steps as f64 / f.seconds)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        let written = median(figures[&side.local()].iter().map(|f| f.written));
+        let seconds = median(runs.iter().map(|f| f.seconds));
+        let (wire, ratio) = if side.remote() {
+            let wire = median(runs.iter().map(|f| f.wire));
+            (format!("{wire:.0}"), format!("{:.2}", wire / written))
+        } else {
+            ("–".to_owned(), "–".to_owned())
+        };
+        report.push_str(&format!(
+            "| {} × {}{} | {} | {:.0} ({:.0}–{:.0}) | {:.1} | {written:.0} | {wire} | {ratio} |\n",
+            workload.name,
+            workload.steps,
+            workload
+                .flush_every
+                .map_or(String::new(), |k| format!(", flush every {k}")),
+            side.label(),
+            median(rates.iter().copied()),
+            rates[0],
+            rates[rates.len() - 1],
+            written / seconds / 1e6,
+        ));
+    }
 }
 
 /// Runs ember's bench `name` (release, `object-store` feature) against the S3 server at

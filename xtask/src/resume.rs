@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 
 use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::process::{build, expect_success, inspect_json, run_limited, skip_or_fail, target_dir};
+use crate::process::{
+    Ran, build, expect_success, inspect_json, run_limited, skip_or_fail, target_dir,
+};
 use crate::venv::{VenvError, ensure_venv};
 
 /// Kills of TensorBoard-format runs.
@@ -119,6 +121,18 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         "no kill landed during a checkpoint write; the moments do not cover what they must"
     );
 
+    read_with_tensorboard(root, &target, &base, &resumed)?;
+    read_with_mindinsight(root, &target, &base, &resumed)
+}
+
+/// Every TensorBoard-format program's runs in TensorBoard's Python loaders, tbparse and
+/// rustboard; skipped in one line without Python or PyPI (a failure under `CI=true`).
+fn read_with_tensorboard(
+    root: &Path,
+    target: &Path,
+    base: &Path,
+    resumed: &[(&str, Vec<String>)],
+) -> anyhow::Result<()> {
     match ensure_venv(&target.join("resume-venv"), READER_REQUIREMENTS) {
         Ok(python) => {
             for (name, logs) in resumed.iter().filter(|(name, _)| *name != "mi") {
@@ -145,6 +159,17 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         }
         Err(VenvError::Failed(e)) => return Err(e),
     }
+    Ok(())
+}
+
+/// The MindInsight runs in MindInsight; skipped in one line without Python or PyPI (a failure
+/// under `CI=true`).
+fn read_with_mindinsight(
+    root: &Path,
+    target: &Path,
+    base: &Path,
+    resumed: &[(&str, Vec<String>)],
+) -> anyhow::Result<()> {
     match ensure_venv(&target.join("compat-mi-venv"), MINDINSIGHT_REQUIREMENTS) {
         Ok(python) => {
             // MindInsight's jobs are the directories of its base directory: `mi/<run>`.
@@ -318,42 +343,7 @@ fn kill_and_resume(
             &program.log_dir(&run),
             was_killed,
         )?;
-        let before = files_of(&run)?;
-        let resumed = run_limited(
-            program.command(dir, &run, Begin::Resume),
-            &format!("resuming {name}"),
-            &run.with_extension("resume.log"),
-        )?;
-        let resumed = if !resumed.success && resumed.output.contains("no checkpoint to resume from")
-        {
-            // burn-train's own checkpoints may be torn where ember's snapshots are whole.
-            ensure!(
-                !checkpointed
-                    || matches!(
-                        program,
-                        Program::Library {
-                            mode: "burn-train",
-                            ..
-                        }
-                    ),
-                "{}: --resume found no checkpoint where a whole one was left:\n{}",
-                run.display(),
-                resumed.output
-            );
-            ensure!(
-                files_of(&run)? == before,
-                "{}: the refused resume changed the run's files",
-                run.display()
-            );
-            hits.refused += 1;
-            run_limited(
-                program.command(dir, &run, Begin::Restart),
-                &format!("restarting {name}"),
-                &run.with_extension("restart.log"),
-            )?
-        } else {
-            resumed
-        };
+        let resumed = resume_or_restart(program, dir, &run, checkpointed, &mut hits)?;
         expect_success(
             &resumed,
             &format!("resuming {} (killed after {at:?})", run.display()),
@@ -380,6 +370,54 @@ fn kill_and_resume(
         hits.killed
     );
     Ok((runs, hits))
+}
+
+/// Resumes a killed run; where no whole checkpoint was left (`checkpointed` false, or
+/// burn-train's own torn), the refused resume must leave the run's files as they were, and the
+/// run is restarted.
+fn resume_or_restart(
+    program: &Program,
+    dir: &Path,
+    run: &Path,
+    checkpointed: bool,
+    hits: &mut Hits,
+) -> anyhow::Result<Ran> {
+    let name = program.name();
+    let before = files_of(run)?;
+    let resumed = run_limited(
+        program.command(dir, run, Begin::Resume),
+        &format!("resuming {name}"),
+        &run.with_extension("resume.log"),
+    )?;
+    if !resumed.success && resumed.output.contains("no checkpoint to resume from") {
+        // burn-train's own checkpoints may be torn where ember's snapshots are whole.
+        ensure!(
+            !checkpointed
+                || matches!(
+                    program,
+                    Program::Library {
+                        mode: "burn-train",
+                        ..
+                    }
+                ),
+            "{}: --resume found no checkpoint where a whole one was left:\n{}",
+            run.display(),
+            resumed.output
+        );
+        ensure!(
+            files_of(run)? == before,
+            "{}: the refused resume changed the run's files",
+            run.display()
+        );
+        hits.refused += 1;
+        run_limited(
+            program.command(dir, run, Begin::Restart),
+            &format!("restarting {name}"),
+            &run.with_extension("restart.log"),
+        )
+    } else {
+        Ok(resumed)
+    }
 }
 
 /// Starts `command` (its output to `<run>.log`) and kills it with SIGKILL after `at`;

@@ -192,6 +192,40 @@ pub(super) fn report_md(
         md,
         "\n## Write workloads, end to end until close returns (steps/s)\n"
     );
+    write_workloads_table(&mut md, peers, rows);
+    let _ = writeln!(
+        md,
+        "\n`dd conv=fsync` writes the bytes, then syncs them; ember starts the disk's writeback \
+         every 4 MiB as it writes, so the two overlap and ember can finish first (above 100%)."
+    );
+    let _ = writeln!(md, "\nSteps per run and bytes written (median round):\n");
+    let _ = writeln!(md, "| workload | side | n | bytes |\n|---|---|---:|---:|");
+    for row in rows {
+        for (side, spread) in &row.sides {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                row.workload,
+                side.peer(),
+                spread.n,
+                spread.bytes
+            );
+        }
+    }
+    let _ = writeln!(md, "\n## Criterion benchmarks (mean)\n");
+    if options.skip_criterion {
+        let _ = writeln!(md, "Not run (`--skip-criterion`).");
+    } else {
+        let _ = writeln!(md, "| benchmark | mean |\n|---|---:|");
+        for (id, ns) in criterion {
+            let _ = writeln!(md, "| {id} | {} |", human_ns(*ns));
+        }
+    }
+    md
+}
+
+/// The write workloads' table: each side's figures, ember's ratio to each peer, and the limit.
+fn write_workloads_table(md: &mut String, peers: &[Side], rows: &[Row]) {
     let mut header = String::from("| workload |");
     let mut rule = String::from("|---|");
     for side in peers {
@@ -232,33 +266,4 @@ pub(super) fn report_md(
         }
         let _ = writeln!(md, "{line}");
     }
-    let _ = writeln!(
-        md,
-        "\n`dd conv=fsync` writes the bytes, then syncs them; ember starts the disk's writeback \
-         every 4 MiB as it writes, so the two overlap and ember can finish first (above 100%)."
-    );
-    let _ = writeln!(md, "\nSteps per run and bytes written (median round):\n");
-    let _ = writeln!(md, "| workload | side | n | bytes |\n|---|---|---:|---:|");
-    for row in rows {
-        for (side, spread) in &row.sides {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} |",
-                row.workload,
-                side.peer(),
-                spread.n,
-                spread.bytes
-            );
-        }
-    }
-    let _ = writeln!(md, "\n## Criterion benchmarks (mean)\n");
-    if options.skip_criterion {
-        let _ = writeln!(md, "Not run (`--skip-criterion`).");
-    } else {
-        let _ = writeln!(md, "| benchmark | mean |\n|---|---:|");
-        for (id, ns) in criterion {
-            let _ = writeln!(md, "| {id} | {} |", human_ns(*ns));
-        }
-    }
-    md
 }

@@ -10,6 +10,19 @@ pub(crate) enum Token {
     Punct(char),
 }
 
+/// The identifier at `i`, if the token there is one.
+pub(crate) fn ident_at(tokens: &[(Token, usize)], i: usize) -> Option<&str> {
+    match tokens.get(i) {
+        Some((Token::Ident(s), _)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// Whether the token at `i` is `t`.
+pub(crate) fn token_is(tokens: &[(Token, usize)], i: usize, t: &Token) -> bool {
+    tokens.get(i).is_some_and(|(x, _)| x == t)
+}
+
 /// The tokens of `text` with their lines.
 pub(crate) fn tokens(text: &str) -> Vec<(Token, usize)> {
     let chars: Vec<char> = text.chars().collect();

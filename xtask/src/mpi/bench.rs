@@ -17,12 +17,34 @@ pub(super) fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
     let out = target.join("bench");
     std::fs::create_dir_all(&out)?;
     let sizes: Vec<String> = BENCH_SIZES.iter().map(usize::to_string).collect();
-    // The jobs timed: one process, and two over each transport.
-    let jobs = [
-        (1, Transport::SharedMemory),
-        (2, Transport::SharedMemory),
-        (2, Transport::Tcp),
-    ];
+    let figures = time_jobs(&example, &sizes, &out, rounds)?;
+    let (md, json) = tables(&figures);
+    std::fs::write(out.join("mpi.md"), &md)?;
+    std::fs::write(
+        out.join("mpi.json"),
+        serde_json::to_string_pretty(&serde_json::json!({ "rounds": rounds, "sizes": json }))?,
+    )?;
+    print!("{md}");
+    eprintln!("{TASK}: wrote {}", out.join("mpi.md").display());
+    Ok(())
+}
+
+/// The jobs timed: one process, and two over each transport.
+const JOBS: [(usize, Transport); 3] = [
+    (1, Transport::SharedMemory),
+    (2, Transport::SharedMemory),
+    (2, Transport::Tcp),
+];
+
+/// Every round's median µs per all-reduce: `[job][size]`, jobs as [`JOBS`], sizes as
+/// [`BENCH_SIZES`].
+fn time_jobs(
+    example: &Path,
+    sizes: &[String],
+    out: &Path,
+    rounds: usize,
+) -> anyhow::Result<Vec<Vec<Vec<f64>>>> {
+    let jobs = JOBS;
     // [job][size] -> every round's median µs.
     let mut figures = vec![vec![Vec::new(); BENCH_SIZES.len()]; jobs.len()];
     for round in 0..rounds.max(1) {
@@ -31,7 +53,7 @@ pub(super) fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
             let at_job = (offset + round) % jobs.len();
             let (processes, transport) = jobs[at_job];
             let mut job = mpirun(processes, transport);
-            job.arg(&example).args(&sizes);
+            job.arg(example).args(sizes);
             let ran = run_limited(
                 job,
                 &format!(
@@ -51,6 +73,11 @@ pub(super) fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
             }
         }
     }
+    Ok(figures)
+}
+
+/// The markdown table and the JSON rows of the timed figures.
+fn tables(figures: &[Vec<Vec<f64>>]) -> (String, Vec<serde_json::Value>) {
     let summary = |samples: &[f64]| -> (f64, f64, f64) {
         let mut sorted = samples.to_vec();
         sorted.sort_by(f64::total_cmp);
@@ -93,12 +120,5 @@ pub(super) fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
             "two_processes_tcp_us": figures[2][at],
         }));
     }
-    std::fs::write(out.join("mpi.md"), &md)?;
-    std::fs::write(
-        out.join("mpi.json"),
-        serde_json::to_string_pretty(&serde_json::json!({ "rounds": rounds, "sizes": json }))?,
-    )?;
-    print!("{md}");
-    eprintln!("{TASK}: wrote {}", out.join("mpi.md").display());
-    Ok(())
+    (md, json)
 }

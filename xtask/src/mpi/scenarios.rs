@@ -261,26 +261,7 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<()> {
         .stderr(log)
         .spawn()
         .context("starting mpirun")?;
-    let started = std::time::Instant::now();
-    let checkpoints = run.join("checkpoints");
-    let first = loop {
-        let found = std::fs::read_dir(&checkpoints)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                // Rank 0's checkpoint, written after every rank's part.
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.ends_with(".ember") && !name.contains(".rank")
-            });
-        if found {
-            break true;
-        }
-        if child.try_wait()?.is_some() || started.elapsed() > std::time::Duration::from_secs(120) {
-            break false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
+    let first = wait_for_first_checkpoint(&mut child, &run)?;
     ensure!(first, "the job ended or hung before its first checkpoint");
     let victim = rank_process(&run, 1).context("finding rank 1's process")?;
     let killed = Command::new("kill")
@@ -327,6 +308,31 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<()> {
         ran.elapsed.as_secs_f64()
     );
     Ok(())
+}
+
+/// Waits until rank 0's first checkpoint of the job writing `run` is there (`true`), or the
+/// job has ended or two minutes have passed (`false`).
+fn wait_for_first_checkpoint(child: &mut std::process::Child, run: &Path) -> anyhow::Result<bool> {
+    let started = std::time::Instant::now();
+    let checkpoints = run.join("checkpoints");
+    Ok(loop {
+        let found = std::fs::read_dir(&checkpoints)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                // Rank 0's checkpoint, written after every rank's part.
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.ends_with(".ember") && !name.contains(".rank")
+            });
+        if found {
+            break true;
+        }
+        if child.try_wait()?.is_some() || started.elapsed() > std::time::Duration::from_secs(120) {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    })
 }
 
 /// The process id of rank `rank` of the `ember train` job writing `logdir`, found by its
