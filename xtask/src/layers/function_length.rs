@@ -1,41 +1,96 @@
-//! The length rule for the Trainer's loop: no function in `crates/ember/src/trainer/` is longer
-//! than [`MAX_LINES`], so that each phase of a run (start, a step, a checkpoint, an epoch's
-//! end, the finish) stays a function a reader can find by name and read whole.
+//! The length rule: no function in any workspace crate's `src` (each `crates/*/src`,
+//! `xtask/src` and `tests/src`; generated code in a `generated/` folder aside) is longer than
+//! [`MAX_LINES`], so that each step of a job stays a function a reader can find by name and
+//! read whole.
 //!
 //! A function's length is counted from the line of its `fn` to the line of its closing brace,
 //! on tokens (comments and literals left out); declarations without a body do not count.
+//!
+//! A longer function is let through only where a comment directly above it (among its doc
+//! comments and attributes, no blank line between) says why: `// length: <why>`, the why not
+//! empty. It is for the rare function that is one thing read best whole (a long table, a test
+//! that is one scenario top to bottom), never for one that does several jobs. An exception on a
+//! function within the limit is reported too, so that none outlives its reason.
 
 use std::path::Path;
 
-use crate::module_cycles::read_sources;
 use crate::module_cycles::tokens::{Token, tokens};
+use crate::module_cycles::{read_sources, source_roots};
 
-/// The folders the rule holds in, relative to the workspace root.
-pub(crate) const RULED: [&str; 1] = ["crates/ember/src/trainer"];
-
-/// The most lines a function there may take.
+/// The most lines a function may take.
 pub(crate) const MAX_LINES: usize = 80;
 
-/// A problem line for every function over [`MAX_LINES`] in the [`RULED`] folders.
-pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
-    let mut problems = Vec::new();
-    for folder in RULED {
-        for file in read_sources(&root.join(folder))? {
-            for (name, line, lines) in long_functions(&file.text, MAX_LINES) {
-                problems.push(format!(
-                    "{folder}/{}:{line}: `fn {name}` is {lines} lines (at most {MAX_LINES})",
-                    file.path.display()
-                ));
-            }
-        }
-    }
-    Ok(problems)
+/// The comment that lets a function be longer, followed by why.
+const EXCEPTION: &str = "// length:";
+
+/// A function let through over [`MAX_LINES`] by its `// length:` comment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Exception {
+    /// `crates/ember/src/read/scan.rs:12: `fn name` is 95 lines`.
+    pub(crate) place: String,
+    pub(crate) why: String,
 }
 
-/// Every function of `text` longer than `max` lines: its name, first line and length.
-fn long_functions(text: &str, max: usize) -> Vec<(String, usize, usize)> {
+/// What the rule finds in the workspace: problem lines, and the functions let through.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    pub(crate) problems: Vec<String>,
+    pub(crate) exceptions: Vec<Exception>,
+}
+
+/// Checks every crate's `src` under `root`.
+pub(crate) fn check(root: &Path) -> anyhow::Result<Findings> {
+    let mut findings = Findings::default();
+    for src in source_roots(root)? {
+        for file in read_sources(&root.join(&src))? {
+            let path = src.join(&file.path);
+            let path = path.display().to_string().replace('\\', "/");
+            check_text(&path, &file.text, MAX_LINES, &mut findings);
+        }
+    }
+    Ok(findings)
+}
+
+/// Adds what `text` (the file at `path`) holds against a limit of `max` lines to `findings`.
+fn check_text(path: &str, text: &str, max: usize, findings: &mut Findings) {
+    let lines: Vec<&str> = text.lines().collect();
+    for function in functions(text) {
+        let place = format!(
+            "{path}:{}: `fn {}` is {} lines",
+            function.line, function.name, function.lines
+        );
+        let over = function.lines > max;
+        match (exception_above(&lines, function.line), over) {
+            (None, false) => {}
+            (None, true) => findings.problems.push(format!(
+                "{place} (at most {max}; a longer one says why in a `{EXCEPTION} <why>` comment \
+                 above it)"
+            )),
+            (Some(why), true) if !why.is_empty() => {
+                findings.exceptions.push(Exception { place, why });
+            }
+            (Some(_), true) => findings.problems.push(format!(
+                "{place} (at most {max}) and its `{EXCEPTION}` comment gives no reason"
+            )),
+            (Some(_), false) => findings.problems.push(format!(
+                "{place}, within {max}: its `{EXCEPTION}` comment is no longer needed"
+            )),
+        }
+    }
+}
+
+/// A function with a body: its name, the line of its `fn` and how many lines it spans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Function {
+    name: String,
+    line: usize,
+    lines: usize,
+}
+
+/// Every function of `text` that has a body.
+fn functions(text: &str) -> Vec<Function> {
     let tokens = tokens(text);
-    let mut long = Vec::new();
+    let mut found = Vec::new();
     for (i, (token, line)) in tokens.iter().enumerate() {
         let (Token::Ident(keyword), Some((Token::Ident(name), _))) = (token, tokens.get(i + 1))
         else {
@@ -45,13 +100,26 @@ fn long_functions(text: &str, max: usize) -> Vec<(String, usize, usize)> {
             continue;
         }
         if let Some(end) = body_end(&tokens[i + 2..]) {
-            let lines = end + 1 - line;
-            if lines > max {
-                long.push((name.clone(), *line, lines));
-            }
+            found.push(Function {
+                name: name.clone(),
+                line: *line,
+                lines: end + 1 - line,
+            });
         }
     }
-    long
+    found
+}
+
+/// The why of a `// length:` comment directly above the function whose `fn` is on line
+/// `fn_line` (1-based): the run of comment and attribute lines right above it is searched.
+fn exception_above(lines: &[&str], fn_line: usize) -> Option<String> {
+    lines[..fn_line.saturating_sub(1).min(lines.len())]
+        .iter()
+        .rev()
+        .map(|line| line.trim())
+        .take_while(|line| line.starts_with("//") || line.starts_with("#["))
+        .find_map(|line| line.strip_prefix(EXCEPTION))
+        .map(|why| why.trim().to_string())
 }
 
 /// The line of the brace that closes the body after a signature, or `None` for a declaration
@@ -81,6 +149,19 @@ fn body_end(after_name: &[(Token, usize)]) -> Option<usize> {
 mod tests {
     use super::*;
 
+    /// A function `name` of `body_lines` body lines, so `body_lines + 2` lines in all, with
+    /// `above` written on the lines right above it.
+    fn function(above: &str, name: &str, body_lines: usize) -> String {
+        let body = "    let x = 1;\n".repeat(body_lines);
+        format!("{above}fn {name}() {{\n{body}}}\n")
+    }
+
+    fn findings(text: &str, max: usize) -> Findings {
+        let mut findings = Findings::default();
+        check_text("src/lib.rs", text, max, &mut findings);
+        findings
+    }
+
     #[test]
     fn a_long_body_is_found_and_declarations_and_fn_types_are_not() {
         let body = "    let x = 1;\n".repeat(5);
@@ -92,13 +173,133 @@ mod tests {
         );
         // `long` spans its line, six body lines and the closing brace: 8; the braces inside
         // the string and the comment are not counted.
-        assert_eq!(long_functions(&text, 7), vec![("long".to_string(), 6, 8)]);
-        assert!(long_functions(&text, 8).is_empty());
+        let long: Vec<_> = functions(&text)
+            .into_iter()
+            .filter(|f| f.lines > 7)
+            .collect();
+        let expected = Function {
+            name: "long".to_string(),
+            line: 6,
+            lines: 8,
+        };
+        assert_eq!(long, vec![expected]);
+        assert_eq!(
+            findings(&text, 7).problems,
+            vec![
+                "src/lib.rs:6: `fn long` is 8 lines (at most 7; a longer one says why in a \
+                 `// length: <why>` comment above it)"
+                    .to_string()
+            ]
+        );
+        assert!(findings(&text, 8).problems.is_empty());
     }
 
     #[test]
-    fn no_function_of_the_trainer_is_over_the_limit() {
+    fn an_exception_with_a_reason_lets_a_long_function_through_and_is_named() {
+        let above = "/// Docs.\n// length: one scenario, read top to bottom\n#[test]\n";
+        let found = findings(&function(above, "scenario", 9), 10);
+        assert_eq!(found.problems, Vec::<String>::new());
+        assert_eq!(
+            found.exceptions,
+            vec![Exception {
+                place: "src/lib.rs:4: `fn scenario` is 11 lines".to_string(),
+                why: "one scenario, read top to bottom".to_string(),
+            }]
+        );
+    }
+
+    #[test]
+    fn an_exception_without_a_reason_is_refused() {
+        let found = findings(&function("// length:  \n", "bare", 9), 10);
+        assert_eq!(
+            found.problems,
+            vec![
+                "src/lib.rs:2: `fn bare` is 11 lines (at most 10) and its `// length:` comment \
+                 gives no reason"
+                    .to_string()
+            ]
+        );
+        assert!(found.exceptions.is_empty());
+    }
+
+    #[test]
+    fn an_exception_is_read_only_directly_above_its_function() {
+        // A blank line or code between the comment and the function ends the search.
+        for above in [
+            "// length: a table\n\n",
+            "// length: a table\nconst A: u8 = 1;\n",
+        ] {
+            let found = findings(&function(above, "table", 9), 10);
+            assert_eq!(found.problems.len(), 1, "{above:?}: {:?}", found.problems);
+            assert!(found.exceptions.is_empty());
+        }
+        // The exception of one function does not carry over to the next.
+        let text = function("// length: a table\n", "first", 9) + &function("", "second", 9);
+        let found = findings(&text, 10);
+        assert_eq!(found.exceptions.len(), 1);
+        assert_eq!(found.problems.len(), 1);
+        assert!(
+            found.problems[0].contains("`fn second`"),
+            "{:?}",
+            found.problems
+        );
+    }
+
+    #[test]
+    fn an_exception_on_a_short_function_is_reported_as_stale() {
+        let found = findings(&function("// length: it used to be long\n", "short", 3), 10);
+        assert_eq!(
+            found.problems,
+            vec![
+                "src/lib.rs:2: `fn short` is 5 lines, within 10: its `// length:` comment is no \
+                 longer needed"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn generated_code_is_not_ruled() {
+        let root = tempfile::tempdir().expect("a tempdir");
+        let src = root.path().join("crates/made/src");
+        std::fs::create_dir_all(src.join("generated")).expect("the folders");
+        std::fs::write(
+            src.join("generated/proto.rs"),
+            function("", "generated", 200),
+        )
+        .expect("the generated file");
+        std::fs::write(src.join("lib.rs"), function("", "written", 200)).expect("the lib");
+        let found = check(root.path()).expect("the check runs");
+        assert_eq!(
+            found.problems,
+            vec![
+                "crates/made/src/lib.rs:1: `fn written` is 202 lines (at most 80; a longer one \
+                 says why in a `// length: <why>` comment above it)"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn the_split_crates_have_no_function_over_the_limit() {
         let root = crate::workspace_root();
-        assert_eq!(check(&root).expect("the check runs"), Vec::<String>::new());
+        let found = check(&root).expect("the check runs");
+        // `cargo xtask layers` holds the whole workspace; this holds the folders already split,
+        // each crate's src read from the workspace as the rule reads it.
+        let split = [
+            "crates/ember-pack/src/",
+            "crates/ember-pool/src/",
+            "crates/ember-step/src/",
+            "crates/ember-collective/src/",
+            "crates/ember/src/read/",
+            "crates/ember/src/trainer/",
+            "xtask/src/",
+        ];
+        let problems: Vec<_> = found
+            .problems
+            .iter()
+            .filter(|p| split.iter().any(|folder| p.starts_with(folder)))
+            .collect();
+        assert_eq!(problems, Vec::<&String>::new());
     }
 }
