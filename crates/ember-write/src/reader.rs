@@ -245,6 +245,16 @@ impl<R: Read> RecordReader<R> {
         }
     }
 
+    /// Ends the reading at a record cut short: `available` bytes of the `needed`.
+    fn truncated(&mut self, offset: u64, available: u64, needed: u64) -> ReadProblem {
+        self.done = true;
+        ReadProblem::Truncated {
+            offset,
+            available,
+            needed,
+        }
+    }
+
     fn next_item(&mut self) -> Option<Result<RawRecord, ReadProblem>> {
         if self.done {
             return None;
@@ -259,12 +269,7 @@ impl<R: Read> RecordReader<R> {
             return None;
         }
         if avail < HEADER_LEN {
-            self.done = true;
-            return Some(Err(ReadProblem::Truncated {
-                offset,
-                available: avail as u64,
-                needed: HEADER_LEN as u64,
-            }));
+            return Some(Err(self.truncated(offset, avail as u64, HEADER_LEN as u64)));
         }
         let Some(len) = self.header_at_start() else {
             return Some(
@@ -292,24 +297,15 @@ impl<R: Read> RecordReader<R> {
             .ok()
             .and_then(|n| Some((n, n.checked_add(HEADER_LEN + 4)?)))
         else {
-            self.done = true;
-            return Some(Err(ReadProblem::Truncated {
-                offset,
-                available: self.available() as u64,
-                needed: len.saturating_add((HEADER_LEN + 4) as u64),
-            }));
+            let needed = len.saturating_add((HEADER_LEN + 4) as u64);
+            return Some(Err(self.truncated(offset, self.available() as u64, needed)));
         };
         let avail = match self.fill(total) {
             Ok(a) => a,
             Err(source) => return Some(Err(self.io_problem(source))),
         };
         if avail < total {
-            self.done = true;
-            return Some(Err(ReadProblem::Truncated {
-                offset,
-                available: avail as u64,
-                needed: total as u64,
-            }));
+            return Some(Err(self.truncated(offset, avail as u64, total as u64)));
         }
         let data_start = self.start + HEADER_LEN;
         let data = &self.buf[data_start..data_start + data_len];

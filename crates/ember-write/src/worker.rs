@@ -284,11 +284,46 @@ impl Worker {
     }
 
     fn pack_batch(&mut self, batch: &[Record], plan: &[NewTags]) -> Vec<Result<Packed, String>> {
+        let buffers = self.spare_buffers(batch);
+        let parallel = packs_in_parallel(batch) && self.pack_threads > 1;
+        if parallel {
+            self.start_pack_pool();
+        }
         let packer = &*self.packer;
         let empty = &self.empty;
-        // The buffers of large events written before, for the records whose
-        // summary event will be large (raw tensors; the other heavy values pack
-        // small). None kept, none to look for: scalars pass untouched.
+        if parallel && let Some(pool) = &self.pack_pool {
+            self.shared.parallel_batch();
+            let mut buffers = buffers;
+            buffers.resize_with(batch.len(), Vec::new);
+            return pool.install(|| {
+                batch
+                    .par_iter()
+                    .zip(plan.par_iter())
+                    .zip(buffers.into_par_iter())
+                    .map(|((r, tags), buffer)| {
+                        pack_caught(packer, r, tags, empty, buffer).map(Packed::new)
+                    })
+                    .collect()
+            });
+        }
+        batch
+            .iter()
+            .zip(plan)
+            .zip(buffers.into_iter().chain(std::iter::repeat_with(Vec::new)))
+            // On this thread the writer computes the CRCs as it frames.
+            .map(|((r, tags), buffer)| {
+                pack_caught(packer, r, tags, empty, buffer).map(|record| Packed {
+                    record,
+                    crcs: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    /// The buffers of large events written before, for the records whose summary event will be
+    /// large (raw tensors; the other heavy values pack small). None kept, none to look for:
+    /// scalars pass untouched. The buffers not handed out are dropped.
+    fn spare_buffers(&mut self, batch: &[Record]) -> Vec<Vec<u8>> {
         let buffers: Vec<Vec<u8>> = if self.ctx.spare.is_empty() {
             Vec::new()
         } else {
@@ -312,59 +347,26 @@ impl Worker {
                 .collect()
         };
         self.ctx.spare.clear();
-        let heavy = batch
-            .iter()
-            .flat_map(|r| r.values())
-            .filter(|(_, v)| is_heavy(v))
-            .take(PARALLEL_MIN_HEAVY)
-            .count();
-        let parallel = (batch.len() > 1 && heavy >= PARALLEL_MIN_HEAVY)
-            || batch
-                .iter()
-                .flat_map(|r| r.values())
-                .any(|(_, v)| splits(v));
-        if parallel && self.pack_threads > 1 {
-            if self.pack_pool.is_none() {
-                match rayon::ThreadPoolBuilder::new()
-                    .num_threads(self.pack_threads)
-                    .thread_name(|i| format!("ember-pack-{i}"))
-                    .build()
-                {
-                    Ok(pool) => self.pack_pool = Some(pool),
-                    Err(e) => {
-                        log::warn!("ember-write: no packing threads ({e}); packing serially");
-                        self.pack_threads = 1;
-                    }
-                }
-            }
-            if let Some(pool) = &self.pack_pool {
-                self.shared.parallel_batch();
-                let mut buffers = buffers;
-                buffers.resize_with(batch.len(), Vec::new);
-                return pool.install(|| {
-                    batch
-                        .par_iter()
-                        .zip(plan.par_iter())
-                        .zip(buffers.into_par_iter())
-                        .map(|((r, tags), buffer)| {
-                            pack_caught(packer, r, tags, empty, buffer).map(Packed::new)
-                        })
-                        .collect()
-                });
+        buffers
+    }
+
+    /// Starts the packing threads the first time a batch needs them; where they cannot start,
+    /// packing goes on serially.
+    fn start_pack_pool(&mut self) {
+        if self.pack_pool.is_some() {
+            return;
+        }
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(self.pack_threads)
+            .thread_name(|i| format!("ember-pack-{i}"))
+            .build()
+        {
+            Ok(pool) => self.pack_pool = Some(pool),
+            Err(e) => {
+                log::warn!("ember-write: no packing threads ({e}); packing serially");
+                self.pack_threads = 1;
             }
         }
-        batch
-            .iter()
-            .zip(plan)
-            .zip(buffers.into_iter().chain(std::iter::repeat_with(Vec::new)))
-            // On this thread the writer computes the CRCs as it frames.
-            .map(|((r, tags), buffer)| {
-                pack_caught(packer, r, tags, empty, buffer).map(|record| Packed {
-                    record,
-                    crcs: Vec::new(),
-                })
-            })
-            .collect()
     }
 
     fn write_batch(&mut self, batch: &[Record]) {
@@ -577,4 +579,19 @@ impl Worker {
             }
         }
     }
+}
+
+/// Whether a batch is worth packing on threads: enough heavy values, or one that splits.
+fn packs_in_parallel(batch: &[Record]) -> bool {
+    let heavy = batch
+        .iter()
+        .flat_map(|r| r.values())
+        .filter(|(_, v)| is_heavy(v))
+        .take(PARALLEL_MIN_HEAVY)
+        .count();
+    (batch.len() > 1 && heavy >= PARALLEL_MIN_HEAVY)
+        || batch
+            .iter()
+            .flat_map(|r| r.values())
+            .any(|(_, v)| splits(v))
 }

@@ -393,27 +393,6 @@ mod tests {
         assert!(!BucketSnapshot::is_one("f 00 1\n"));
 
         // A resume killed between any two of the rollback's writes: the next one finishes it.
-        let after = |bucket: &Bucket| {
-            bucket
-                .put(&format!("{tb}.00000002"), b"two".to_vec())
-                .unwrap();
-            bucket
-                .put(&format!("{tb}.00000003"), b"three".to_vec())
-                .unwrap();
-            bucket.put("export_1/w.npy", b"x".to_vec()).unwrap();
-            bucket.put(PROJECTOR_CONFIG, b"config b".to_vec()).unwrap();
-        };
-        let whole = |bucket: &Bucket| -> Vec<(String, Vec<u8>)> {
-            bucket
-                .list()
-                .unwrap()
-                .into_iter()
-                .map(|l| {
-                    let bytes = bucket.get(&l.name).unwrap().unwrap();
-                    (l.name, bytes)
-                })
-                .collect()
-        };
         let expected = whole(&bucket);
         // The rollback's writes in its order: the later objects newest name first, then the
         // config; killed after `done` of them.
@@ -424,12 +403,37 @@ mod tests {
         ];
         later.sort();
         for done in 0..=later.len() {
-            after(&bucket);
+            write_after_the_checkpoint(&bucket, tb);
             for name in later.iter().rev().take(done) {
                 bucket.delete(name).unwrap();
             }
             snapshot.restore(&bucket, &exclude, alone).unwrap();
             assert_eq!(whole(&bucket), expected, "killed after {done} write(s)");
         }
+    }
+
+    /// What a run writes after its checkpoint: two more segments, an export and a new config.
+    fn write_after_the_checkpoint(bucket: &Bucket, tb: &str) {
+        bucket
+            .put(&format!("{tb}.00000002"), b"two".to_vec())
+            .unwrap();
+        bucket
+            .put(&format!("{tb}.00000003"), b"three".to_vec())
+            .unwrap();
+        bucket.put("export_1/w.npy", b"x".to_vec()).unwrap();
+        bucket.put(PROJECTOR_CONFIG, b"config b".to_vec()).unwrap();
+    }
+
+    /// Every object of `bucket` with its bytes, in name order.
+    fn whole(bucket: &Bucket) -> Vec<(String, Vec<u8>)> {
+        bucket
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|l| {
+                let bytes = bucket.get(&l.name).unwrap().unwrap();
+                (l.name, bytes)
+            })
+            .collect()
     }
 }
