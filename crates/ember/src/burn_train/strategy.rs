@@ -151,6 +151,14 @@ impl PoolStrategy {
         }
     }
 
+    /// The pool's options: the step timeout, if one is set.
+    fn pool_options(&self) -> PoolOptions {
+        match self.step_timeout {
+            Some(timeout) => PoolOptions::default().step_timeout(timeout),
+            None => PoolOptions::default(),
+        }
+    }
+
     /// Fails burn's interrupter with `error` (as `TrainingError::Workers` when it names
     /// devices) and keeps the typed error for [`take_error`](Self::take_error).
     fn fail(&self, interrupter: &Interrupter, error: PoolStrategyError) {
@@ -330,6 +338,14 @@ fn valid_epoch<M: LearnerModel>(
     interrupter.fail_on_error(events.flush());
 }
 
+/// Says why training stopped, where burn's interrupter was given a reason.
+fn log_interruption(interrupter: &Interrupter) {
+    if let Some(interruption) = interrupter.interruption() {
+        let reason = interruption.reason.as_deref().unwrap_or("reason unknown");
+        log::info!("training interrupted: {reason}");
+    }
+}
+
 impl<M> SupervisedLearningStrategy<M> for PoolStrategy
 where
     M: LearnerModel,
@@ -348,10 +364,7 @@ where
         if let Ok(mut slot) = self.error.lock() {
             *slot = None;
         }
-        let options = match self.step_timeout {
-            Some(timeout) => PoolOptions::default().step_timeout(timeout),
-            None => PoolOptions::default(),
-        };
+        let options = self.pool_options();
         let accumulation = components.grad_accumulation.unwrap_or(1);
         let mut driver = match Driver::new(
             &self.devices,
@@ -388,10 +401,7 @@ where
                 &interrupter,
             );
             if interrupter.should_stop() {
-                if let Some(interruption) = interrupter.interruption() {
-                    let reason = interruption.reason.as_deref().unwrap_or("reason unknown");
-                    log::info!("training interrupted: {reason}");
-                }
+                log_interruption(&interrupter);
                 break;
             }
 

@@ -47,32 +47,11 @@ impl Summaries {
                         value: f64::from(x),
                     },
                 ),
-                Some(V::Histo(h)) => {
-                    let mut left = h.min;
-                    let buckets = h
-                        .bucket_limit
-                        .iter()
-                        .zip(&h.bucket)
-                        .map(|(&right, &count)| {
-                            let bucket = (left, right, count);
-                            left = right;
-                            bucket
-                        })
-                        .collect();
-                    push(
-                        &mut self.histograms,
-                        tag,
-                        HistogramPoint {
-                            step,
-                            wall_time,
-                            min: h.min,
-                            max: h.max,
-                            count: h.num,
-                            sum: h.sum,
-                            buckets,
-                        },
-                    );
-                }
+                Some(V::Histo(h)) => push(
+                    &mut self.histograms,
+                    tag,
+                    histogram_point((step, wall_time), &h),
+                ),
                 Some(V::Image(image)) => push(
                     &mut self.images,
                     tag,
@@ -174,5 +153,30 @@ impl Summaries {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// A histogram value's point: each bucket from the previous bucket's limit (the first from the
+/// minimum) to its own.
+fn histogram_point((step, wall_time): (i64, f64), h: &tbp::HistogramProto) -> HistogramPoint {
+    let mut left = h.min;
+    let buckets = h
+        .bucket_limit
+        .iter()
+        .zip(&h.bucket)
+        .map(|(&right, &count)| {
+            let bucket = (left, right, count);
+            left = right;
+            bucket
+        })
+        .collect();
+    HistogramPoint {
+        step,
+        wall_time,
+        min: h.min,
+        max: h.max,
+        count: h.num,
+        sum: h.sum,
+        buckets,
     }
 }

@@ -190,19 +190,11 @@ impl SummaryRecordBuilder {
     /// process or another, fails with [`SummaryError::Locked`] naming the holder's pid, before
     /// it writes anything.
     pub fn build(self) -> Result<SummaryRecord, SummaryError> {
-        let mut options = self.options;
-        if options.log_dir.as_os_str().is_empty() {
+        if self.options.log_dir.as_os_str().is_empty() {
             return Err(SummaryError::EmptyLogDir);
         }
-        let (rank, world_size) = match self.rank {
-            Some(rank) => rank,
-            None => rank_from_env()?,
-        };
-        if rank >= world_size {
-            return Err(SummaryError::Rank(format!(
-                "rank {rank} is not below the world size {world_size}"
-            )));
-        }
+        let (rank, world_size) = self.rank_and_world_size()?;
+        let mut options = self.options;
         if world_size > 1 && self.rank_layout == RankLayout::Directory {
             options.log_dir.push(format!("rank_{rank}"));
         }
@@ -216,19 +208,7 @@ impl SummaryRecordBuilder {
             return Err(SummaryError::RemoteUnsupported(url));
         }
         #[cfg(feature = "object-store")]
-        let remote = match url {
-            Some(url) => {
-                let remote = super::remote::Remote::start(
-                    &url,
-                    self.remote_budget,
-                    options.full_queue,
-                    self.remote_wait,
-                )?;
-                options.log_dir = remote.staging().to_path_buf();
-                Some(remote)
-            }
-            None => None,
-        };
+        let remote = start_remote(url, self.remote_budget, self.remote_wait, &mut options)?;
         if log_dir.exists() && !log_dir.is_dir() {
             return Err(SummaryError::LogDirNotADirectory(log_dir));
         }
@@ -276,6 +256,37 @@ impl SummaryRecordBuilder {
             remote,
         })
     }
+
+    /// This record's rank and the world size: as given, or read from the environment.
+    fn rank_and_world_size(&self) -> Result<(u32, u32), SummaryError> {
+        let (rank, world_size) = match self.rank {
+            Some(rank) => rank,
+            None => rank_from_env()?,
+        };
+        if rank >= world_size {
+            return Err(SummaryError::Rank(format!(
+                "rank {rank} is not below the world size {world_size}"
+            )));
+        }
+        Ok((rank, world_size))
+    }
+}
+
+/// For a bucket `url`, starts shipping to it, the writers then writing into its staging
+/// directory.
+#[cfg(feature = "object-store")]
+fn start_remote(
+    url: Option<String>,
+    budget: u64,
+    wait: ember_write::remote::Wait,
+    options: &mut WriterOptions,
+) -> Result<Option<super::remote::Remote>, SummaryError> {
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    let remote = super::remote::Remote::start(&url, budget, options.full_queue, wait)?;
+    options.log_dir = remote.staging().to_path_buf();
+    Ok(Some(remote))
 }
 
 fn rank_from_env() -> Result<(u32, u32), SummaryError> {
