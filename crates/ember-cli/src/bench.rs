@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use ember::pack::{ImageLayout, TensorValue};
-use ember::{Plugin, SummaryRecord};
+use ember::{Plugin, SummaryError, SummaryRecord};
 use serde_json::json;
 
 use crate::format_arg::FormatArg;
@@ -162,31 +162,8 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
 
     let started = Instant::now();
     for step in 0..args.n {
-        let s = step as f64;
-        let at = step as i64;
-        let result = match workload {
-            WorkloadArg::Scalars => summary.add_scalar("loss", 1.0 / (s + 1.0), at),
-            WorkloadArg::Scalars10 => tags
-                .iter()
-                .enumerate()
-                .try_for_each(|(k, tag)| summary.add_scalar(tag, 1.0 / (s + 1.0 + k as f64), at)),
-            WorkloadArg::Scalars10Record => tags
-                .iter()
-                .enumerate()
-                .try_for_each(|(k, tag)| {
-                    summary.add_value(Plugin::Scalar, tag, 1.0 / (s + 1.0 + k as f64))
-                })
-                .and_then(|()| summary.record(at)),
-            WorkloadArg::Hist => summary.add_histogram("w", &values[..], at),
-            WorkloadArg::Image => summary.add_image(
-                "img",
-                TensorValue::from_slice(&values, data::IMAGE_SHAPE),
-                ImageLayout::Chw,
-                at,
-            ),
-            WorkloadArg::Tensor => summary.add_tensor("t", &values[..], at),
-        };
-        result.with_context(|| format!("writing step {step}"))?;
+        write_step(&mut summary, workload, &tags, &values, step)
+            .with_context(|| format!("writing step {step}"))?;
         if args
             .flush_every
             .is_some_and(|every| (step + 1) % every == 0)
@@ -217,6 +194,40 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
         "bytes": bytes,
     }));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The calls a user makes for one step of `workload`.
+fn write_step(
+    summary: &mut SummaryRecord,
+    workload: WorkloadArg,
+    tags: &[String],
+    values: &[f32],
+    step: u64,
+) -> Result<(), SummaryError> {
+    let s = step as f64;
+    let at = step as i64;
+    match workload {
+        WorkloadArg::Scalars => summary.add_scalar("loss", 1.0 / (s + 1.0), at),
+        WorkloadArg::Scalars10 => tags
+            .iter()
+            .enumerate()
+            .try_for_each(|(k, tag)| summary.add_scalar(tag, 1.0 / (s + 1.0 + k as f64), at)),
+        WorkloadArg::Scalars10Record => tags
+            .iter()
+            .enumerate()
+            .try_for_each(|(k, tag)| {
+                summary.add_value(Plugin::Scalar, tag, 1.0 / (s + 1.0 + k as f64))
+            })
+            .and_then(|()| summary.record(at)),
+        WorkloadArg::Hist => summary.add_histogram("w", values, at),
+        WorkloadArg::Image => summary.add_image(
+            "img",
+            TensorValue::from_slice(values, data::IMAGE_SHAPE),
+            ImageLayout::Chw,
+            at,
+        ),
+        WorkloadArg::Tensor => summary.add_tensor("t", values, at),
+    }
 }
 
 /// `n` read passes over the histogram input: every 64-bit word folded into eight XOR lanes (a

@@ -294,36 +294,10 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
     let devices: Vec<burn::tensor::Device> = opened.iter().map(|o| o.device.clone()).collect();
     let main = devices[0].clone();
 
-    let subset = args.subset.map(|n| n as usize);
-    let (train, test) = digits::split(
-        digits::load()?,
-        crate::train::SPLIT_SEED,
-        subset,
-        crate::train::TEST_FRACTION,
-    );
     let batch_size = usize::from(args.batch_size);
-    let loader = |digits: Vec<digits::Digit>, shuffle: bool| -> Arc<dyn DataLoader<DigitBatch>> {
-        let builder = DataLoaderBuilder::new(DigitBatcher)
-            .batch_size(batch_size)
-            .set_device(main.clone());
-        let builder = if shuffle {
-            builder.shuffle(crate::train::SPLIT_SEED)
-        } else {
-            builder
-        };
-        builder.build(InMemDataset::new(digits))
-    };
-    let train_examples = train.len();
-    let (train_loader, valid_loader) = (loader(train, true), loader(test, false));
-
+    let (train_examples, train_loader, valid_loader) = digit_loaders(&args, &main)?;
     let width = args.width as usize;
-    let model = match args.model {
-        ModelArg::Digits => ScalingModel::perceptron(&[PIXELS, width, CLASSES], &main),
-        ModelArg::Deep => ScalingModel::perceptron(&[PIXELS, width, width, width, CLASSES], &main),
-        ModelArg::Conv => ScalingModel::convolutional(width, &main),
-    };
-    // Burn draws parameters on first use: drawn here, outside the time, for every side.
-    model.visit(&mut Materialize);
+    let model = scaling_model(args.model, width, &main);
     let parameters = model.num_params();
     let epochs = usize::from(args.epochs);
     let lr = 1e-3;
@@ -332,42 +306,15 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let outcome: anyhow::Result<()> = match args.side {
         Side::Ember => {
-            let mut summary = args
-                .summaries
-                .as_ref()
-                .map(SummaryRecord::new)
-                .transpose()
-                .context("cannot open the summary directory")?;
-            let steps = Arc::new(Mutex::new(StepTotals::default()));
-            let seen = steps.clone();
-            let trainer = Trainer::new(
+            let (result, steps) = ember_side(
+                &args,
                 devices,
-                AdamConfig::new().init(),
-                lr,
-                TrainerConfig {
-                    epochs,
-                    histogram_every: summary.is_some().then_some(50),
-                    worker_threads: args.worker_threads,
-                    ..TrainerConfig::default()
-                },
-            )
-            .on_step(move |report| {
-                if let Ok(mut steps) = seen.lock() {
-                    steps.add(report);
-                }
-            });
-            let trainer = joined(trainer, &mut job);
-            let result = trainer
-                .fit(model, train_loader, Some(valid_loader), summary.as_mut())
-                .map(drop)
-                .map_err(anyhow::Error::from);
-            if let Some(mut summary) = summary {
-                summary.close()?;
-            }
-            totals = steps
-                .lock()
-                .ok()
-                .map(|mut steps| std::mem::take(&mut *steps));
+                (epochs, lr),
+                model,
+                (train_loader, valid_loader),
+                &mut job,
+            )?;
+            totals = steps;
             result
         }
         side if job.size() > 1 => Err(anyhow::anyhow!(
@@ -401,17 +348,7 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
         "ranks": job.size(),
     });
     match outcome {
-        Ok(()) => {
-            line["seconds"] = json!(seconds);
-            line["examples_per_second"] = json!(examples as f64 / seconds);
-            if let Some(totals) = totals.filter(|t| t.steps > 0 && t.step > 0.0) {
-                line["steps"] = json!(totals.steps);
-                line["step_seconds"] = json!(totals.step);
-                line["outside_share"] = json!(1.0 - totals.device / totals.step);
-                line["reduce_share"] = json!(totals.reduce / totals.step);
-                line["optimizer_share"] = json!(totals.optimizer / totals.step);
-            }
-        }
+        Ok(()) => add_figures(&mut line, seconds, examples, totals),
         Err(error) => line["error"] = json!(format!("{error:#}")),
     }
     // Every rank trained the job's examples together; rank 0 reports them.
@@ -419,6 +356,119 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
         println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The digits split into training and test sets (the first `--subset` of them), each in a
+/// loader of `--batch-size` batches on `main`, the training set's shuffled; and how many
+/// examples the training set holds.
+fn digit_loaders(
+    args: &ScalingArgs,
+    main: &burn::tensor::Device,
+) -> anyhow::Result<(usize, Loader, Loader)> {
+    let subset = args.subset.map(|n| n as usize);
+    let (train, test) = digits::split(
+        digits::load()?,
+        crate::train::SPLIT_SEED,
+        subset,
+        crate::train::TEST_FRACTION,
+    );
+    let batch_size = usize::from(args.batch_size);
+    let loader = |digits: Vec<digits::Digit>, shuffle: bool| -> Loader {
+        let builder = DataLoaderBuilder::new(DigitBatcher)
+            .batch_size(batch_size)
+            .set_device(main.clone());
+        let builder = if shuffle {
+            builder.shuffle(crate::train::SPLIT_SEED)
+        } else {
+            builder
+        };
+        builder.build(InMemDataset::new(digits))
+    };
+    let train_examples = train.len();
+    Ok((train_examples, loader(train, true), loader(test, false)))
+}
+
+/// The model `--model` names at `width`, its parameters drawn.
+fn scaling_model(model: ModelArg, width: usize, main: &burn::tensor::Device) -> ScalingModel {
+    let model = match model {
+        ModelArg::Digits => ScalingModel::perceptron(&[PIXELS, width, CLASSES], main),
+        ModelArg::Deep => ScalingModel::perceptron(&[PIXELS, width, width, width, CLASSES], main),
+        ModelArg::Conv => ScalingModel::convolutional(width, main),
+    };
+    // Burn draws parameters on first use: drawn here, outside the time, for every side.
+    model.visit(&mut Materialize);
+    model
+}
+
+/// A loader of digit batches.
+type Loader = Arc<dyn DataLoader<DigitBatch>>;
+
+/// ember's side: the Trainer, with its own summaries where asked; how the training went, and
+/// the totals of its step reports. Opening or closing the summaries fails the whole run.
+fn ember_side(
+    args: &ScalingArgs,
+    devices: Vec<burn::tensor::Device>,
+    (epochs, lr): (usize, f64),
+    model: ScalingModel,
+    (train, valid): (Loader, Loader),
+    job: &mut crate::job::Job,
+) -> anyhow::Result<(anyhow::Result<()>, Option<StepTotals>)> {
+    let mut summary = args
+        .summaries
+        .as_ref()
+        .map(SummaryRecord::new)
+        .transpose()
+        .context("cannot open the summary directory")?;
+    let steps = Arc::new(Mutex::new(StepTotals::default()));
+    let seen = steps.clone();
+    let trainer = Trainer::new(
+        devices,
+        AdamConfig::new().init(),
+        lr,
+        TrainerConfig {
+            epochs,
+            histogram_every: summary.is_some().then_some(50),
+            worker_threads: args.worker_threads,
+            ..TrainerConfig::default()
+        },
+    )
+    .on_step(move |report| {
+        if let Ok(mut steps) = seen.lock() {
+            steps.add(report);
+        }
+    });
+    let trainer = joined(trainer, job);
+    let result = trainer
+        .fit(model, train, Some(valid), summary.as_mut())
+        .map(drop)
+        .map_err(anyhow::Error::from);
+    if let Some(mut summary) = summary {
+        summary.close()?;
+    }
+    let totals = steps
+        .lock()
+        .ok()
+        .map(|mut steps| std::mem::take(&mut *steps));
+    Ok((result, totals))
+}
+
+/// A finished run's figures: its time, its examples per second and, where the Trainer reported
+/// its steps, the shares of a step outside the devices, in the reduction and in the optimizer.
+fn add_figures(
+    line: &mut serde_json::Value,
+    seconds: f64,
+    examples: usize,
+    totals: Option<StepTotals>,
+) {
+    line["seconds"] = json!(seconds);
+    line["examples_per_second"] = json!(examples as f64 / seconds);
+    if let Some(totals) = totals.filter(|t| t.steps > 0 && t.step > 0.0) {
+        line["steps"] = json!(totals.steps);
+        line["step_seconds"] = json!(totals.step);
+        line["outside_share"] = json!(1.0 - totals.device / totals.step);
+        line["reduce_share"] = json!(totals.reduce / totals.step);
+        line["optimizer_share"] = json!(totals.optimizer / totals.step);
+    }
 }
 
 /// `trainer` as this process's rank of the job `mpirun` started (the `mpi` feature), or as

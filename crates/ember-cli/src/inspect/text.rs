@@ -26,59 +26,10 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
             ));
             print_problems(&projector.problems);
         }
-        for file in &run.files {
-            files += 1;
-            records += file.records;
-            let name = file_name(&file.path);
-            let state = if file.problems.is_empty() {
-                "ok"
-            } else if file.problems.iter().any(|p| p.severity == Severity::Error) {
-                "DAMAGED"
-            } else {
-                "truncated tail"
-            };
-            crate::output::out(format!(
-                "  file {name}  [{} {}]  {} bytes, {} records, {state}",
-                file.kind.format(),
-                file.kind.content(),
-                file.bytes,
-                file.records
-            ));
-            print_problems(&file.problems);
-        }
-        let mut kinds: BTreeMap<&str, Vec<(&str, &TagStats)>> = BTreeMap::new();
-        for ((kind, tag), stats) in &run.tags {
-            kinds.entry(kind).or_default().push((tag, stats));
-        }
-        for (kind, tags) in kinds {
-            let values: usize = tags.iter().map(|(_, s)| s.count).sum();
-            crate::output::out(format!(
-                "  {kind}: {} tag(s), {values} value(s)",
-                tags.len()
-            ));
-            let width = tags.iter().map(|(t, _)| t.len()).max().unwrap_or(0);
-            for (tag, stats) in tags {
-                let steps = match stats.steps {
-                    Some((lo, hi)) => format!("steps {lo}..{hi}"),
-                    None => "no step".to_string(),
-                };
-                let mut line = format!("    {tag:<width$}  {:>6} x  {steps}", stats.count);
-                if let Some(s) = stats.scalar {
-                    line.push_str(&format!(
-                        "  first {} last {} min {} max {}",
-                        number(s.first),
-                        number(s.last),
-                        number(s.min),
-                        number(s.max)
-                    ));
-                }
-                if let Some(detail) = Detail::summarised(stats.first.as_ref(), stats.last.as_ref())
-                {
-                    line.push_str(&format!("  {}", detail.text()));
-                }
-                crate::output::out(line);
-            }
-        }
+        let (run_files, run_records) = print_files(run);
+        files += run_files;
+        records += run_records;
+        print_tags(run);
         if let Some(times) = step_times(run) {
             for line in times.to_string().lines() {
                 crate::output::out(format!("  {line}"));
@@ -97,6 +48,68 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
             "warning: {warnings} truncated tail(s): a file still being written, or cut by a \
              crash; the records before it are intact"
         );
+    }
+}
+
+/// Each file of `run` with its state and problems; how many files and valid records.
+fn print_files(run: &RunReport) -> (usize, usize) {
+    let (mut files, mut records) = (0, 0);
+    for file in &run.files {
+        files += 1;
+        records += file.records;
+        let name = file_name(&file.path);
+        let state = if file.problems.is_empty() {
+            "ok"
+        } else if file.problems.iter().any(|p| p.severity == Severity::Error) {
+            "DAMAGED"
+        } else {
+            "truncated tail"
+        };
+        crate::output::out(format!(
+            "  file {name}  [{} {}]  {} bytes, {} records, {state}",
+            file.kind.format(),
+            file.kind.content(),
+            file.bytes,
+            file.records
+        ));
+        print_problems(&file.problems);
+    }
+    (files, records)
+}
+
+/// The tags of `run` by kind: counts, steps and each kind's figures.
+fn print_tags(run: &RunReport) {
+    let mut kinds: BTreeMap<&str, Vec<(&str, &TagStats)>> = BTreeMap::new();
+    for ((kind, tag), stats) in &run.tags {
+        kinds.entry(kind).or_default().push((tag, stats));
+    }
+    for (kind, tags) in kinds {
+        let values: usize = tags.iter().map(|(_, s)| s.count).sum();
+        crate::output::out(format!(
+            "  {kind}: {} tag(s), {values} value(s)",
+            tags.len()
+        ));
+        let width = tags.iter().map(|(t, _)| t.len()).max().unwrap_or(0);
+        for (tag, stats) in tags {
+            let steps = match stats.steps {
+                Some((lo, hi)) => format!("steps {lo}..{hi}"),
+                None => "no step".to_string(),
+            };
+            let mut line = format!("    {tag:<width$}  {:>6} x  {steps}", stats.count);
+            if let Some(s) = stats.scalar {
+                line.push_str(&format!(
+                    "  first {} last {} min {} max {}",
+                    number(s.first),
+                    number(s.last),
+                    number(s.min),
+                    number(s.max)
+                ));
+            }
+            if let Some(detail) = Detail::summarised(stats.first.as_ref(), stats.last.as_ref()) {
+                line.push_str(&format!("  {}", detail.text()));
+            }
+            crate::output::out(line);
+        }
     }
 }
 
