@@ -281,24 +281,22 @@ mod tests {
     }
 
     #[test]
-    fn the_split_crates_have_no_function_over_the_limit() {
+    fn no_function_is_over_the_limit_outside_the_files_still_being_split() {
         let root = crate::workspace_root();
         let found = check(&root).expect("the check runs");
-        // `cargo xtask layers` holds the whole workspace; this holds the folders already split,
-        // each crate's src read from the workspace as the rule reads it.
-        let split = [
-            "crates/ember-pack/src/",
-            "crates/ember-pool/src/",
-            "crates/ember-step/src/",
-            "crates/ember-collective/src/",
-            "crates/ember/src/read/",
-            "crates/ember/src/trainer/",
-            "xtask/src/",
+        // `cargo xtask layers` holds every file; these are being split in work not merged yet,
+        // and leave this list as they are.
+        let being_split = [
+            "crates/ember-cli/src/train.rs:",
+            "crates/ember/src/checkpoint/trainer.rs:",
+            "crates/ember-write/src/event_file.rs:",
+            "crates/ember-write/src/projector.rs:",
+            "crates/ember-write/src/rollback.rs:",
         ];
         let problems: Vec<_> = found
             .problems
             .iter()
-            .filter(|p| split.iter().any(|folder| p.starts_with(folder)))
+            .filter(|p| !being_split.iter().any(|file| p.starts_with(file)))
             .collect();
         assert_eq!(problems, Vec::<&String>::new());
     }
