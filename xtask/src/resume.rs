@@ -33,11 +33,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::process::{
-    Ran, build, expect_success, inspect_json, run_limited, skip_or_fail, target_dir,
-};
-use crate::venv::{VenvError, ensure_venv};
+use crate::process::{Ran, build, expect_success, inspect_json, run_limited, target_dir};
+
+mod readers;
 
 /// Kills of TensorBoard-format runs.
 const KILLS_TB: usize = 18;
@@ -51,19 +49,7 @@ const SEED: u64 = 20_261_204;
 /// optimizer step; about a second in a debug build.
 const TRAIN_ARGS: &[&str] = &["--epochs", "3", "--devices", "2", "--checkpoint-every", "1"];
 
-/// The readers' packages: the compat checker's TensorBoard, and tbparse with the pandas it
-/// resolved to.
-const READER_REQUIREMENTS: &[&str] = &[
-    "tensorboard==2.21.0",
-    "protobuf==7.36.2",
-    "numpy==2.4.6",
-    "pillow==12.0.0",
-    "tbparse==0.0.9",
-    "pandas==3.0.6",
-];
-
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    debug_assert_eq!(&READER_REQUIREMENTS[..4], COMPAT_REQUIREMENTS);
     let seed = match std::env::var("EMBER_RESUME_SEED") {
         Ok(text) => text.parse().context("EMBER_RESUME_SEED is not a number")?,
         Err(_) => SEED,
@@ -121,82 +107,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         "no kill landed during a checkpoint write; the moments do not cover what they must"
     );
 
-    read_with_tensorboard(root, &target, &base, &resumed)?;
-    read_with_mindinsight(root, &target, &base, &resumed)
-}
-
-/// Every TensorBoard-format program's runs in TensorBoard's Python loaders, tbparse and
-/// rustboard; skipped in one line without Python or PyPI (a failure under `CI=true`).
-fn read_with_tensorboard(
-    root: &Path,
-    target: &Path,
-    base: &Path,
-    resumed: &[(&str, Vec<String>)],
-) -> anyhow::Result<()> {
-    match ensure_venv(&target.join("resume-venv"), READER_REQUIREMENTS) {
-        Ok(python) => {
-            for (name, logs) in resumed.iter().filter(|(name, _)| *name != "mi") {
-                // Each program's runs apart, so that rustboard loads only those.
-                let prefix = format!("{name}/");
-                let logs: Vec<String> = logs
-                    .iter()
-                    .map(|log| log.trim_start_matches(prefix.as_str()).to_owned())
-                    .collect();
-                let (reference, rest) = logs.split_first().context("no reference run")?;
-                check(
-                    &python,
-                    root,
-                    "xtask/resume/check_tensorboard.py",
-                    &base.join(name),
-                    reference,
-                    rest,
-                )
-                .with_context(|| format!("the {name} runs"))?;
-            }
-        }
-        Err(VenvError::Unavailable(why)) => {
-            skip_or_fail("resume", &format!("the TensorBoard readers: {why}"))?
-        }
-        Err(VenvError::Failed(e)) => return Err(e),
-    }
-    Ok(())
-}
-
-/// The MindInsight runs in MindInsight; skipped in one line without Python or PyPI (a failure
-/// under `CI=true`).
-fn read_with_mindinsight(
-    root: &Path,
-    target: &Path,
-    base: &Path,
-    resumed: &[(&str, Vec<String>)],
-) -> anyhow::Result<()> {
-    match ensure_venv(&target.join("compat-mi-venv"), MINDINSIGHT_REQUIREMENTS) {
-        Ok(python) => {
-            // MindInsight's jobs are the directories of its base directory: `mi/<run>`.
-            let (_, logs) = resumed
-                .iter()
-                .find(|(name, _)| *name == "mi")
-                .context("no mi runs")?;
-            let jobs: Vec<String> = logs
-                .iter()
-                .map(|log| log.trim_start_matches("mi/").to_owned())
-                .collect();
-            let (reference, rest) = jobs.split_first().context("no reference run")?;
-            check(
-                &python,
-                root,
-                "xtask/resume/check_mindinsight.py",
-                &base.join("mi"),
-                reference,
-                rest,
-            )?;
-        }
-        Err(VenvError::Unavailable(why)) => {
-            skip_or_fail("resume", &format!("the MindInsight reader: {why}"))?
-        }
-        Err(VenvError::Failed(e)) => return Err(e),
-    }
-    Ok(())
+    readers::read_with_tensorboard(root, &target, &base, &resumed)?;
+    readers::read_with_mindinsight(root, &target, &base, &resumed)
 }
 
 /// How a run of a program begins.
@@ -663,30 +575,6 @@ fn strip_wall_times(tag: &mut serde_json::Value) {
             }
         }
     }
-}
-
-fn check(
-    python: &Path,
-    root: &Path,
-    script: &str,
-    base: &Path,
-    reference: &str,
-    runs: &[String],
-) -> anyhow::Result<()> {
-    let status = Command::new(python)
-        .arg(root.join(script))
-        .arg(base)
-        .arg(reference)
-        .args(runs)
-        .current_dir(root)
-        .env("TF_CPP_MIN_LOG_LEVEL", "3")
-        .status()
-        .with_context(|| format!("starting {script}"))?;
-    ensure!(
-        status.success(),
-        "{script}: a resumed run does not read as the uninterrupted one ({status})"
-    );
-    Ok(())
 }
 
 /// Marsaglia's xorshift64: the kill moments, reproducible from the seed.
