@@ -7,8 +7,8 @@
 //! on tokens (comments and literals left out); declarations without a body do not count.
 //!
 //! A longer function is let through only where a comment directly above it (among its doc
-//! comments and attributes, no blank line between) says why: `// length: <why>`, the why not
-//! empty. It is for the rare function that is one thing read best whole (a long table, a test
+//! comments and one-line attributes, no blank line between) says why: `// length: <why>`, the
+//! why not empty. It is for the rare function that is one thing read best whole (a long table, a test
 //! that is one scenario top to bottom), never for one that does several jobs. An exception on a
 //! function within the limit is reported too, so that none outlives its reason.
 
