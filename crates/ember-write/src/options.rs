@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ember_pack::PackOptions;
 
+use crate::durable;
 use crate::error::WriteError;
 use crate::free_space::FreeSpaceSource;
 use crate::naming::{self, Naming};
@@ -206,7 +207,9 @@ fn default_pack_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
-/// Creates `dir` and missing parents, new ones with mode 0700.
+/// Creates `dir` and missing parents, new ones with mode 0700, each made one's entry in its
+/// parent fsynced (as [`durable::create_dir`] does): a run directory whose entry a crash could
+/// take back would take every durable file in it along.
 pub(crate) fn create_dir_private(dir: &Path) -> io::Result<()> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
@@ -215,5 +218,5 @@ pub(crate) fn create_dir_private(dir: &Path) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder.create(dir)
+    durable::create_dir_with(dir, |dir| builder.create(dir))
 }
