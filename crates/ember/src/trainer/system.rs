@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use burn::tensor::Device;
-use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+use sysinfo::{MINIMUM_CPU_UPDATE_INTERVAL, Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
 /// One sample: each scalar's tag and value.
 pub(super) type Sample = Vec<(String, f64)>;
@@ -43,6 +43,15 @@ impl SystemSampler {
             .spawn(move || {
                 let pid = sysinfo::get_current_pid().ok();
                 let mut system = System::new();
+                // A process's CPU use is the time it ran between the two readings before it,
+                // and sysinfo gives 0 until it has had two: the second is taken here, a
+                // measurable interval after the first, so that the first sample is a real one.
+                refresh(&mut system, pid);
+                if stopped.recv_timeout(MINIMUM_CPU_UPDATE_INTERVAL)
+                    != Err(RecvTimeoutError::Timeout)
+                {
+                    return;
+                }
                 refresh(&mut system, pid);
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                     let sample = sample(&mut system, pid, &distinct);
