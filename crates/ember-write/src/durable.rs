@@ -116,6 +116,21 @@ pub(crate) fn create_dir_with(
     Ok(())
 }
 
+/// The device and inode `path` names now (`None` where it names nothing, or off Unix): equal
+/// for two paths, or one path at two moments, only when they name the same file or directory.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 /// Fsyncs a directory, making the names in it (a rename, a new file) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(unix)]

@@ -16,7 +16,8 @@
 //! `git clean -fdx` that deletes `.ember-locks` would let a second writer lock a new file of
 //! the same name. So rank 0 (one per directory: the other ranks share it) also locks the
 //! directory itself, an `flock` on an open handle of it, which no deletion of a file inside
-//! reaches. Where a directory cannot be locked so (Windows, where a directory cannot be opened
+//! reaches; a writer it refuses names its holder from the kernel's table of locks (Linux's
+//! `/proc/locks`) when the lock file is gone. Where a directory cannot be locked so (Windows, where a directory cannot be opened
 //! as a file; NFS, which emulates `flock` with byte-range locks that need a writable file) only
 //! the lock file keeps others out. Whatever is held, [`DirLock::check`], called by the
 //! writer at every checkpoint and before its model is saved, compares the directory and the
@@ -151,7 +152,7 @@ impl DirLock {
         }
         let handle = File::open(dir).ok()?;
         match handle.try_lock_shared() {
-            Err(TryLockError::WouldBlock) => Some(read_pid_at(&Self::path(dir, rank))),
+            Err(TryLockError::WouldBlock) => Some(directory_holder(dir)),
             _ => None,
         }
     }
@@ -224,7 +225,7 @@ fn lock_dir_itself(dir: &Path) -> Result<Option<File>, LockError> {
         Ok(()) => Ok(Some(handle)),
         Err(TryLockError::WouldBlock) => Err(LockError::Held {
             dir: dir.to_path_buf(),
-            holder: read_pid_at(&DirLock::path(dir, 0)),
+            holder: directory_holder(dir),
         }),
         Err(TryLockError::Error(error)) => {
             log::debug!("{} cannot be locked itself ({error})", dir.display());
@@ -278,6 +279,29 @@ fn lock_file(dir: &Path, rank: u32) -> Result<Option<File>, LockError> {
     Ok(Some(file))
 }
 
+/// The pid of the writer holding `dir` itself: from rank 0's lock file, or, with that deleted,
+/// from the kernel's table of locks (Linux's `/proc/locks`, which names each `flock`'s process).
+fn directory_holder(dir: &Path) -> Option<u32> {
+    read_pid_at(&DirLock::path(dir, 0)).or_else(|| flock_holder(identity_of_path(dir)?))
+}
+
+/// The process holding an `flock` on the file `(device, inode)`, as `/proc/locks` lists it:
+/// `1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF` (waiters' lines start
+/// `->`), the device's numbers in hex.
+fn flock_holder((device, inode): (u64, u64)) -> Option<u32> {
+    let major = ((device >> 8) & 0xfff) | ((device >> 32) & !0xfff);
+    let minor = (device & 0xff) | ((device >> 12) & !0xff);
+    let wanted = format!("{major:02x}:{minor:02x}:{inode}");
+    let table = fs::read_to_string("/proc/locks").ok()?;
+    table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, "FLOCK", _, _, pid, file, ..] if *file == wanted => pid.parse().ok(),
+            _ => None,
+        }
+    })
+}
+
 fn read_pid_at(path: &Path) -> Option<u32> {
     read_pid(&mut File::open(path).ok()?)
 }
@@ -290,7 +314,7 @@ fn read_pid(file: &mut File) -> Option<u32> {
 }
 
 fn identity_of_path(path: &Path) -> Identity {
-    fs::metadata(path).ok().and_then(|m| identity(&m))
+    crate::durable::identity(path)
 }
 
 #[cfg(unix)]
@@ -346,14 +370,16 @@ mod tests {
         assert!(first.holds_directory());
         // A clean-up script (or `git clean -fdx`) deletes the lock files mid-run.
         fs::remove_dir_all(DirLock::locks_dir(&run)).unwrap();
-        assert_eq!(DirLock::holder(&run, 0), Some(None));
+        let me = std::process::id();
+        // Where the kernel's lock table is at hand the holder is still named.
+        let named = cfg!(target_os = "linux").then_some(me);
+        assert_eq!(DirLock::holder(&run, 0), Some(named));
         match DirLock::acquire(&run, 0) {
-            Err(LockError::Held { holder: None, .. }) => {}
+            Err(LockError::Held { holder, .. }) => assert_eq!(holder, named),
             other => panic!("a second writer got {other:?}"),
         }
-        // The holder's next check makes its lock file again, so refusals name it again.
+        // The holder's next check makes its lock file again.
         first.check().unwrap();
-        let me = std::process::id();
         assert_eq!(DirLock::holder(&run, 0), Some(Some(me)));
         match DirLock::acquire(&run, 0) {
             Err(LockError::Held { holder, .. }) => assert_eq!(holder, Some(me)),
