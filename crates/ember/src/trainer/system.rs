@@ -26,9 +26,12 @@ pub(super) struct SystemSampler {
 }
 
 impl SystemSampler {
-    /// Samples every `every` for the process and for each distinct device of `devices` (in
-    /// device order; a device listed twice is sampled once, under its first index).
+    /// Samples every `every` (at least sysinfo's `MINIMUM_CPU_UPDATE_INTERVAL`, within which
+    /// it does not read the CPU's times again and a process's use comes out near 0) for the
+    /// process and for each distinct device of `devices` (in device order; a device listed
+    /// twice is sampled once, under its first index).
     pub(super) fn start(every: Duration, devices: &[Device]) -> std::io::Result<Self> {
+        let every = every.max(MINIMUM_CPU_UPDATE_INTERVAL);
         let mut distinct: Vec<(usize, Device)> = Vec::new();
         for (index, device) in devices.iter().enumerate() {
             if !distinct.iter().any(|(_, seen)| seen == device) {
@@ -43,9 +46,10 @@ impl SystemSampler {
             .spawn(move || {
                 let pid = sysinfo::get_current_pid().ok();
                 let mut system = System::new();
-                // A process's CPU use is the time it ran between the two readings before it,
-                // and sysinfo gives 0 until it has had two: the second is taken here, a
-                // measurable interval after the first, so that the first sample is a real one.
+                // A process's CPU use is the time it ran between two readings, and sysinfo
+                // gives 0 until it has had two (or while the first found the process at 0
+                // clock ticks): the second is taken here, a measurable interval after the
+                // first, so that the first sample is a real one.
                 refresh(&mut system, pid);
                 if stopped.recv_timeout(MINIMUM_CPU_UPDATE_INTERVAL)
                     != Err(RecvTimeoutError::Timeout)
