@@ -153,25 +153,33 @@ impl Checkpointer {
                 )
                 .with("log", log.into_bytes()))
         };
+        self.last = Some((steps, position.epoch_done));
+        self.write_in_background(build)
+    }
+
+    /// Starts the checkpoint thread on the next checkpoint: `build` makes it, then it is
+    /// written, unless the directory was replaced since the run began writing there.
+    fn write_in_background(
+        &mut self,
+        build: impl FnOnce() -> Result<Checkpoint, CheckpointError> + Send + 'static,
+    ) -> Result<(), TrainError> {
         let store = self.store.clone();
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.last = Some((steps, position.epoch_done));
         let dir_identity = self.dir_identity;
-        self.in_flight = Some(
-            std::thread::Builder::new()
-                .name("ember-checkpoint".into())
-                .spawn(move || {
-                    let checkpoint = build()?;
-                    same_directory(&store, dir_identity)?;
-                    store.write(seq, &checkpoint)
-                })
-                .map_err(|source| CheckpointError::Io {
-                    op: "start the checkpoint thread for",
-                    path: self.store.dir().to_path_buf(),
-                    source,
-                })?,
-        );
+        let writing = std::thread::Builder::new()
+            .name("ember-checkpoint".into())
+            .spawn(move || {
+                let checkpoint = build()?;
+                same_directory(&store, dir_identity)?;
+                store.write(seq, &checkpoint)
+            })
+            .map_err(|source| CheckpointError::Io {
+                op: "start the checkpoint thread for",
+                path: self.store.dir().to_path_buf(),
+                source,
+            })?;
+        self.in_flight = Some(writing);
         Ok(())
     }
 
