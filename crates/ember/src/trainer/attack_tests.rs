@@ -181,7 +181,7 @@ fn the_first_cpu_sample_of_a_busy_run_is_a_real_one() {
             epochs: 1,
             histogram_every: None,
             // Shorter than sysinfo's minimum between two readings of the CPU's times.
-            system_every: Some(Duration::from_millis(20)),
+            system_every: Some(Duration::from_millis(100)),
             ..TrainerConfig::default()
         },
         &device,

@@ -6,14 +6,21 @@
 //!
 //! The training thread only takes the newest sample, if one came since its last look; reading
 //! `/proc` and the devices' allocators happens off it.
+//!
+//! The CPU use is the process's CPU time between two readings over the wall time between them,
+//! the first reading taken when sampling starts, so that the first sample is a real one.
+//! sysinfo's own `cpu_usage` is not used: it stays 0 while the reading before found the process
+//! at 0 clock ticks (a fresh release build's), and comes out near 0 when two readings are less
+//! than its `MINIMUM_CPU_UPDATE_INTERVAL` apart (200 ms on Linux), as a run's first sample was
+//! at a short interval.
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn::tensor::Device;
-use sysinfo::{MINIMUM_CPU_UPDATE_INTERVAL, Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
 /// One sample: each scalar's tag and value.
 pub(super) type Sample = Vec<(String, f64)>;
@@ -26,12 +33,9 @@ pub(super) struct SystemSampler {
 }
 
 impl SystemSampler {
-    /// Samples every `every` (at least sysinfo's `MINIMUM_CPU_UPDATE_INTERVAL`, within which
-    /// it does not read the CPU's times again and a process's use comes out near 0) for the
-    /// process and for each distinct device of `devices` (in device order; a device listed
-    /// twice is sampled once, under its first index).
+    /// Samples every `every` for the process and for each distinct device of `devices` (in
+    /// device order; a device listed twice is sampled once, under its first index).
     pub(super) fn start(every: Duration, devices: &[Device]) -> std::io::Result<Self> {
-        let every = every.max(MINIMUM_CPU_UPDATE_INTERVAL);
         let mut distinct: Vec<(usize, Device)> = Vec::new();
         for (index, device) in devices.iter().enumerate() {
             if !distinct.iter().any(|(_, seen)| seen == device) {
@@ -46,19 +50,9 @@ impl SystemSampler {
             .spawn(move || {
                 let pid = sysinfo::get_current_pid().ok();
                 let mut system = System::new();
-                // A process's CPU use is the time it ran between two readings, and sysinfo
-                // gives 0 until it has had two (or while the first found the process at 0
-                // clock ticks): the second is taken here, a measurable interval after the
-                // first, so that the first sample is a real one.
-                refresh(&mut system, pid);
-                if stopped.recv_timeout(MINIMUM_CPU_UPDATE_INTERVAL)
-                    != Err(RecvTimeoutError::Timeout)
-                {
-                    return;
-                }
-                refresh(&mut system, pid);
+                let mut last = cpu_clock(&mut system, pid);
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    let sample = sample(&mut system, pid, &distinct);
+                    let sample = sample(&mut system, pid, &mut last, &distinct);
                     if let Ok(mut slot) = into.lock() {
                         *slot = Some(sample);
                     }
@@ -96,11 +90,32 @@ fn refresh(system: &mut System, pid: Option<Pid>) {
     }
 }
 
-fn sample(system: &mut System, pid: Option<Pid>, devices: &[(usize, Device)]) -> Sample {
+/// The process's CPU time so far (milliseconds, all threads), read now, and when.
+type CpuClock = (Option<u64>, Instant);
+
+fn cpu_clock(system: &mut System, pid: Option<Pid>) -> CpuClock {
     refresh(system, pid);
+    let cpu_ms = pid
+        .and_then(|pid| system.process(pid))
+        .map(|process| process.accumulated_cpu_time());
+    (cpu_ms, Instant::now())
+}
+
+fn sample(
+    system: &mut System,
+    pid: Option<Pid>,
+    last: &mut CpuClock,
+    devices: &[(usize, Device)],
+) -> Sample {
+    let (before, since) = std::mem::replace(last, cpu_clock(system, pid));
     let mut sample = Sample::new();
+    if let (Some(before), (Some(now), at)) = (before, *last) {
+        let wall_ms = at.duration_since(since).as_secs_f64() * 1e3;
+        let busy_ms = now.saturating_sub(before) as f64;
+        let percent = 100.0 * busy_ms / wall_ms.max(f64::MIN_POSITIVE);
+        sample.push(("system/cpu_percent".into(), percent));
+    }
     if let Some(process) = pid.and_then(|pid| system.process(pid)) {
-        sample.push(("system/cpu_percent".into(), f64::from(process.cpu_usage())));
         sample.push(("system/resident_bytes".into(), process.memory() as f64));
     }
     for (index, device) in devices {
