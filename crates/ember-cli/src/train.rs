@@ -338,9 +338,12 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let model = DigitMlp::new(hidden, &main);
     let train_loader = loader(train, batch_size, Some(SPLIT_SEED), &main);
     let test_loader = loader(test, batch_size, None, &main);
-    let result = trainer.fit(model, train_loader, Some(test_loader), Some(&mut summary));
+    let result =
+        trainer.fit_holding_lock(model, train_loader, Some(test_loader), Some(&mut summary));
     bar.finish_and_clear();
-    let (model, report) = result.with_context(|| format!("{}training failed", job.prefix()))?;
+    // Held until the model is saved: no other run may take the directory before it is.
+    let (model, report, mut checkpoints_lock) =
+        result.with_context(|| format!("{}training failed", job.prefix()))?;
     if lead {
         for (path, reason) in &report.checkpoints_skipped {
             eprintln!(
@@ -367,6 +370,9 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         .close()
         .with_context(|| format!("writing summaries under {}", crate::output::shown(&logdir)))?;
     if lead {
+        if let Some(lock) = checkpoints_lock.as_mut() {
+            lock.check().context("saving the trained model")?;
+        }
         save_model(&model, &logdir)?;
     }
     if !lead {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ember_pack::PackOptions;
 
+use crate::durable;
 use crate::error::WriteError;
 use crate::free_space::FreeSpaceSource;
 use crate::naming::{self, Naming};
@@ -206,7 +207,9 @@ fn default_pack_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
-/// Creates `dir` and missing parents, new ones with mode 0700.
+/// Creates `dir` and missing parents, new ones with mode 0700, each made one's entry in its
+/// parent fsynced (as [`durable::create_dir`] does): a run directory whose entry a crash could
+/// take back would take every durable file in it along.
 pub(crate) fn create_dir_private(dir: &Path) -> io::Result<()> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
@@ -215,5 +218,83 @@ pub(crate) fn create_dir_private(dir: &Path) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder.create(dir)
+    durable::create_dir_with(dir, |dir| builder.create(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the child process the test below runs under `strace`: the directory to make.
+    const CHILD: &str = "EMBER_TEST_CREATE_DIR_PRIVATE";
+
+    /// The system calls a process made, as `strace -f -o` wrote them: `<pid> <call>(…) = <r>`.
+    fn calls_of(log: &str) -> Vec<&str> {
+        log.lines()
+            .filter_map(|line| line.split_once(char::is_whitespace))
+            .map(|(_, call)| call.trim_start())
+            .collect()
+    }
+
+    /// Whether `calls` open `dir` and fsync what they opened, after making `made`.
+    fn fsyncs_after(calls: &[&str], made: &Path, dir: &Path) -> bool {
+        let Some(at) = calls
+            .iter()
+            .position(|c| c.starts_with("mkdir") && c.contains(&format!("\"{}\"", made.display())))
+        else {
+            return false;
+        };
+        let opened = format!("openat(AT_FDCWD, \"{}\", ", dir.display());
+        let fds: Vec<&str> = calls[at..]
+            .iter()
+            .filter(|c| c.starts_with(&opened))
+            .filter_map(|c| c.rsplit_once(" = ").map(|(_, fd)| fd.trim()))
+            .collect();
+        calls[at..]
+            .iter()
+            .any(|c| fds.iter().any(|fd| c.starts_with(&format!("fsync({fd})"))))
+    }
+
+    /// Makes the directories under `strace` in a child process (this test binary again) and
+    /// reads back which system calls it made: a crash after `mkdir` but before the parent's
+    /// fsync can lose the new directory's entry, and every durable file in it with it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn each_directory_made_has_its_entry_fsynced() {
+        if let Some(dir) = std::env::var_os(CHILD) {
+            create_dir_private(Path::new(&dir)).unwrap();
+            return;
+        }
+        let strace = std::process::Command::new("strace").arg("-V").output();
+        if !strace.is_ok_and(|out| out.status.success()) {
+            eprintln!(
+                "strace is not installed: the fsync of a new directory's parent is unchecked"
+            );
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let (run, locks) = (
+            root.path().join("run"),
+            root.path().join("run/.ember-locks"),
+        );
+        let log = root.path().join("strace.log");
+        let traced = std::process::Command::new("strace")
+            .args(["-f", "-qq", "-e", "trace=mkdir,mkdirat,openat,fsync", "-o"])
+            .arg(&log)
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "options::tests::each_directory_made_has_its_entry_fsynced",
+            ])
+            .args(["--test-threads", "1"])
+            .env(CHILD, &locks)
+            .output()
+            .unwrap();
+        assert!(traced.status.success(), "{traced:?}");
+        assert!(locks.is_dir());
+        let log = std::fs::read_to_string(&log).unwrap();
+        let calls = calls_of(&log);
+        assert!(fsyncs_after(&calls, &run, root.path()), "{log}");
+        assert!(fsyncs_after(&calls, &locks, &run), "{log}");
+    }
 }

@@ -18,13 +18,15 @@ use burn::module::{Module, ModuleDisplay};
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
-use ember_write::ErrorPolicy;
 use ember_write::pack::{Format, HParams, SessionStatus};
+use ember_write::{DirLock, ErrorPolicy};
 
 use crate::collective::Ranks;
 use crate::faults::SummaryFaults;
 use crate::{SummaryError, SummaryRecord};
 
+#[cfg(test)]
+mod attack_tests;
 mod config;
 mod epoch;
 mod error;
@@ -143,12 +145,30 @@ where
     /// a report. On a worker failure the error names every failed device; see [`TrainError`]
     /// for what the summaries hold then, and [`stop_when`](Self::stop_when) for a stopped run.
     pub fn fit(
+        self,
+        model: M,
+        train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
+        valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
+        summary: Option<&mut SummaryRecord>,
+    ) -> Result<(M, TrainReport), TrainError> {
+        let (model, report, _lock) = self.fit_holding_lock(model, train, valid, summary)?;
+        Ok((model, report))
+    }
+
+    /// [`fit`](Self::fit), handing back with the model the lock of the local checkpoint
+    /// directory the run held ([`CheckpointConfig::dir`], or the directory resumed from), for
+    /// the caller to hold until it has saved the model durably: while it is held no other run
+    /// can resume or start over in the directory and replace the model being saved. Check it
+    /// with [`DirLock::check`] right before saving, to find out that the directory was deleted
+    /// or replaced meanwhile. `None` when the run had no local checkpoint directory (or a file
+    /// system without locks: [`DirLock::is_held`]).
+    pub fn fit_holding_lock(
         mut self,
         model: M,
         train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
         valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
         mut summary: Option<&mut SummaryRecord>,
-    ) -> Result<(M, TrainReport), TrainError> {
+    ) -> Result<(M, TrainReport, Option<DirLock>), TrainError> {
         // Without a record, the only summary errors are the epoch hook's own: the caller's to
         // act on.
         let policy = summary
@@ -165,7 +185,7 @@ where
             &mut state,
         );
         match result {
-            Ok(model) => {
+            Ok((model, lock)) => {
                 if let Some(summary) = summary {
                     let status = if state.report.interrupted {
                         SessionStatus::Failure
@@ -175,7 +195,7 @@ where
                     self.finish(summary, &state, status, &mut faults)?;
                 }
                 state.report.summary_errors = faults.count();
-                Ok((model, state.report))
+                Ok((model, state.report, lock))
             }
             Err(error) => {
                 if let Some(ranks) = self.ranks.as_mut()

@@ -459,8 +459,13 @@ fn a_checkpoint_with_a_crafted_position_is_refused_with_a_typed_error_never_a_pa
             "`epoch=1125899906842624` is past any run's count",
         ),
         (&[("epoch", "1000000")], "past this run's 3 epoch(s)"),
+        // Refused before the log is rolled back: each step draws at least one of the items.
         (
             &[("epoch_done", "false"), ("step_in_epoch", "1000")],
+            "past this run's 96 training item(s) an epoch",
+        ),
+        (
+            &[("epoch_done", "false"), ("step_in_epoch", "50")],
             "past this run's 6 steps",
         ),
         (

@@ -24,6 +24,7 @@ mod bench;
 mod ctrl_c;
 mod inspect;
 mod inspect_kinds;
+mod locks;
 mod resume;
 mod train;
 

@@ -15,7 +15,8 @@ use super::file::{Checkpoint, write_durably};
 
 pub(super) const PREFIX: &str = "ckpt-";
 pub(super) const SUFFIX: &str = ".ember";
-const TMP: &str = ".tmp";
+/// How temporary files of ember before they were named by their writer ended.
+const LEGACY_TMP: &str = ".tmp";
 
 /// A checkpoint read back, with where it came from.
 #[derive(Debug, Clone)]
@@ -318,7 +319,7 @@ impl Checkpoints {
     /// started over from its beginning must not find them on its next resume.
     pub fn remove_all(&self) -> Result<(), CheckpointError> {
         for name in self.names()? {
-            if name.starts_with(PREFIX) && (name.ends_with(SUFFIX) || name.ends_with(TMP)) {
+            if (name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || is_stale_temporary(&name) {
                 self.remove_file(&name)?;
             }
         }
@@ -333,13 +334,16 @@ impl Checkpoints {
         Ok(self.list()?.first().map_or(1, |(seq, _)| seq + 1))
     }
 
-    /// Removes what a write killed part way left: temporary files (a bucket has none).
+    /// Removes what a write killed part way left: the temporary files of checkpoint writers
+    /// that have ended, or of this process (a bucket has none). Another live writer's are
+    /// left alone: they are its to rename or remove (another rank writing its part, or a
+    /// writer whose directory lock was lost).
     pub fn clean(&self) -> Result<(), CheckpointError> {
         if self.is_remote() {
             return Ok(());
         }
         for name in self.names()? {
-            if name.starts_with(PREFIX) && name.ends_with(TMP) {
+            if is_stale_temporary(&name) {
                 self.remove_file(&name)?;
             }
         }
@@ -389,6 +393,17 @@ impl Checkpoints {
 /// The name of rank `rank`'s part of checkpoint `seq`.
 fn part_name(seq: u64, rank: usize) -> String {
     format!("{PREFIX}{seq:012}.rank{rank}{SUFFIX}")
+}
+
+/// Whether `name` is a checkpoint's temporary file that no live writer is writing: a dead
+/// writer's or this process's (see [`durable::is_stale_temporary`]), or one of the fixed name
+/// older ember wrote.
+fn is_stale_temporary(name: &str) -> bool {
+    let checkpoints = |file: &str| file.starts_with(PREFIX) && file.ends_with(SUFFIX);
+    match durable::temporary_of(name) {
+        Some((file, _)) => checkpoints(file) && durable::is_stale_temporary(name),
+        None => name.strip_suffix(LEGACY_TMP).is_some_and(checkpoints),
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
@@ -472,5 +487,39 @@ mod tests {
         assert_eq!(store.next_seq().unwrap(), 4);
         store.clean().unwrap();
         assert!(!store.dir().join("ckpt-000000000004.ember.tmp").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn cleaning_removes_dead_writers_temporaries_and_never_a_live_one_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(dir.path(), 2);
+        store.write(1, &sample(1)).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let live = std::os::unix::process::parent_id();
+        let me = std::process::id();
+        let names = [
+            format!(".ckpt-000000000002.ember.{dead}.0.tmp"),
+            format!(".ckpt-000000000002.rank1.ember.{live}.4.tmp"),
+            format!(".ckpt-000000000002.ember.{me}.7.tmp"),
+            format!(".model.bpk.{dead}.0.tmp"),
+        ];
+        for name in &names {
+            fs::write(dir.path().join(name), b"half").unwrap();
+        }
+        store.clean().unwrap();
+        let left = |name: &String| dir.path().join(name).exists();
+        // The dead writer's and this process's own go; the live rank's, and a file that is
+        // not a checkpoint's, stay.
+        assert_eq!(
+            names.iter().map(left).collect::<Vec<_>>(),
+            [false, true, false, true]
+        );
+        assert_eq!(store.latest().unwrap().unwrap().seq, 1);
+        // A new checkpoint's write goes through a name no other writer uses.
+        store.write(2, &sample(2)).unwrap();
+        assert!(left(&names[1]));
     }
 }

@@ -65,7 +65,8 @@ pub enum CheckpointError {
         /// Every checkpoint file found, and why it was passed over; empty when there was none.
         passed_over: Vec<(PathBuf, String)>,
     },
-    /// Another run holds the checkpoint directory.
+    /// Another run holds the checkpoint directory, or this run lost it while it trained (the
+    /// directory or its lock file deleted or replaced).
     #[error(transparent)]
     Locked(#[from] ember_write::LockError),
     /// The log directory could not be rolled back to the checkpoint.

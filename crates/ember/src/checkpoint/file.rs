@@ -123,7 +123,7 @@ impl Checkpoint {
 
 /// Writes `checkpoint` as `dir/name` so that a crash leaves the old file or the new one,
 /// whole, and the new one survives the machine going down: through
-/// [`ember_write::durable`] (a temporary `name.tmp` made new, fsynced, renamed, the directory
+/// [`ember_write::durable`] (a temporary file of this writer's own made new, fsynced, renamed, the directory
 /// fsynced), the directory made first when missing, with its parent fsynced.
 pub fn write_durably(
     dir: &Path,

@@ -18,6 +18,7 @@ use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Tensor};
+use ember_write::durable;
 
 use super::directory::{Checkpoints, Loaded};
 use super::error::CheckpointError;
@@ -52,6 +53,9 @@ pub(crate) struct Resumed<M> {
 /// goes on while the disk works; one write at a time, the next waiting for the last.
 pub(crate) struct Checkpointer {
     store: Checkpoints,
+    /// What the local checkpoint directory was when the run began writing to it: a write finds
+    /// it replaced (deleted and made again) and fails rather than put a checkpoint there.
+    dir_identity: Option<(u64, u64)>,
     every: Option<usize>,
     next_seq: u64,
     in_flight: Option<JoinHandle<Result<PathBuf, CheckpointError>>>,
@@ -66,6 +70,7 @@ impl Checkpointer {
         store.clean()?;
         Ok(Self {
             next_seq: store.next_seq()?,
+            dir_identity: durable::identity(&config.dir),
             store,
             every: config.every.filter(|n| *n > 0),
             in_flight: None,
@@ -148,20 +153,33 @@ impl Checkpointer {
                 )
                 .with("log", log.into_bytes()))
         };
+        self.last = Some((steps, position.epoch_done));
+        self.write_in_background(build)
+    }
+
+    /// Starts the checkpoint thread on the next checkpoint: `build` makes it, then it is
+    /// written, unless the directory was replaced since the run began writing there.
+    fn write_in_background(
+        &mut self,
+        build: impl FnOnce() -> Result<Checkpoint, CheckpointError> + Send + 'static,
+    ) -> Result<(), TrainError> {
         let store = self.store.clone();
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.last = Some((steps, position.epoch_done));
-        self.in_flight = Some(
-            std::thread::Builder::new()
-                .name("ember-checkpoint".into())
-                .spawn(move || store.write(seq, &build()?))
-                .map_err(|source| CheckpointError::Io {
-                    op: "start the checkpoint thread for",
-                    path: self.store.dir().to_path_buf(),
-                    source,
-                })?,
-        );
+        let dir_identity = self.dir_identity;
+        let writing = std::thread::Builder::new()
+            .name("ember-checkpoint".into())
+            .spawn(move || {
+                let checkpoint = build()?;
+                same_directory(&store, dir_identity)?;
+                store.write(seq, &checkpoint)
+            })
+            .map_err(|source| CheckpointError::Io {
+                op: "start the checkpoint thread for",
+                path: self.store.dir().to_path_buf(),
+                source,
+            })?;
+        self.in_flight = Some(writing);
         Ok(())
     }
 
@@ -232,6 +250,25 @@ impl Drop for Checkpointer {
         if let Err(error) = self.wait() {
             log::warn!("the last checkpoint was not written: {error}");
         }
+    }
+}
+
+/// Fails with [`LockError::Lost`](ember_write::LockError::Lost) when the local directory of
+/// `store` is no longer the one that was `identity` (the training thread checks its lock before
+/// each checkpoint; this closes most of the time the write takes after that check).
+fn same_directory(
+    store: &Checkpoints,
+    identity: Option<(u64, u64)>,
+) -> Result<(), CheckpointError> {
+    match identity {
+        Some(identity) if durable::identity(store.dir()) != Some(identity) => {
+            Err(ember_write::LockError::Lost {
+                dir: store.dir().to_path_buf(),
+                why: "the directory was deleted, replaced or moved".into(),
+            }
+            .into())
+        }
+        _ => Ok(()),
     }
 }
 

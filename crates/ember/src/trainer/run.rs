@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use burn::data::dataloader::DataLoader;
 use burn::module::{Module, ModuleDisplay};
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use ember_write::DirLock;
 
 use super::Trainer;
 use super::config::{EpochHook, StepHook, TrainerConfig};
@@ -18,6 +19,7 @@ use super::run_state::RunState;
 use super::steps::Stepper;
 use super::system::SystemSampler;
 use crate::SummaryRecord;
+use crate::checkpoint::CheckpointError;
 use crate::checkpoint::log_place::LogPlace;
 use crate::checkpoint::trainer::{Checkpointer, Identity, Position};
 use crate::collective::{Ranks, RoundState};
@@ -57,6 +59,9 @@ pub(super) struct Loop<'t, M> {
     pub(super) world: usize,
     /// This run's rank, across ranks.
     pub(super) rank: Option<usize>,
+    /// The checkpoint directory's lock, checked before every checkpoint: a run whose directory
+    /// was taken away stops instead of writing into what may be another run's.
+    pub(super) lock: Option<DirLock>,
 }
 
 impl<M, O, V> Trainer<M>
@@ -76,7 +81,7 @@ where
         mut summary: Option<&mut SummaryRecord>,
         faults: &mut SummaryFaults,
         state: &mut RunState,
-    ) -> Result<M, TrainError> {
+    ) -> Result<(M, Option<DirLock>), TrainError> {
         let mut started = self.start(model, train, summary.as_deref(), state)?;
         state.began = true;
         let checkpointer = self
@@ -127,6 +132,7 @@ where
             lead,
             world: self.ranks.as_ref().map_or(1, Ranks::size),
             rank: self.ranks.as_ref().map(Ranks::rank),
+            lock: started.lock.take(),
         };
         for epoch in first_epoch..=looping.config.epochs {
             let from = started.from.as_ref().filter(|p| p.epoch == epoch);
@@ -137,9 +143,7 @@ where
             };
             looping.end_epoch(epoch, trained, valid.as_deref(), self.ranks.as_mut())?;
         }
-        let model = looping.finish();
-        drop(started.lock);
-        model
+        looping.finish()
     }
 }
 
@@ -164,6 +168,9 @@ impl<M: Module + Clone> Loop<'_, M> {
         };
         if !due {
             return Ok(());
+        }
+        if let Some(lock) = self.lock.as_mut() {
+            lock.check().map_err(CheckpointError::from)?;
         }
         if let Some(ranks) = ranks {
             // Every rank's part first; then one round without gradients, which every rank
@@ -218,12 +225,13 @@ impl<M: Module + Clone> Loop<'_, M> {
         self.stop.is_some_and(|flag| flag.load(Ordering::Acquire))
     }
 
-    /// The last phase: waits for the checkpoint still being written and hands the model back.
-    fn finish(mut self) -> Result<M, TrainError> {
+    /// The last phase: waits for the checkpoint still being written and hands the model back,
+    /// with the checkpoint directory's lock (for the caller to hold until it has saved it).
+    fn finish(mut self) -> Result<(M, Option<DirLock>), TrainError> {
         if let Some(checkpointer) = self.checkpointer.as_mut() {
             checkpointer.wait()?;
             self.state.report.checkpoints_written = checkpointer.written;
         }
-        Ok(self.stepper.model)
+        Ok((self.stepper.model, self.lock))
     }
 }

@@ -61,6 +61,9 @@ where
         summary: Option<&SummaryRecord>,
         state: &mut RunState,
     ) -> Result<Started<M>, TrainError> {
+        // Each step draws at least one item: a checkpoint further into an epoch than this is
+        // of other data (or crafted), refused before the log is rolled back.
+        let items = train.num_items();
         let mut driver = self.open_driver(train)?;
         let model = match self.ranks.as_mut() {
             Some(ranks) => ranks
@@ -86,7 +89,8 @@ where
         let (model, from) = match self.resume.take() {
             Some(Resume::Continue(dir)) => {
                 let place = log_place.as_ref().zip(summary);
-                self.resume(&dir, model, &identity, &mut driver, place, state)?
+                let within = (&mut driver, items);
+                self.resume(&dir, model, &identity, within, place, state)?
             }
             Some(Resume::StartOver(dir)) => {
                 start_over(&dir, summary, log_place.as_ref())?;
@@ -165,13 +169,16 @@ where
     /// Starts a resumed run: reads the newest whole checkpoint of `dir` into the model,
     /// optimizer, scheduler and `state`, rolls the log back to it, and begins the loaders'
     /// epochs before it. Returns the model and where to go on from. Without a whole
-    /// checkpoint it fails before anything is changed.
+    /// checkpoint, or with one whose position lies past the data (`items`, the training
+    /// loader's, and the configured epochs), it fails before anything is changed. A position
+    /// within the items but past the epoch's batches is found only when the epoch's batches are
+    /// drawn, after the rollback: their count is the loader's to know.
     fn resume(
         &mut self,
         dir: &Path,
         model: M,
         identity: &Identity,
-        driver: &mut Driver<M>,
+        (driver, items): (&mut Driver<M>, usize),
         log: Option<(&LogPlace, &SummaryRecord)>,
         state: &mut RunState,
     ) -> Result<(M, Option<Position>), TrainError> {
@@ -190,6 +197,13 @@ where
                 &resumed.path,
                 &position,
                 format!("{} epoch(s)", self.config.epochs),
+            ));
+        }
+        if !position.epoch_done && position.step_in_epoch > items {
+            return Err(past_the_data(
+                &resumed.path,
+                &position,
+                format!("{items} training item(s) an epoch"),
             ));
         }
         if let Some((place, summary)) = log {

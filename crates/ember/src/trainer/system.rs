@@ -6,11 +6,18 @@
 //!
 //! The training thread only takes the newest sample, if one came since its last look; reading
 //! `/proc` and the devices' allocators happens off it.
+//!
+//! The CPU use is the process's CPU time between two readings over the wall time between them,
+//! the first reading taken when sampling starts, so that the first sample is a real one.
+//! sysinfo's own `cpu_usage` is not used: it stays 0 while the reading before found the process
+//! at 0 clock ticks (a fresh release build's), and comes out near 0 when two readings are less
+//! than its `MINIMUM_CPU_UPDATE_INTERVAL` apart (200 ms on Linux), as a run's first sample was
+//! at a short interval.
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn::tensor::Device;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
@@ -43,9 +50,9 @@ impl SystemSampler {
             .spawn(move || {
                 let pid = sysinfo::get_current_pid().ok();
                 let mut system = System::new();
-                refresh(&mut system, pid);
+                let mut last = cpu_clock(&mut system, pid);
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    let sample = sample(&mut system, pid, &distinct);
+                    let sample = sample(&mut system, pid, &mut last, &distinct);
                     if let Ok(mut slot) = into.lock() {
                         *slot = Some(sample);
                     }
@@ -83,11 +90,32 @@ fn refresh(system: &mut System, pid: Option<Pid>) {
     }
 }
 
-fn sample(system: &mut System, pid: Option<Pid>, devices: &[(usize, Device)]) -> Sample {
+/// The process's CPU time so far (milliseconds, all threads), read now, and when.
+type CpuClock = (Option<u64>, Instant);
+
+fn cpu_clock(system: &mut System, pid: Option<Pid>) -> CpuClock {
     refresh(system, pid);
+    let cpu_ms = pid
+        .and_then(|pid| system.process(pid))
+        .map(|process| process.accumulated_cpu_time());
+    (cpu_ms, Instant::now())
+}
+
+fn sample(
+    system: &mut System,
+    pid: Option<Pid>,
+    last: &mut CpuClock,
+    devices: &[(usize, Device)],
+) -> Sample {
+    let (before, since) = std::mem::replace(last, cpu_clock(system, pid));
     let mut sample = Sample::new();
+    if let (Some(before), (Some(now), at)) = (before, *last) {
+        let wall_ms = at.duration_since(since).as_secs_f64() * 1e3;
+        let busy_ms = now.saturating_sub(before) as f64;
+        let percent = 100.0 * busy_ms / wall_ms.max(f64::MIN_POSITIVE);
+        sample.push(("system/cpu_percent".into(), percent));
+    }
     if let Some(process) = pid.and_then(|pid| system.process(pid)) {
-        sample.push(("system/cpu_percent".into(), f64::from(process.cpu_usage())));
         sample.push(("system/resident_bytes".into(), process.memory() as f64));
     }
     for (index, device) in devices {
