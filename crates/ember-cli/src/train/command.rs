@@ -191,7 +191,9 @@ pub(super) fn admit(
     .rank(rank as u32, world_size)
     .epochs(usize::from(args.epochs));
     if begin == Begin::Resume {
-        admission = admission.setting("batch_size", first_batch(args, world_size, workers)?);
+        for (name, value) in recorded_settings(args, world_size, workers)? {
+            admission = admission.setting(name, value);
+        }
     }
     let admitted = admission.admit();
     match admitted {
@@ -213,9 +215,15 @@ pub(super) fn admit(
     }
 }
 
-/// The examples of worker 0's first batch on rank 0, as the Trainer records them in a
-/// checkpoint: the batch size, or the worker's whole slice of the data when that is smaller.
-fn first_batch(args: &TrainArgs, world_size: usize, workers: usize) -> anyhow::Result<usize> {
+/// What the run's recorded arguments make of the settings a checkpoint holds, as the Trainer
+/// counts them on rank 0: its workers, the examples of worker 0's first batch (the batch size,
+/// or the worker's whole slice of the data when that is smaller), of an epoch's training on
+/// rank 0, and of a validation (every rank's).
+fn recorded_settings(
+    args: &TrainArgs,
+    world_size: usize,
+    workers: usize,
+) -> anyhow::Result<[(&'static str, usize); 4]> {
     let mut examples = crate::digits::load()?.len();
     if let Some(subset) = args.subset {
         examples = examples.min(usize::try_from(subset).unwrap_or(usize::MAX));
@@ -223,7 +231,13 @@ fn first_batch(args: &TrainArgs, world_size: usize, workers: usize) -> anyhow::R
     let test = ((examples as f64 * TEST_FRACTION).round() as usize).min(examples);
     let shard = ember::collective::shard_range(examples - test, world_size, 0).len();
     let slice = shard / workers.max(1);
-    Ok(usize::from(args.batch_size).min(slice.max(1)))
+    let first_batch = usize::from(args.batch_size).min(slice.max(1));
+    Ok([
+        ("devices", workers),
+        ("batch_size", first_batch),
+        ("train_examples", shard),
+        ("valid_examples", test),
+    ])
 }
 
 /// Saves the run's command line for `--resume`, the log directory made explicit.

@@ -1,6 +1,6 @@
 //! Which runs `ember train` admits to a directory, decided by ember's one admission check: a
 //! run with no checkpoints of its own is kept out of another run's directory, bare `--resume`
-//! takes the newest run that has not finished, a batch size edited in `command.json` is
+//! takes the newest run that has not finished, a batch size or data set size edited in `command.json` is
 //! refused naming both values, and a run whose `command.json` is lost is restarted with the
 //! arguments given.
 
@@ -176,7 +176,7 @@ fn bare_resume_takes_the_newest_unfinished_run() {
 }
 
 #[test]
-fn a_batch_size_edited_in_the_command_is_refused_naming_both_values() {
+fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
     let dir = tempfile::tempdir().unwrap();
     interrupted(
         &[
@@ -209,6 +209,27 @@ fn a_batch_size_edited_in_the_command_is_refused_naming_both_values() {
         "{printed}"
     );
     assert_eq!(tree(&dir.path().join("run")), before);
+
+    // Another data set size is refused the same way: 320 training digits of 400, not 240.
+    std::fs::write(
+        &command,
+        saved.replace(r#""--subset","300""#, r#""--subset","400""#),
+    )
+    .unwrap();
+    let before = tree(&dir.path().join("run"));
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("recorded train_examples is 320, its checkpoint's 240"),
+        "{printed}"
+    );
+    assert_eq!(tree(&dir.path().join("run")), before);
+
+    // As it was recorded, the run goes on.
+    std::fs::write(&command, &saved).unwrap();
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
+    assert!(output.status.success(), "{}", text(&output.stderr));
 }
 
 #[test]

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use ember_write::{DirLock, LockError, Ownership};
 
-use super::directory::Checkpoints;
+use super::directory::{Checkpoints, Loaded};
 use super::error::CheckpointError;
 
 /// How a run asks to begin in its directory.
@@ -138,18 +138,27 @@ impl Admission {
         let Some(dir) = &self.checkpoint_dir else {
             return Ok(());
         };
-        let loaded = Checkpoints::new(dir, 1).to_resume(self.world_size)?;
-        let meta = loaded
-            .checkpoint
-            .section("meta")
-            .and_then(|meta| std::str::from_utf8(meta).ok())
-            .unwrap_or_default();
-        let field = |key: &str| {
-            meta.lines()
-                .filter_map(|line| line.split_once('='))
-                .find(|(k, _)| *k == key)
-                .map(|(_, value)| value)
-        };
+        let store = Checkpoints::new(dir, 1);
+        let loaded = store.to_resume(self.world_size).map_err(|error| {
+            // A job of more ranks than took the checkpoints finds none whole (the new ranks'
+            // parts never existed): name the difference rather than each missing part.
+            match store.latest_of_job(1).ok().flatten() {
+                Some(taken) => match meta_field(&taken, "ranks").map(str::to_owned) {
+                    Some(ranks) if ranks != self.world_size.to_string() => {
+                        CheckpointError::Mismatch {
+                            path: taken.path,
+                            reason: format!(
+                                "it was taken by a job of {ranks} rank(s), this one has {}",
+                                self.world_size
+                            ),
+                        }
+                    }
+                    _ => error,
+                },
+                None => error,
+            }
+        })?;
+        let field = |key: &str| meta_field(&loaded, key);
         if let Some(epochs) = self.epochs
             && field("epoch_done") == Some("true")
             && field("epoch")
@@ -175,6 +184,16 @@ impl Admission {
         }
         Ok(())
     }
+}
+
+/// The value of `key` in the checkpoint's `meta` section (`key=value` lines).
+fn meta_field<'a>(loaded: &'a Loaded, key: &str) -> Option<&'a str> {
+    std::str::from_utf8(loaded.checkpoint.section("meta")?)
+        .ok()?
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, value)| value)
 }
 
 /// Whether the run whose checkpoints are in `dir` has trained all its `epochs`: its newest
