@@ -32,6 +32,7 @@ use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
+use ember::checkpoint::Begin;
 use ember::devices::open_devices;
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
 use ember::{CheckpointConfig, EpochReport, SummaryRecord, Trainer, TrainerConfig};
@@ -73,17 +74,6 @@ const REMOTE_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The trained model, in the log directory: Burn's burnpack of its parameters.
 const MODEL_FILE: &str = "model.bpk";
-
-/// How `ember train` begins a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Begin {
-    /// A new run.
-    Fresh,
-    /// The run named by --resume, from its newest whole checkpoint.
-    Resume,
-    /// The run named by --restart, from its first step.
-    Restart,
-}
 
 fn loader(
     digits: Vec<Digit>,
@@ -153,7 +143,13 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     // A live run's directory, another run's, a finished run's or one whose recorded settings
     // its checkpoint contradicts is refused before anything is read into it or changed.
     let world = (job.rank(), job.size());
-    command::admit(begin, &args, (&logdir, &checkpoints), world, workers)?;
+    command::admit(
+        begin,
+        &args,
+        (&logdir, &checkpoints),
+        world,
+        (workers, TEST_FRACTION),
+    )?;
     if begin == Begin::Restart && lead && !command::command_saved(&checkpoints) {
         save_command(
             &checkpoints,

@@ -5,11 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
 
-use ember::checkpoint::{Admission, CheckpointError};
+use ember::checkpoint::{Admission, Begin, CheckpointError};
 
 use super::args::TrainArgs;
 use super::logdir::CHECKPOINTS;
-use super::{Begin, TEST_FRACTION};
 
 /// The file in it that holds the run's command line, for `--resume`.
 const COMMAND_FILE: &str = "command.json";
@@ -171,27 +170,23 @@ fn newest_unfinished_run(runs: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// Admits the run to its log directory with ember's one admission check (the locks of the
-/// log and checkpoint directories, another run's files, a finished run, the batch size its
-/// checkpoint holds), before anything is written; a restarted run whose command line was lost
-/// gets the one it is restarted with.
+/// log and checkpoint directories, another run's files, a finished run, the settings its
+/// checkpoint holds), before anything is written. `workers` train on each of `world_size`
+/// ranks; `test_fraction` of the digits is held out.
 pub(super) fn admit(
     begin: Begin,
     args: &TrainArgs,
     (logdir, checkpoints): (&Path, &Path),
     (rank, world_size): (usize, usize),
-    workers: usize,
+    (workers, test_fraction): (usize, f64),
 ) -> anyhow::Result<()> {
-    let mut admission = Admission::new(match begin {
-        Begin::Fresh => ember::checkpoint::Begin::Fresh,
-        Begin::Resume => ember::checkpoint::Begin::Resume,
-        Begin::Restart => ember::checkpoint::Begin::Restart,
-    })
-    .log_dir(logdir)
-    .checkpoint_dir(checkpoints)
-    .rank(rank as u32, world_size)
-    .epochs(usize::from(args.epochs));
+    let mut admission = Admission::new(begin)
+        .log_dir(logdir)
+        .checkpoint_dir(checkpoints)
+        .rank(rank as u32, world_size)
+        .epochs(usize::from(args.epochs));
     if begin == Begin::Resume {
-        for (name, value) in recorded_settings(args, world_size, workers)? {
+        for (name, value) in recorded_settings(args, world_size, (workers, test_fraction))? {
             admission = admission.setting(name, value);
         }
     }
@@ -222,13 +217,13 @@ pub(super) fn admit(
 fn recorded_settings(
     args: &TrainArgs,
     world_size: usize,
-    workers: usize,
+    (workers, test_fraction): (usize, f64),
 ) -> anyhow::Result<[(&'static str, usize); 4]> {
     let mut examples = crate::digits::load()?.len();
     if let Some(subset) = args.subset {
         examples = examples.min(usize::try_from(subset).unwrap_or(usize::MAX));
     }
-    let test = ((examples as f64 * TEST_FRACTION).round() as usize).min(examples);
+    let test = ((examples as f64 * test_fraction).round() as usize).min(examples);
     let shard = ember::collective::shard_range(examples - test, world_size, 0).len();
     let slice = shard / workers.max(1);
     let first_batch = usize::from(args.batch_size).min(slice.max(1));
