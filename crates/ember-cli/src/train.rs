@@ -32,12 +32,10 @@ use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
-use ember::checkpoint::Checkpoints;
+use ember::checkpoint::Begin;
 use ember::devices::open_devices;
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
-use ember::{
-    CheckpointConfig, DirLock, EpochReport, LockError, SummaryRecord, Trainer, TrainerConfig,
-};
+use ember::{CheckpointConfig, EpochReport, SummaryRecord, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::devices::{DeviceList, default_devices, print_device_memory, worker_devices};
@@ -76,17 +74,6 @@ const REMOTE_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The trained model, in the log directory: Burn's burnpack of its parameters.
 const MODEL_FILE: &str = "model.bpk";
-
-/// How `ember train` begins a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Begin {
-    /// A new run.
-    Fresh,
-    /// The run named by --resume, from its newest whole checkpoint.
-    Resume,
-    /// The run named by --restart, from its first step.
-    Restart,
-}
 
 fn loader(
     digits: Vec<Digit>,
@@ -151,38 +138,24 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         Some(logdir) => logdir,
         None => logdir::default_logdir_at(job.rank_zero_s(logdir::now_secs())?),
     };
-    // An object-store log directory gets everything a local one does: checkpoints, the
-    // command line and the trained model are objects beside the log's.
-    let remote = logdir.to_str().is_some_and(ember::is_remote);
     let checkpointing = !args.no_checkpoints;
     let checkpoints = logdir.join(CHECKPOINTS);
-    // A live run's directory is refused before anything is read into it or changed.
-    let rank = job.rank() as u32;
-    for dir in [&logdir, &checkpoints] {
-        if !remote && let Some(holder) = DirLock::holder(dir, rank) {
-            anyhow::bail!(LockError::Held {
-                dir: dir.clone(),
-                holder
-            });
-        }
-    }
-    match begin {
-        Begin::Resume => {
-            if let Err(error) = Checkpoints::new(&checkpoints, 1).to_resume(job.size()) {
-                anyhow::bail!(
-                    "{error}; nothing was changed. To train the run again from its first step, \
-                     discarding its log: ember train --restart {}",
-                    crate::output::shown(&logdir)
-                );
-            }
-        }
-        Begin::Fresh => ensure!(
-            !checkpointing || Checkpoints::new(&checkpoints, 1).list()?.is_empty(),
-            "{} holds the checkpoints of another run: go on with it with --resume {0}, or \
-             choose another --logdir",
-            crate::output::shown(&logdir)
-        ),
-        Begin::Restart => {}
+    // A live run's directory, another run's, a finished run's or one whose recorded settings
+    // its checkpoint contradicts is refused before anything is read into it or changed.
+    let world = (job.rank(), job.size());
+    command::admit(
+        begin,
+        &args,
+        (&logdir, &checkpoints),
+        world,
+        (workers, TEST_FRACTION),
+    )?;
+    if begin == Begin::Restart && lead && !command::command_saved(&checkpoints) {
+        save_command(
+            &checkpoints,
+            &command::without_flag(&given, "--restart"),
+            &logdir,
+        )?;
     }
     let continues = begin == Begin::Resume;
 

@@ -162,11 +162,20 @@ fn main() {
     }
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let every_50 = || Some(CheckpointConfig::new(dir.path().join("checkpoints"), 50));
+    let every_50 = || fresh_checkpoints(dir.path().join("checkpoints"));
     paired(pairs, "no summaries", None, every_50);
     let mut summary = SummaryRecord::new(dir.path().join("log")).expect("summary record");
     paired(pairs, "summaries recorded", Some(&mut summary), every_50);
     summary.close().expect("summaries close");
+}
+
+/// Checkpoints every 50 optimizer steps in `dir`, emptied first: a fresh run is not admitted
+/// where another run left its checkpoints.
+fn fresh_checkpoints(dir: std::path::PathBuf) -> Option<CheckpointConfig> {
+    ember::checkpoint::Checkpoints::new(&dir, 1)
+        .remove_all()
+        .expect("the last run's checkpoints removed");
+    Some(CheckpointConfig::new(dir, 50))
 }
 
 /// The Trainer run with checkpoints every 50 optimizer steps against none, `pairs` times in
@@ -265,12 +274,7 @@ fn in_the_bucket(pairs: usize, bucket: &Store) {
     {
         let mut summary = SummaryRecord::new(format!("{}/log", bucket.url))
             .expect("summary record in the bucket");
-        let every_50 = || {
-            Some(CheckpointConfig::new(
-                format!("{}/checkpoints", bucket.url),
-                50,
-            ))
-        };
+        let every_50 = || fresh_checkpoints(format!("{}/checkpoints", bucket.url).into());
         paired(
             pairs,
             "summaries and checkpoints in the bucket",

@@ -11,6 +11,9 @@
 //! - `burn_train`: the same for a burn-train run logged by
 //!   [`SummaryLogger`](crate::burn_train::SummaryLogger).
 //!
+//! - [`admission`](Admission): whether a run may begin fresh, resume or start over in a
+//!   directory, decided once for `ember train`, the Trainer and every rank;
+//!
 //! A resume either finds a whole checkpoint of this very run (same devices, ranks,
 //! accumulation, reduction and model) or refuses before it changes anything
 //! ([`CheckpointError::NothingToResume`], [`CheckpointError::Mismatch`]); starting a run over
@@ -31,6 +34,7 @@
 //! directory never holds only torn checkpoints. [`Checkpoints::latest`] takes the newest whole
 //! one and says why it passed over any newer.
 
+mod admission;
 pub(crate) mod burn_train;
 mod directory;
 mod error;
@@ -38,6 +42,7 @@ mod file;
 pub(crate) mod log_place;
 pub(crate) mod trainer;
 
+pub use admission::{Admission, Begin, finished};
 pub use directory::{Checkpoints, Loaded};
 pub use error::CheckpointError;
 pub use file::{Checkpoint, read, write_durably};

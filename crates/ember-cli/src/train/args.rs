@@ -76,16 +76,19 @@ pub(crate) struct TrainArgs {
     /// Write no checkpoints.
     #[arg(long, conflicts_with_all = ["resume", "restart"])]
     pub(super) no_checkpoints: bool,
-    /// Go on with the run in RUN_DIR (default: the newest under `runs/`) from its newest whole
-    /// checkpoint, with the arguments it was started with; its log is rolled back to the
-    /// checkpoint first, so that every step shows once.
-    /// A run without a whole checkpoint is refused, and left as it is.
+    /// Go on with the run in RUN_DIR (default: the newest under `runs/` that has not finished)
+    /// from its newest whole checkpoint, with the arguments it was started with; its log is
+    /// rolled back to the checkpoint first, so that every step shows once.
+    /// A run without a whole checkpoint, a finished one, or one whose saved arguments its
+    /// checkpoint contradicts (another batch size, data set size or device count) is refused,
+    /// and left as it is.
     #[arg(long, value_name = "RUN_DIR")]
     #[allow(clippy::option_option)]
     pub(super) resume: Option<Option<PathBuf>>,
     /// Train the run in RUN_DIR (default: the newest under `runs/`) again from its first step,
     /// with the arguments it was started with: its checkpoints and the log files it wrote are
-    /// removed first. For a run stopped before its first checkpoint, which --resume refuses.
+    /// removed first. For a run stopped before its first checkpoint, which --resume refuses;
+    /// a run whose saved `command.json` was lost is restarted with the flags given here.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "resume")]
     #[allow(clippy::option_option)]
     pub(super) restart: Option<Option<PathBuf>>,

@@ -20,6 +20,7 @@ use ember::pack::{Format, hparams_tags};
 use ember::read::Scan;
 use prost::Message;
 
+mod admission;
 mod bench;
 mod ctrl_c;
 mod inspect;

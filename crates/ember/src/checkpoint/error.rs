@@ -65,6 +65,52 @@ pub enum CheckpointError {
         /// Every checkpoint file found, and why it was passed over; empty when there was none.
         passed_over: Vec<(PathBuf, String)>,
     },
+    /// A fresh run found what another run left in its directory (`found`: a checkpoint, an
+    /// event file); nothing was changed.
+    #[error(
+        "{} holds the checkpoints of another run or its log ({}): resume that run, restart \
+         it from its first step, or choose another directory; nothing was changed",
+        dir.display(),
+        found.display()
+    )]
+    AnotherRun {
+        /// The directory.
+        dir: PathBuf,
+        /// The other run's file found there.
+        found: PathBuf,
+    },
+    /// A resume found the run finished: its newest whole checkpoint is at the end of its last
+    /// epoch. Nothing was changed.
+    #[error(
+        "the run in {} has finished: its newest checkpoint {} is at the end of its last epoch \
+         ({epochs}); nothing to resume (a restart trains it again from its first step)",
+        dir.display(),
+        checkpoint.display()
+    )]
+    Finished {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The epochs the run trains.
+        epochs: usize,
+        /// Its newest whole checkpoint.
+        checkpoint: PathBuf,
+    },
+    /// A setting the run was recorded with differs from what its checkpoint holds.
+    #[error(
+        "cannot resume from {}: the run's recorded {setting} is {recorded}, its checkpoint's \
+         {held}; resume with the settings it was started with",
+        checkpoint.display()
+    )]
+    SettingChanged {
+        /// The checkpoint.
+        checkpoint: PathBuf,
+        /// The setting's name.
+        setting: String,
+        /// The value the run was recorded with.
+        recorded: usize,
+        /// The value the checkpoint holds.
+        held: usize,
+    },
     /// Another run holds the checkpoint directory, or this run lost it while it trained (the
     /// directory or its lock file deleted or replaced).
     #[error(transparent)]

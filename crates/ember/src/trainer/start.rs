@@ -22,7 +22,7 @@ use super::{Resume, Trainer};
 use crate::SummaryRecord;
 use crate::checkpoint::log_place::{LogPlace, Snapshot};
 use crate::checkpoint::trainer::{self as checkpointing, Identity, Position};
-use crate::checkpoint::{CheckpointError, Checkpoints};
+use crate::checkpoint::{Admission, Begin, CheckpointError, Checkpoints};
 use crate::collective::Ranks;
 use crate::driver::Driver;
 use crate::faults::SummaryFaults;
@@ -135,32 +135,32 @@ where
     }
 
     /// The directory this run's checkpoints go to (the configured one, else the one resumed
-    /// from) and, for a local one, its lock. A resume from a local directory that does not
-    /// exist is refused here, before anything is made.
+    /// from) and, for a local one, its lock, once [`Admission`] admits the run there: the same
+    /// checks `ember train` makes, before anything is made or changed. The log directory is the
+    /// caller's record's, which holds its lock already.
     fn claim_checkpoint_dir(&self) -> Result<(Option<PathBuf>, Option<DirLock>), TrainError> {
         let world = self.ranks.as_ref().map_or(1, Ranks::size);
-        let resume_dir = self.resume.as_ref().map(|resume| match resume {
-            Resume::Continue(dir) | Resume::StartOver(dir) => dir.clone(),
-        });
-        let checkpoint_dir = self
-            .config
-            .checkpoints
-            .as_ref()
-            .map(|config| config.dir.clone())
-            .or(resume_dir);
-        let remote = |dir: &Path| dir.to_str().is_some_and(ember_write::is_remote);
-        if let Some(Resume::Continue(dir)) = &self.resume
-            && !remote(dir)
-            && !dir.is_dir()
-        {
-            Checkpoints::new(dir, 1).to_resume(world)?;
+        let rank = self.ranks.as_ref().map_or(0, Ranks::rank) as u32;
+        let (begin, resume_dir) = match &self.resume {
+            Some(Resume::Continue(dir)) => (Begin::Resume, Some(dir.clone())),
+            Some(Resume::StartOver(dir)) => (Begin::Restart, Some(dir.clone())),
+            None => (Begin::Fresh, None),
+        };
+        let configured = self.config.checkpoints.as_ref().map(|c| c.dir.clone());
+        // No epochs to tell a finished run by: a library run resumed from its last checkpoint
+        // rolls its log back to its end and finishes again as it did.
+        let mut admission = Admission::new(begin).rank(rank, world);
+        if let Some(dir) = resume_dir.clone().or_else(|| configured.clone()) {
+            admission = admission.checkpoint_dir(dir);
         }
+        admission.admit()?;
+        let checkpoint_dir = configured.or(resume_dir);
         // A bucket has no lock to hold.
-        let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
+        let remote = |dir: &Path| dir.to_str().is_some_and(ember_write::is_remote);
         let lock = checkpoint_dir
             .as_deref()
             .filter(|dir| !remote(dir))
-            .map(|dir| DirLock::acquire(dir, rank as u32))
+            .map(|dir| DirLock::acquire(dir, rank))
             .transpose()
             .map_err(CheckpointError::from)?;
         Ok((checkpoint_dir, lock))

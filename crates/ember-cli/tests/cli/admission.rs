@@ -1,0 +1,268 @@
+//! Which runs `ember train` admits to a directory, decided by ember's one admission check: a
+//! run with no checkpoints of its own is kept out of another run's directory, bare `--resume`
+//! takes the newest run that has not finished, a batch size or data set size edited in `command.json` is
+//! refused naming both values, and a run whose `command.json` is lost is restarted with the
+//! arguments given.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use ember::read::Summaries;
+
+use super::{Spawned, text};
+
+/// Small runs: 240 training digits on 2 workers, 4 steps an epoch.
+const SMALL: &[&str] = &["--subset", "300", "--epochs", "2"];
+
+/// `ember ARGS` run in `dir`.
+fn ember_in(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the ember binary runs")
+}
+
+/// `ember train ARGS` in `dir`, which must succeed.
+fn train(args: &[&str], dir: &Path) -> Output {
+    let output = ember_in(&[&["train"], args].concat(), dir);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    output
+}
+
+/// Starts `ember train ARGS` in `dir` and stops it with Ctrl-C once its first epoch is done:
+/// a run with checkpoints that has not finished.
+fn interrupted(args: &[&str], dir: &Path) {
+    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .arg("train")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the ember binary runs");
+    let mut child = Spawned(child);
+    let stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let (lines, seen) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    while !seen
+        .recv_timeout(Duration::from_secs(120))
+        .expect("ember train finishes an epoch")
+        .starts_with("epoch 1/")
+    {}
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(child.0.wait().unwrap().code(), Some(130));
+}
+
+/// Every file under `dir` and its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
+            }
+        }
+    }
+    files
+}
+
+/// The steps of the run's `train/loss` series, as its log shows them.
+fn loss_steps(run: &Path) -> Vec<i64> {
+    let summaries = Summaries::read_dir(run).unwrap();
+    summaries.scalars["train/loss"]
+        .iter()
+        .map(|p| p.step)
+        .collect()
+}
+
+#[test]
+fn a_run_without_checkpoints_is_refused_in_another_runs_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    train(&[SMALL, &["--logdir", "run"]].concat(), dir.path());
+    let run = dir.path().join("run");
+    let before = tree(&run);
+    assert!(before.contains_key(Path::new("model.bpk")));
+
+    let output = ember_in(
+        &[&["train"], SMALL, &["--no-checkpoints", "--logdir", "run"]].concat(),
+        dir.path(),
+    );
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("holds the checkpoints of another run or its log"),
+        "{printed}"
+    );
+    // The first run's model, event files and checkpoints, byte for byte.
+    assert_eq!(tree(&run), before);
+
+    // Its log alone keeps a run out too: no checkpoints left, the event file stays the run's.
+    std::fs::remove_dir_all(run.join("checkpoints")).unwrap();
+    let before = tree(&run);
+    let output = ember_in(
+        &[&["train"], SMALL, &["--no-checkpoints", "--logdir", "run"]].concat(),
+        dir.path(),
+    );
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("events.out.tfevents."), "{printed}");
+    assert_eq!(tree(&run), before);
+    assert_eq!(loss_steps(&run), (1..=8).collect::<Vec<_>>());
+}
+
+#[test]
+fn bare_resume_takes_the_newest_unfinished_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let older = "runs/2026-01-01T00-00-00Z";
+    let newer = "runs/2026-01-02T00-00-00Z";
+    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    interrupted(
+        &["--subset", "300", "--epochs", "60", "--logdir", older],
+        dir.path(),
+    );
+    train(&[SMALL, &["--logdir", newer]].concat(), dir.path());
+    let finished = tree(&dir.path().join(newer));
+
+    let output = train(&["--resume"], dir.path());
+    let printed = text(&output.stderr);
+    assert!(
+        printed.contains(&format!("resumed from {older}/checkpoints/ckpt-")),
+        "{printed}"
+    );
+    assert_eq!(tree(&dir.path().join(newer)), finished);
+    let steps = loss_steps(&dir.path().join(older));
+    assert_eq!(steps, (1..=240).collect::<Vec<_>>());
+
+    // Both finished now: nothing to resume, and nothing changed.
+    let runs = tree(&dir.path().join("runs"));
+    let output = ember_in(&["train", "--resume"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("every run under runs has finished"),
+        "{printed}"
+    );
+    assert_eq!(tree(&dir.path().join("runs")), runs);
+
+    // Named, a finished run is refused as well.
+    let output = ember_in(&["train", "--resume", newer], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("has finished"), "{printed}");
+    assert_eq!(tree(&dir.path().join("runs")), runs);
+}
+
+#[test]
+fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
+    let dir = tempfile::tempdir().unwrap();
+    interrupted(
+        &[
+            "--subset",
+            "300",
+            "--epochs",
+            "60",
+            "--batch-size",
+            "16",
+            "--logdir",
+            "run",
+        ],
+        dir.path(),
+    );
+    let command = dir.path().join("run/checkpoints/command.json");
+    let saved = std::fs::read_to_string(&command).unwrap();
+    assert!(saved.contains(r#""--batch-size","16""#), "{saved}");
+    std::fs::write(
+        &command,
+        saved.replace(r#""--batch-size","16""#, r#""--batch-size","40""#),
+    )
+    .unwrap();
+    let before = tree(&dir.path().join("run"));
+
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("recorded batch_size is 40, its checkpoint's 16"),
+        "{printed}"
+    );
+    assert_eq!(tree(&dir.path().join("run")), before);
+
+    // Another data set size is refused the same way: 320 training digits of 400, not 240.
+    std::fs::write(
+        &command,
+        saved.replace(r#""--subset","300""#, r#""--subset","400""#),
+    )
+    .unwrap();
+    let before = tree(&dir.path().join("run"));
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("recorded train_examples is 320, its checkpoint's 240"),
+        "{printed}"
+    );
+    assert_eq!(tree(&dir.path().join("run")), before);
+
+    // As it was recorded, the run goes on.
+    std::fs::write(&command, &saved).unwrap();
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
+fn a_run_whose_command_is_lost_is_restarted_with_the_arguments_given() {
+    let dir = tempfile::tempdir().unwrap();
+    interrupted(
+        &["--subset", "300", "--epochs", "60", "--logdir", "run"],
+        dir.path(),
+    );
+    let run = dir.path().join("run");
+    std::fs::remove_file(run.join("checkpoints/command.json")).unwrap();
+
+    // A resume cannot know how the run was started; it says how to go on.
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("ember train --restart run ARGS"),
+        "{printed}"
+    );
+
+    let output = train(&[&["--restart", "run"], SMALL].concat(), dir.path());
+    assert!(text(&output.stdout).contains("test accuracy"));
+    // The restarted run's log holds each of its steps once, from its first.
+    assert_eq!(loss_steps(&run), (1..=8).collect::<Vec<_>>());
+    let saved = std::fs::read_to_string(run.join("checkpoints/command.json")).unwrap();
+    assert!(
+        saved.contains(r#""--epochs","2""#) && !saved.contains("--restart"),
+        "{saved}"
+    );
+    // Recorded again, the command makes the run whole: it has finished.
+    let output = ember_in(&["train", "--resume", "run"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("has finished"), "{printed}");
+}
