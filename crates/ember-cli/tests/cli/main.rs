@@ -22,9 +22,12 @@ use prost::Message;
 
 mod bench;
 mod ctrl_c;
+mod full_disk;
 mod inspect;
 mod inspect_kinds;
+mod printing;
 mod resume;
+mod signals;
 mod train;
 
 fn ember(args: &[&str]) -> Output {
