@@ -416,7 +416,7 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
     }
     // Every rank trained the job's examples together; rank 0 reports them.
     if job.lead() {
-        crate::output::out(line);
+        println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -46,49 +46,57 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
             ));
             print_problems(&file.problems);
         }
-        let mut kinds: BTreeMap<&str, Vec<(&str, &TagStats)>> = BTreeMap::new();
-        for ((kind, tag), stats) in &run.tags {
-            kinds.entry(kind).or_default().push((tag, stats));
-        }
-        for (kind, tags) in kinds {
-            let values: usize = tags.iter().map(|(_, s)| s.count).sum();
-            crate::output::out(format!(
-                "  {kind}: {} tag(s), {values} value(s)",
-                tags.len()
-            ));
-            let width = tags.iter().map(|(t, _)| t.len()).max().unwrap_or(0);
-            for (tag, stats) in tags {
-                let steps = match stats.steps {
-                    Some((lo, hi)) => format!("steps {lo}..{hi}"),
-                    None => "no step".to_string(),
-                };
-                let mut line = format!("    {tag:<width$}  {:>6} x  {steps}", stats.count);
-                if let Some(s) = stats.scalar {
-                    line.push_str(&format!(
-                        "  first {} last {} min {} max {}",
-                        number(s.first),
-                        number(s.last),
-                        number(s.min),
-                        number(s.max)
-                    ));
-                }
-                if let Some(detail) = Detail::summarised(stats.first.as_ref(), stats.last.as_ref())
-                {
-                    line.push_str(&format!("  {}", detail.text()));
-                }
-                crate::output::out(line);
-            }
-        }
+        print_tags(run);
         if let Some(times) = step_times(run) {
             for line in times.to_string().lines() {
                 crate::output::out(format!("  {line}"));
             }
         }
     }
+    print_totals(runs.len(), files, records, errors, warnings);
+}
+
+/// Each kind of value of `run`: its tags, with counts, steps and figures.
+fn print_tags(run: &RunReport) {
+    let mut kinds: BTreeMap<&str, Vec<(&str, &TagStats)>> = BTreeMap::new();
+    for ((kind, tag), stats) in &run.tags {
+        kinds.entry(kind).or_default().push((tag, stats));
+    }
+    for (kind, tags) in kinds {
+        let values: usize = tags.iter().map(|(_, s)| s.count).sum();
+        crate::output::out(format!(
+            "  {kind}: {} tag(s), {values} value(s)",
+            tags.len()
+        ));
+        let width = tags.iter().map(|(t, _)| t.len()).max().unwrap_or(0);
+        for (tag, stats) in tags {
+            let steps = match stats.steps {
+                Some((lo, hi)) => format!("steps {lo}..{hi}"),
+                None => "no step".to_string(),
+            };
+            let mut line = format!("    {tag:<width$}  {:>6} x  {steps}", stats.count);
+            if let Some(s) = stats.scalar {
+                line.push_str(&format!(
+                    "  first {} last {} min {} max {}",
+                    number(s.first),
+                    number(s.last),
+                    number(s.min),
+                    number(s.max)
+                ));
+            }
+            if let Some(detail) = Detail::summarised(stats.first.as_ref(), stats.last.as_ref()) {
+                line.push_str(&format!("  {}", detail.text()));
+            }
+            crate::output::out(line);
+        }
+    }
+}
+
+/// The last line of totals, and on stderr what the problems found mean.
+fn print_totals(runs: usize, files: usize, records: usize, errors: usize, warnings: usize) {
     crate::output::out(format!(
-        "{} run(s), {files} file(s), {records} valid record(s), {errors} error(s), \
-         {warnings} warning(s)",
-        runs.len()
+        "{runs} run(s), {files} file(s), {records} valid record(s), {errors} error(s), \
+         {warnings} warning(s)"
     ));
     if errors > 0 {
         crate::output::err(format!(

@@ -141,3 +141,53 @@ fn sighup_stops_train_after_a_step_with_exit_code_129() {
         ended.stderr
     );
 }
+
+#[test]
+fn a_second_sigterm_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args([
+            "train", "--epochs", "300", "--hidden", "2048", "--logdir", "run",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the ember binary runs");
+    let mut child = Spawned(child);
+    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("epoch 1/") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "ember train ended"
+        );
+    }
+    let pid = child.0.id().to_string();
+    let kill = || {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    // The second signal once the first is heard: two sent at once may reach the process as
+    // one. A wide model makes the step, the checkpoint and the close the first waits for long.
+    kill();
+    while !line.starts_with("SIGTERM: stopping") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "ember train ended"
+        );
+    }
+    kill();
+    let status = super::exit_within(&mut child, GRACE);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(143), "{rest}");
+    assert!(!rest.contains("interrupted after"), "{rest}");
+}
