@@ -69,7 +69,7 @@ pub(super) fn report(plan: &Plan, ending: Ending<'_>) -> anyhow::Result<ExitCode
         ));
         print_logdir(plan);
     }
-    print_logged();
+    print_logged(&plan.job.prefix());
     let code = if report.interrupted {
         ending.signal.exit_code()
     } else {
@@ -98,11 +98,11 @@ pub(super) fn report(plan: &Plan, ending: Ending<'_>) -> anyhow::Result<ExitCode
 
 /// How many warnings and errors the library logged (shown as they came, unless `RUST_LOG`
 /// hid them).
-fn print_logged() {
+fn print_logged(prefix: &str) {
     let (warnings, errors) = crate::logger::counts();
     if warnings + errors > 0 {
         err(format!(
-            "{warnings} warning(s) and {errors} error(s) logged"
+            "{prefix}{warnings} warning(s) and {errors} error(s) logged"
         ));
     }
 }
