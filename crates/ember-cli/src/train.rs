@@ -116,7 +116,7 @@ fn steps_per_epoch(train: usize, workers: usize, batch: usize) -> usize {
 pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let given = given_args();
-    let plan = prepare(args, &given)?;
+    let mut plan = prepare(args, &given)?;
     admit(&plan)?;
     let data = Data::load(&plan)?;
     let opened = open_devices(&plan.specs)?;
@@ -130,7 +130,6 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let signal = signals::stop_on_signals(stop.clone());
     announce(&plan, &data, &opened);
     let step_times = Arc::new(Mutex::new(ember::StepTimes::new()));
-    let mut plan = plan;
     let trainer = build_trainer(&mut plan, &data, &opened, &bar, &step_times, stop);
     write_layout(&plan, &mut summary)?;
     let test_len = data.test.len();
@@ -138,7 +137,10 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let trained = train(&plan, trainer, data, &main, &mut summary, &bar);
     let (model, report) =
         trained.with_context(|| format!("{}training failed", plan.job.prefix()))?;
-    let log = finish(&plan, &model, &report, summary, &projected, &main)?;
+    // What the end records (the embedding, the log's close) logs is at the run's last step.
+    let log = finish(&plan, &model, &report, summary, &projected, &main);
+    crate::logger::training_done();
+    let log = log?;
     let ending = report::Ending {
         report: &report,
         log,
@@ -476,7 +478,6 @@ fn train(
     let result = trainer.fit(model, train_loader, Some(test_loader), Some(summary));
     bar.finish_and_clear();
     crate::output::draw_above(None);
-    crate::logger::training_done();
     result
 }
 
