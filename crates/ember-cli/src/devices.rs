@@ -78,12 +78,12 @@ pub(crate) fn print_device_memory(opened: &[OpenedDevice]) {
         seen.push(&device.device);
         if let Some(usage) = device.device.memory_pool_usage() {
             let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
-            eprintln!(
+            crate::output::err(format!(
                 "device memory: {}: {:.1} MiB reserved, {:.1} MiB in use",
                 device.spec,
                 mib(usage.bytes_reserved),
                 mib(usage.bytes_in_use)
-            );
+            ));
         }
     }
 }

@@ -55,11 +55,11 @@ pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "object-store")]
         {
             let local = ember::read::download_private(url)?;
-            eprintln!(
+            crate::output::err(format!(
                 "{url}: {} object(s), downloaded into {}",
                 local.objects,
                 crate::output::shown(local.path())
-            );
+            ));
             return run(InspectArgs {
                 path: local.path().to_path_buf(),
                 ..args
@@ -115,11 +115,11 @@ fn inspect(
     if metadata.is_dir() {
         collect(path, &mut files, &mut skipped)?;
         for skip in &skipped {
-            eprintln!(
+            crate::output::err(format!(
                 "warning: skipped {}: {}",
                 crate::output::shown(&skip.path),
                 skip.reason
-            );
+            ));
         }
         if files.is_empty() {
             let skipped = match skipped.len() {

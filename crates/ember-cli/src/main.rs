@@ -11,6 +11,7 @@ mod digits;
 mod format_arg;
 mod inspect;
 mod job;
+mod logger;
 mod output;
 #[cfg(feature = "object-store")]
 mod pull;
@@ -33,6 +34,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Train a digit classifier (8x8 handwritten digits) on several workers, recording summaries.
+    ///
+    /// Exit code: 0 when trained; 1 on an error; 3 when trained and the model saved but the log
+    /// is incomplete (a log writer failed, a full disk: the last line names the step); 128 +
+    /// the signal when Ctrl-C (130), SIGTERM (143) or SIGHUP (129) stopped it after a step,
+    /// with a checkpoint and whole logs.
     Train(train::TrainArgs),
     /// List the runs, files and tags under a directory (or of one file), checking every record.
     ///
@@ -72,6 +78,7 @@ enum BenchCommand {
 fn main() -> ExitCode {
     allocator::keep_freed_memory();
     quiet_vulkan_device_select();
+    logger::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => train::run(args),
@@ -87,11 +94,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            // One line: the context chain joined, no backtrace.
-            // One write, so that under mpirun, which merges every rank's stderr, the line is
-            // not interleaved with another rank's.
-            let line = format!("error: {error:#}\n");
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            // One line: the context chain joined, each cause once, no backtrace; `err` writes
+            // it at once, so that under mpirun, which merges every rank's stderr, it is not
+            // interleaved with another rank's.
+            output::err(format!("error: {}", output::error_line(&error)));
             ExitCode::FAILURE
         }
     }

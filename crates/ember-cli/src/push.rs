@@ -30,7 +30,7 @@ pub(crate) fn run(args: PushArgs) -> anyhow::Result<ExitCode> {
             )),
             Err(error) => {
                 failed += 1;
-                eprintln!("error: {}: {error}; kept", shown(&orphan.staging));
+                crate::output::err(format!("error: {}: {error}; kept", shown(&orphan.staging)));
             }
         }
     }

@@ -7,10 +7,14 @@
 //! 0 prints, draws the bar and records the run, and every rank records its workers' step
 //! times in its own event file of the same run.
 //!
-//! Ctrl-C (SIGINT) stops training after the current step: a checkpoint is written, the
-//! summaries are completed and closed (the hyper-parameters with TensorBoard's failure status,
-//! which MindInsight's lineage file gets too), and the command exits with code 130. A second
-//! Ctrl-C exits at once.
+//! Ctrl-C (SIGINT), SIGTERM and SIGHUP stop training after the current step: a checkpoint is
+//! written, the summaries are completed and closed (the hyper-parameters with TensorBoard's
+//! failure status, which MindInsight's lineage file gets too), and the command exits with code
+//! 128 + the signal (130, 143, 129). A second signal exits at once.
+//!
+//! The trained model is saved before the log is closed: a log writer that fails (a full disk)
+//! costs the log, never the model. Its failure is printed when it happens, with the step, and
+//! the run ends with exit code 3 and a last line saying from which step the log is incomplete.
 //!
 //! Checkpoints go to `<logdir>/checkpoints` (every `--checkpoint-every` optimizer steps and at
 //! each epoch's end), with the command line the run was started with. `ember train --resume
@@ -20,9 +24,9 @@
 //! [RUN_DIR]` trains it again from its first step, its log and checkpoints discarded. A log
 //! directory another run is writing is refused at once, naming that run's pid.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,12 +37,12 @@ use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
 use ember::checkpoint::Begin;
-use ember::devices::open_devices;
+use ember::devices::{DeviceSpec, OpenedDevice, open_devices};
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
-use ember::{CheckpointConfig, EpochReport, SummaryRecord, Trainer, TrainerConfig};
+use ember::{CheckpointConfig, DirLock, SummaryRecord, TrainReport, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::devices::{DeviceList, default_devices, print_device_memory, worker_devices};
+use crate::devices::{DeviceList, default_devices, worker_devices};
 use crate::digits::{self, Digit, DigitBatch, DigitBatcher, DigitMlp, PIXELS};
 use crate::job::Job;
 
@@ -46,6 +50,8 @@ mod args;
 mod command;
 mod logdir;
 mod records;
+mod report;
+mod signals;
 
 pub(crate) use args::TrainArgs;
 use command::{given_args, resumed_args, save_command};
@@ -63,10 +69,6 @@ pub(crate) const TEST_FRACTION: f64 = 0.2;
 
 /// Test digits shown with their predictions each epoch.
 const SAMPLES: usize = 16;
-
-/// The exit code of a run stopped by Ctrl-C: 128 + SIGINT, as shells report a process that
-/// SIGINT ended.
-const INTERRUPTED: u8 = 130;
 
 /// How long a record waits at most for an object store that is down to take the backlog.
 #[cfg(feature = "object-store")]
@@ -101,13 +103,86 @@ fn steps_per_epoch(train: usize, workers: usize, batch: usize) -> usize {
 pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let given = given_args();
+    let mut plan = prepare(args, &given)?;
+    admit(&plan, &given)?;
+    let data = Data::load(&plan)?;
+    let opened = open_devices(&plan.specs)?;
+    let main = opened[0].device.clone();
+    main.seed(INIT_SEED);
+    // Set by the first stop signal: training stops after its step, and a record waiting for an
+    // object store that is down stops waiting.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut summary = open_summary(&plan, &given, &stop)?;
+    let bar = progress_bar(&plan, data.train.len())?;
+    let signal = signals::stop_on_signals(stop.clone());
+    announce(&plan, &data, &opened);
+    let step_times = Arc::new(Mutex::new(ember::StepTimes::new()));
+    let trainer = build_trainer(&mut plan, &data, &opened, &bar, &step_times, stop);
+    write_layout(&plan, &mut summary)?;
+    let test_len = data.test.len();
+    let projected = data.test.clone();
+    let trained = train(&plan, trainer, data, &main, &mut summary, &bar);
+    let (model, report, checkpoints_lock) =
+        trained.with_context(|| format!("{}training failed", plan.job.prefix()))?;
+    // What the end records (the embedding, the log's close) logs is at the run's last step.
+    let log = finish(
+        &plan,
+        &model,
+        &report,
+        summary,
+        checkpoints_lock,
+        &projected,
+        &main,
+    );
+    crate::logger::training_done();
+    let log = log?;
+    let ending = report::Ending {
+        report: &report,
+        log,
+        signal,
+        test_len,
+        started,
+        opened: &opened,
+        step_times: &step_times,
+    };
+    report::report(&plan, ending)
+}
+
+/// What the command line asks for, settled: the run's own arguments on `--resume` and
+/// `--restart`, its workers' devices, the job this process is a rank of, and its log
+/// directory.
+pub(super) struct Plan {
+    args: TrainArgs,
+    begin: Begin,
+    specs: Vec<DeviceSpec>,
+    job: Job,
+    logdir: PathBuf,
+}
+
+impl Plan {
+    fn epochs(&self) -> usize {
+        usize::from(self.args.epochs)
+    }
+
+    fn checkpoints(&self) -> PathBuf {
+        self.logdir.join(CHECKPOINTS)
+    }
+
+    fn checkpointing(&self) -> bool {
+        !self.args.no_checkpoints
+    }
+}
+
+/// Settles the command line into a [`Plan`], refusing bad values before anything is read or
+/// written.
+fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
     let (args, begin) = match (args.resume.clone(), args.restart.clone()) {
         (Some(dir), _) => (
-            resumed_args("--resume", dir.as_deref(), &given)?.0,
+            resumed_args("--resume", dir.as_deref(), given)?.0,
             Begin::Resume,
         ),
         (None, Some(dir)) => (
-            resumed_args("--restart", dir.as_deref(), &given)?.0,
+            resumed_args("--restart", dir.as_deref(), given)?.0,
             Begin::Restart,
         ),
         (None, None) => (args, Begin::Fresh),
@@ -117,10 +192,6 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         None => default_devices()?,
     };
     let specs = worker_devices(&listed, args.devices.map(usize::from), args.share_devices)?;
-    let workers = specs.len();
-    let batch_size = usize::from(args.batch_size);
-    let hidden = usize::from(args.hidden);
-    let epochs = usize::from(args.epochs);
     ensure!(
         args.lr.is_finite() && args.lr > 0.0,
         "--lr must be a positive number, got {}",
@@ -132,71 +203,99 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     #[cfg(not(feature = "mpi"))]
     let collective_timeout = Duration::ZERO;
     let mut job = Job::start(collective_timeout)?;
-    let lead = job.lead();
 
     let logdir = match args.logdir.clone() {
         Some(logdir) => logdir,
         None => logdir::default_logdir_at(job.rank_zero_s(logdir::now_secs())?),
     };
-    let checkpointing = !args.no_checkpoints;
-    let checkpoints = logdir.join(CHECKPOINTS);
+    Ok(Plan {
+        args,
+        begin,
+        specs,
+        job,
+        logdir,
+    })
+}
+
+/// Whether this run may begin in its log directory: refused while another run holds it, and
+/// where its checkpoints say otherwise.
+fn admit(plan: &Plan, given: &[String]) -> anyhow::Result<()> {
+    let (args, job, begin, logdir) = (&plan.args, &plan.job, plan.begin, &plan.logdir);
+    let checkpoints = plan.checkpoints();
     // A live run's directory, another run's, a finished run's or one whose recorded settings
     // its checkpoint contradicts is refused before anything is read into it or changed.
-    let world = (job.rank(), job.size());
     command::admit(
         begin,
-        &args,
-        (&logdir, &checkpoints),
-        world,
-        (workers, TEST_FRACTION),
+        args,
+        (logdir, &checkpoints),
+        (job.rank(), job.size()),
+        (plan.specs.len(), TEST_FRACTION),
     )?;
-    if begin == Begin::Restart && lead && !command::command_saved(&checkpoints) {
+    if begin == Begin::Restart && job.lead() && !command::command_saved(&checkpoints) {
         save_command(
             &checkpoints,
-            &command::without_flag(&given, "--restart"),
-            &logdir,
+            &command::without_flag(given, "--restart"),
+            logdir,
         )?;
     }
-    let continues = begin == Begin::Resume;
+    Ok(())
+}
 
-    let subset = args.subset.map(|n| n as usize);
-    let (train, test) = digits::split(digits::load()?, SPLIT_SEED, subset, TEST_FRACTION);
-    ensure!(
-        train.len() >= workers * job.size(),
-        "{} training examples cannot feed {workers} workers on each of {} rank(s); use a larger \
-         --subset or fewer --devices",
-        train.len(),
-        job.size()
-    );
-    let samples: Vec<Digit> = test.iter().take(SAMPLES).cloned().collect();
-    let held_out: Vec<Digit> = test.clone();
-    let projected: Vec<Digit> = test.clone();
-    let (train_len, test_len) = (train.len(), test.len());
+/// The digits, split: what trains, and what is held out for testing, shown as samples and
+/// projected at the end.
+struct Data {
+    train: Vec<Digit>,
+    test: Vec<Digit>,
+}
 
-    let opened = open_devices(&specs)?;
-    let devices: Vec<Device> = opened.iter().map(|o| o.device.clone()).collect();
-    let main = devices[0].clone();
-    main.seed(INIT_SEED);
+impl Data {
+    fn load(plan: &Plan) -> anyhow::Result<Self> {
+        let subset = plan.args.subset.map(|n| n as usize);
+        let (train, test) = digits::split(digits::load()?, SPLIT_SEED, subset, TEST_FRACTION);
+        let (workers, ranks) = (plan.specs.len(), plan.job.size());
+        ensure!(
+            train.len() >= workers * ranks,
+            "{} training examples cannot feed {workers} workers on each of {ranks} rank(s); use \
+             a larger --subset or fewer --devices",
+            train.len(),
+        );
+        Ok(Self { train, test })
+    }
+}
 
-    let format = args.format.format();
-    // Set by the first Ctrl-C: training stops after its step, and a record waiting for an
-    // object store that is down stops waiting.
-    let stop = Arc::new(AtomicBool::new(false));
-    let builder = SummaryRecord::builder(&logdir)
-        .format(format)
-        .rank(job.rank() as u32, job.size() as u32);
+/// Opens the run's summary record and, for a new run, records its command line beside the
+/// checkpoints.
+fn open_summary(
+    plan: &Plan,
+    given: &[String],
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<SummaryRecord> {
+    let builder = SummaryRecord::builder(&plan.logdir)
+        .format(plan.args.format.format())
+        .rank(plan.job.rank() as u32, plan.job.size() as u32);
     #[cfg(feature = "object-store")]
     let builder = builder.remote_block_wait(REMOTE_BLOCK_DEADLINE, Some(stop.clone()));
-    let mut summary = builder
-        .build()
-        .with_context(|| format!("cannot create log dir {}", crate::output::shown(&logdir)))?;
-    if begin == Begin::Fresh && lead && checkpointing {
-        save_command(&checkpoints, &given, &logdir)?;
+    #[cfg(not(feature = "object-store"))]
+    let _ = stop;
+    let summary = builder.build().with_context(|| {
+        format!(
+            "cannot create log dir {}",
+            crate::output::shown(&plan.logdir)
+        )
+    })?;
+    if plan.begin == Begin::Fresh && plan.job.lead() && plan.checkpointing() {
+        save_command(&plan.checkpoints(), given, &plan.logdir)?;
     }
+    Ok(summary)
+}
 
+/// Rank 0's progress bar over the run's steps (hidden on other ranks, and where stderr is no
+/// terminal), with the lines printed meanwhile drawn above it.
+fn progress_bar(plan: &Plan, train_len: usize) -> anyhow::Result<ProgressBar> {
+    let (job, batch_size) = (&plan.job, usize::from(plan.args.batch_size));
     let shard = ember::collective::shard_range(train_len, job.size(), job.rank()).len();
-    let total_steps = epochs * steps_per_epoch(shard, workers, batch_size);
-    let bar = if lead {
+    let total_steps = plan.epochs() * steps_per_epoch(shard, plan.specs.len(), batch_size);
+    let bar = if job.lead() {
         ProgressBar::new(total_steps as u64)
     } else {
         ProgressBar::hidden()
@@ -207,47 +306,60 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             .progress_chars("=> "),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    stop_on_ctrl_c(bar.clone(), stop.clone());
-    if lead {
-        let ranks = if job.size() > 1 {
-            format!(" on each of {} ranks", job.size())
-        } else {
-            String::new()
-        };
-        eprintln!(
-            "training a {PIXELS}-{hidden}-10 MLP on {train_len} digits ({test_len} held out for \
-             testing), {workers} worker(s){ranks}, {epochs} epoch(s)",
-        );
-        for (worker, device) in opened.iter().enumerate() {
-            eprintln!(
-                "  worker {worker}: {} ({})",
-                device.spec, device.description
-            );
-        }
-    }
+    crate::output::draw_above(Some(bar.clone()));
+    Ok(bar)
+}
 
-    let step_bar = bar.clone();
-    let step_times = Arc::new(Mutex::new(ember::StepTimes::new()));
-    let step_times_seen = step_times.clone();
-    let epoch_bar = bar.clone();
-    let sample_device = main.clone();
+/// Rank 0 says what it trains, where.
+fn announce(plan: &Plan, data: &Data, opened: &[OpenedDevice]) {
+    if !plan.job.lead() {
+        return;
+    }
+    let ranks = if plan.job.size() > 1 {
+        format!(" on each of {} ranks", plan.job.size())
+    } else {
+        String::new()
+    };
+    crate::output::err(format!(
+        "training a {PIXELS}-{}-10 MLP on {} digits ({} held out for testing), {} worker(s)\
+         {ranks}, {} epoch(s)",
+        plan.args.hidden,
+        data.train.len(),
+        data.test.len(),
+        opened.len(),
+        plan.epochs(),
+    ));
+    for (worker, device) in opened.iter().enumerate() {
+        crate::output::err(format!(
+            "  worker {worker}: {} ({})",
+            device.spec, device.description
+        ));
+    }
+}
+
+/// The run's Trainer: its configuration, hyper-parameters, the bar moved at each step, and at
+/// each epoch's end a line and the samples' and PR curves' summaries; a rank of the job,
+/// resumed or started over as asked.
+fn build_trainer(
+    plan: &mut Plan,
+    data: &Data,
+    opened: &[OpenedDevice],
+    bar: &ProgressBar,
+    step_times: &Arc<Mutex<ember::StepTimes>>,
+    stop: Arc<AtomicBool>,
+) -> Trainer<DigitMlp> {
+    let args = &plan.args;
+    let (epochs, lead, format) = (plan.epochs(), plan.job.lead(), args.format.format());
+    let devices: Vec<Device> = opened.iter().map(|o| o.device.clone()).collect();
+    let sample_device = devices[0].clone();
+    let samples: Vec<Digit> = data.test.iter().take(SAMPLES).cloned().collect();
+    let held_out = data.test.clone();
+    let (step_bar, step_times) = (bar.clone(), step_times.clone());
     let trainer = Trainer::new(
         devices,
         AdamConfig::new().init(),
         args.lr,
-        TrainerConfig {
-            epochs,
-            histogram_every: Some(50),
-            step_timeout: args.step_timeout,
-            worker_threads: args.worker_threads,
-            system_every: Some(args.system_every),
-            checkpoints: checkpointing.then(|| CheckpointConfig {
-                dir: checkpoints.clone(),
-                every: Some(args.checkpoint_every as usize),
-                keep: usize::from(args.keep_checkpoints),
-            }),
-            ..TrainerConfig::default()
-        },
+        trainer_config(plan),
     )
     .stop_when(stop)
     .hparams(
@@ -256,11 +368,12 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             .with("batch_size", i64::from(args.batch_size))
             .with("learning_rate", args.lr)
             .with("optimizer", "adam")
-            .with("train_examples", train_len as i64)
-            .with("test_examples", test_len as i64),
+            .with("train_examples", data.train.len() as i64)
+            .with("test_examples", data.test.len() as i64),
     )
     .on_step(move |step| {
-        if let Ok(mut times) = step_times_seen.lock() {
+        crate::logger::at_step(step.step.max(0) as u64);
+        if let Ok(mut times) = step_times.lock() {
             times.add_report(step);
         }
         step_bar.set_prefix(format!("epoch {}/{epochs}", step.epoch));
@@ -275,12 +388,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         if !lead {
             return Ok(());
         }
-        let line = epoch_line(report, epochs);
-        if epoch_bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            epoch_bar.println(line);
-        }
+        crate::output::err(report::epoch_line(report, epochs));
         match summary {
             Some(summary) => {
                 record_samples(model, &samples, &sample_device, format, summary, step)?;
@@ -289,16 +397,39 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             None => Ok(()),
         }
     });
-    let mut trainer = job.join(trainer);
-    match begin {
-        Begin::Resume => trainer = trainer.resume_from(&checkpoints),
-        Begin::Restart => trainer = trainer.start_over(&checkpoints),
-        Begin::Fresh => {}
+    let trainer = plan.job.join(trainer);
+    match plan.begin {
+        Begin::Resume => trainer.resume_from(plan.checkpoints()),
+        Begin::Restart => trainer.start_over(plan.checkpoints()),
+        Begin::Fresh => trainer,
     }
-    // A run that goes on from a checkpoint has its layout in the log already.
-    if lead && format == Format::TensorBoard && !continues {
-        // One chart per metric with both splits on it; written first, as TensorBoard reads the
-        // first layout of a run.
+}
+
+fn trainer_config(plan: &Plan) -> TrainerConfig {
+    let args = &plan.args;
+    TrainerConfig {
+        epochs: plan.epochs(),
+        histogram_every: Some(50),
+        step_timeout: args.step_timeout,
+        worker_threads: args.worker_threads,
+        system_every: Some(args.system_every),
+        checkpoints: plan.checkpointing().then(|| CheckpointConfig {
+            dir: plan.checkpoints(),
+            every: Some(args.checkpoint_every as usize),
+            keep: usize::from(args.keep_checkpoints),
+        }),
+        ..TrainerConfig::default()
+    }
+}
+
+/// TensorBoard's layout of a new run: one chart per metric with both splits on it; written
+/// first, as TensorBoard reads the first layout of a run. A run that goes on from a
+/// checkpoint has it in its log already.
+fn write_layout(plan: &Plan, summary: &mut SummaryRecord) -> anyhow::Result<()> {
+    if plan.job.lead()
+        && plan.args.format.format() == Format::TensorBoard
+        && plan.begin != Begin::Resume
+    {
         summary.add_custom_scalars(
             CustomScalarLayout::new().category(
                 Category::new("train vs valid")
@@ -307,88 +438,76 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             ),
         )?;
     }
+    Ok(())
+}
 
-    let model = DigitMlp::new(hidden, &main);
-    let train_loader = loader(train, batch_size, Some(SPLIT_SEED), &main);
-    let test_loader = loader(test, batch_size, None, &main);
-    let result =
-        trainer.fit_holding_lock(model, train_loader, Some(test_loader), Some(&mut summary));
+/// Trains the model on `data`, the bar cleared at the end.
+fn train(
+    plan: &Plan,
+    trainer: Trainer<DigitMlp>,
+    data: Data,
+    main: &Device,
+    summary: &mut SummaryRecord,
+    bar: &ProgressBar,
+) -> Result<(DigitMlp, TrainReport, Option<DirLock>), ember::TrainError> {
+    let batch_size = usize::from(plan.args.batch_size);
+    let model = DigitMlp::new(usize::from(plan.args.hidden), main);
+    let train_loader = loader(data.train, batch_size, Some(SPLIT_SEED), main);
+    let test_loader = loader(data.test, batch_size, None, main);
+    // The checkpoint directory's lock comes back to be held until the model is saved: no
+    // other run may take the directory before it is.
+    let result = trainer.fit_holding_lock(model, train_loader, Some(test_loader), Some(summary));
     bar.finish_and_clear();
-    // Held until the model is saved: no other run may take the directory before it is.
-    let (model, report, mut checkpoints_lock) =
-        result.with_context(|| format!("{}training failed", job.prefix()))?;
+    crate::output::draw_above(None);
+    result
+}
+
+/// Saves the trained model (rank 0), before anything else can fail: the embedding's summary,
+/// the closing of the log, which lets the log's lock go. Returns what the log lost, if a log
+/// writer failed.
+fn finish(
+    plan: &Plan,
+    model: &DigitMlp,
+    report: &TrainReport,
+    mut summary: SummaryRecord,
+    mut checkpoints_lock: Option<DirLock>,
+    projected: &[Digit],
+    main: &Device,
+) -> anyhow::Result<Option<String>> {
+    let lead = plan.job.lead();
     if lead {
-        for (path, reason) in &report.checkpoints_skipped {
-            eprintln!(
-                "warning: passed over checkpoint {}: {reason}",
-                crate::output::shown(path)
-            );
-        }
         if let Some(path) = &report.resumed_from {
-            eprintln!("resumed from {}", crate::output::shown(path));
+            crate::output::err(format!("resumed from {}", crate::output::shown(path)));
         }
-    }
-    if lead {
-        record_embedding(
-            &model,
-            &projected,
-            &main,
-            format,
-            &mut summary,
-            report.steps as i64,
-        )
-        .context("recording the hidden-layer embedding")?;
-    }
-    summary
-        .close()
-        .with_context(|| format!("writing summaries under {}", crate::output::shown(&logdir)))?;
-    if lead {
         if let Some(lock) = checkpoints_lock.as_mut() {
             lock.check().context("saving the trained model")?;
         }
-        save_model(&model, &logdir)?;
+        save_model(model, &plan.logdir)?;
     }
-    if !lead {
-        return Ok(if report.interrupted {
-            ExitCode::from(INTERRUPTED)
-        } else {
-            ExitCode::SUCCESS
-        });
-    }
-    if report.interrupted {
-        eprintln!(
-            "interrupted after {} step(s), {} of {epochs} epoch(s) finished; the logs are \
-             complete up to there",
-            report.steps,
-            report.epochs.len()
-        );
-        if checkpointing {
-            eprintln!(
-                "go on with: ember train --resume {}",
-                crate::output::shown(&logdir)
-            );
-        }
-        print_logdir(&logdir, format);
-        return Ok(ExitCode::from(INTERRUPTED));
-    }
-
-    let last = report.last().context("training ran no epoch")?;
-    let accuracy = last
-        .valid_accuracy
-        .context("no test accuracy: the test set is empty; use a larger --subset")?;
-    let seconds = started.elapsed().as_secs_f64();
-    print_device_memory(&opened);
-    if let Ok(times) = step_times.lock() {
-        eprint!("{times}");
-    }
-    crate::output::out(format!(
-        "test accuracy: {:.2}% ({test_len} held-out digits) after {epochs} epoch(s), \
-         {} steps, {seconds:.1} s",
-        accuracy * 100.0,
-        report.steps
-    ));
-    print_logdir(&logdir, format);
-    Ok(ExitCode::SUCCESS)
+    let embedded = if lead {
+        let (format, step) = (plan.args.format.format(), report.steps as i64);
+        record_embedding(model, projected, main, format, &mut summary, step)
+            .context("recording the hidden-layer embedding")
+    } else {
+        Ok(())
+    };
+    let closed = summary.close().with_context(|| {
+        format!(
+            "writing summaries under {}",
+            crate::output::shown(&plan.logdir)
+        )
+    });
+    drop(checkpoints_lock);
+    let lost = [embedded.err(), closed.err()]
+        .into_iter()
+        .flatten()
+        .map(|error| crate::output::error_line(&error))
+        .collect::<Vec<_>>();
+    Ok(if !lost.is_empty() {
+        Some(lost.join("; "))
+    } else {
+        crate::logger::log_failed_at().map(|_| "a log writer failed (see above)".to_string())
+    })
 }
 
 /// Saves the trained model's parameters as Burn's burnpack file `model.bpk` in the run
@@ -416,67 +535,6 @@ fn save_model(model: &DigitMlp, dir: &Path) -> anyhow::Result<()> {
             crate::output::shown(&dir.join(MODEL_FILE))
         )
     })
-}
-
-/// Has the first Ctrl-C (SIGINT) set `flag`, for the trainer to stop after the current step
-/// with the logs complete; a second Ctrl-C exits at once.
-fn stop_on_ctrl_c(bar: ProgressBar, flag: Arc<AtomicBool>) {
-    let installed = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::AcqRel) {
-            std::process::exit(i32::from(INTERRUPTED));
-        }
-        bar.suspend(|| {
-            eprintln!("stopping after the current step (Ctrl-C again to quit at once)");
-        });
-    });
-    if let Err(error) = installed {
-        eprintln!("warning: Ctrl-C will end training at once, losing the latest logs: {error}");
-    }
-}
-
-/// Where the logs are, and how to view them.
-fn print_logdir(logdir: &std::path::Path, format: Format) {
-    crate::output::out(format!("logs: {}", crate::output::shown(logdir)));
-    let remote = logdir.to_str().filter(|l| ember::is_remote(l));
-    crate::output::out(match (format, remote) {
-        // MindInsight reads local directories only.
-        (Format::MindInsight, Some(url)) => {
-            let run = url
-                .trim_end_matches('/')
-                .rsplit('/')
-                .next()
-                .unwrap_or("run");
-            format!(
-                "view: ember pull {url} pulled/{run} && mindinsight start --summary-base-dir pulled"
-            )
-        }
-        // MindInsight lists every directory of summaries under its base directory as a run.
-        (Format::MindInsight, None) => format!(
-            "view: mindinsight start --summary-base-dir {}",
-            crate::output::shown(match logdir.parent() {
-                Some(parent) if !parent.as_os_str().is_empty() => parent,
-                _ => std::path::Path::new("."),
-            })
-        ),
-        _ => format!(
-            "view: tensorboard --logdir {}",
-            crate::output::shown(logdir)
-        ),
-    });
-}
-
-fn epoch_line(report: &EpochReport, epochs: usize) -> String {
-    let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
-    format!(
-        "epoch {}/{epochs}: train loss {:.4}, train accuracy {}, test loss {}, test accuracy {}",
-        report.epoch,
-        report.train_loss,
-        percent(report.train_accuracy),
-        report
-            .valid_loss
-            .map_or("-".to_string(), |v| format!("{v:.4}")),
-        percent(report.valid_accuracy),
-    )
 }
 
 #[cfg(test)]

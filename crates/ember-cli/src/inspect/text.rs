@@ -42,12 +42,14 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
         runs.len()
     ));
     if errors > 0 {
-        eprintln!("error: {errors} damaged or unreadable record(s) or file(s); see above");
+        crate::output::err(format!(
+            "error: {errors} damaged or unreadable record(s) or file(s); see above"
+        ));
     } else if warnings > 0 {
-        eprintln!(
+        crate::output::err(format!(
             "warning: {warnings} truncated tail(s): a file still being written, or cut by a \
              crash; the records before it are intact"
-        );
+        ));
     }
 }
 

@@ -23,10 +23,13 @@ use prost::Message;
 mod admission;
 mod bench;
 mod ctrl_c;
+mod full_disk;
 mod inspect;
 mod inspect_kinds;
 mod locks;
+mod printing;
 mod resume;
+mod signals;
 mod train;
 
 fn ember(args: &[&str]) -> Output {

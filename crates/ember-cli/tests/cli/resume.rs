@@ -14,10 +14,10 @@ use ember::read::Summaries;
 
 use super::{Spawned, text};
 
-const ARGS: &[&str] = &["--epochs", "4", "--checkpoint-every", "5"];
+pub(super) const ARGS: &[&str] = &["--epochs", "4", "--checkpoint-every", "5"];
 
 /// `ember ARGS` run in `dir`.
-fn ember_in(args: &[&str], dir: &Path) -> Output {
+pub(super) fn ember_in(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ember"))
         .args(args)
         .current_dir(dir)
@@ -27,7 +27,7 @@ fn ember_in(args: &[&str], dir: &Path) -> Output {
 
 /// Starts `ember train ARGS --logdir run` in `dir`, and once it has finished its first epoch,
 /// sends it `signal`. Returns its exit code and stderr.
-fn stopped_train(dir: &Path, signal: &str) -> (Option<i32>, String) {
+pub(super) fn stopped_train(dir: &Path, signal: &str) -> (Option<i32>, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_ember"))
         .arg("train")
         .args(ARGS)
@@ -75,7 +75,7 @@ fn stopped_train(dir: &Path, signal: &str) -> (Option<i32>, String) {
 }
 
 /// Every series the log shows, wall times and speeds aside.
-fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
+pub(super) fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
     let summaries = Summaries::read_dir(run).unwrap();
     let mut out = BTreeMap::new();
     for (tag, points) in summaries.scalars {
@@ -110,7 +110,7 @@ fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
 }
 
 /// The trained model's bytes, Burn's random parameter ids zeroed.
-fn model(run: &Path) -> Vec<u8> {
+pub(super) fn model(run: &Path) -> Vec<u8> {
     let mut bytes = std::fs::read(run.join("model.bpk")).unwrap();
     let key = b"hparam_id\x1b";
     let mut at = 0;
@@ -122,7 +122,7 @@ fn model(run: &Path) -> Vec<u8> {
     bytes
 }
 
-fn uninterrupted(dir: &Path) -> std::path::PathBuf {
+pub(super) fn uninterrupted(dir: &Path) -> std::path::PathBuf {
     let output = ember_in(&[&["train"], ARGS, &["--logdir", "whole"]].concat(), dir);
     assert!(output.status.success(), "{}", text(&output.stderr));
     dir.join("whole")

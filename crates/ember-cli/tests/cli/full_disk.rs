@@ -1,0 +1,137 @@
+//! A log directory on a full disk (a 3 MB tmpfs): the log is lost from some step on, the
+//! trained model is not, and the run says so. Mounting needs root, as CI runs; elsewhere the
+//! test says it cannot run, and fails only under CI.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::tensor::Device;
+use ember::read::Summaries;
+
+use super::text;
+
+/// `ember train`'s model, as its burnpack file holds it: 64 pixels, 64 hidden units, 10
+/// classes.
+#[derive(Module, Debug)]
+struct DigitMlp {
+    l1: Linear,
+    act: Relu,
+    l2: Linear,
+}
+
+/// A tmpfs of `size` mounted at a directory of its own, unmounted when dropped (a failed
+/// assertion included).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: PathBuf, size: &str) -> Self {
+        std::fs::create_dir_all(&at).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount -t tmpfs failed");
+        Self(at)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Whether this process may mount a file system; when not, says so, and fails under CI.
+fn can_mount() -> bool {
+    let root = running_as_root();
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must run the full-disk test as root (it mounts a tmpfs)"
+        );
+        eprintln!("skipped: mounting a tmpfs needs root");
+    }
+    root
+}
+
+/// Whether this process runs as root, read from /proc (no libc call, no unsafe code).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+fn loads_as_the_model(path: &Path) -> bool {
+    let device = Device::default();
+    let model = DigitMlp {
+        l1: LinearConfig::new(64, 64).init(&device),
+        act: Relu::new(),
+        l2: LinearConfig::new(64, 10).init(&device),
+    };
+    model.try_load_file(path).is_ok()
+}
+
+#[test]
+fn on_a_full_log_disk_the_model_is_saved_and_the_run_names_the_step_the_log_stopped() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(dir.path().join("m"), "3m");
+    let run = disk.0.join("full");
+    let output = Command::new(env!("CARGO_BIN_EXE_ember"))
+        // Enough epochs that the event file reaches the disk's end (about epoch 125) and the
+        // run goes on past it; one checkpoint kept, so that checkpoints still fit.
+        .args([
+            "train",
+            "--epochs",
+            "140",
+            "--keep-checkpoints",
+            "1",
+            "--logdir",
+        ])
+        .arg(&run)
+        .output()
+        .expect("the ember binary runs");
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{printed}");
+    let model = run.join("model.bpk");
+    let size = std::fs::metadata(&model).map_or(0, |m| m.len());
+    assert!(size > 0, "no model.bpk: {printed}");
+    assert!(loads_as_the_model(&model), "model.bpk does not load");
+
+    // The writer's failure is printed once, when it happens.
+    let failures: Vec<&str> = printed
+        .lines()
+        .filter(|line| line.contains("writer failed and was removed"))
+        .collect();
+    assert!(!failures.is_empty(), "{printed}");
+    assert!(failures[0].starts_with("error"), "{printed}");
+    // The last line says the log is incomplete, from which step, and why, the cause once.
+    let last = printed.lines().last().unwrap();
+    let step = last
+        .split("is incomplete from step ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|step| step.parse::<i64>().ok());
+    let step = step.unwrap_or_else(|| panic!("no step named: {last}"));
+    assert!(step < 140 * 23, "the log stopped before the end: {last}");
+    // Nothing after the named step is in the log.
+    let summaries = Summaries::read_dir(&run).unwrap();
+    let logged = summaries.scalars["train/loss"].last().unwrap().step;
+    assert!(logged <= step, "train/loss at step {logged}, after {step}");
+    assert!(last.contains("the trained model is saved"), "{last}");
+    assert_eq!(
+        last.matches("writer failed and was removed").count(),
+        1,
+        "{last}"
+    );
+    assert_eq!(last.matches("may soon be exhausted").count(), 1, "{last}");
+}
