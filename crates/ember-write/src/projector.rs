@@ -25,6 +25,7 @@ use ember_pack::{FileKind, ProjectorFiles, projector_files};
 use crate::batch_context::{Ctx, Fate};
 use crate::error::FileError;
 use crate::event_file::{FileSettings, io_err, seal};
+use crate::journal::Journal;
 use crate::naming;
 use crate::options::Durability;
 use crate::stats::WriterStats;
@@ -39,6 +40,11 @@ pub(crate) struct ProjectorWriter {
     dirs: Option<Dirs>,
     /// The config's text so far: what an earlier run left, then this run's entries.
     config: String,
+    /// Whether the config is listed in the run's journal yet: as made by the run, or as a
+    /// file it found and rewrites.
+    config_listed: bool,
+    /// Whether a config was there when the writer opened the directories.
+    config_found: bool,
     pub(crate) stats: WriterStats,
 }
 
@@ -63,6 +69,8 @@ impl ProjectorWriter {
             settings,
             dirs: None,
             config: String::new(),
+            config_listed: false,
+            config_found: false,
             stats: WriterStats::new(FileKind::Projector),
         }
     }
@@ -74,13 +82,21 @@ impl ProjectorWriter {
         }
         let root = Dir::open_root(self.settings.log_dir.clone())?;
         let config_path = root.path.join(projector_files::CONFIG);
-        let mut config = match root.read_file(projector_files::CONFIG) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        let (mut config, found) = match root.read_file(projector_files::CONFIG) {
+            Ok(text) => (text, true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (String::new(), false),
             Err(e) => return Err(io_err("read", &config_path)(e)),
         };
         if !config.is_empty() && !config.ends_with('\n') {
             config.push('\n');
+        }
+        let embeddings_path = root.path.join(EMBEDDINGS_DIR);
+        if let Some(journal) = &self.settings.journal
+            && std::fs::symlink_metadata(&embeddings_path).is_err()
+        {
+            journal
+                .claim_dir(&embeddings_path)
+                .map_err(io_err("list in the run's journal", &embeddings_path))?;
         }
         let embeddings = match root.make_dir(EMBEDDINGS_DIR)? {
             Opened::Dir(dir) => dir,
@@ -88,6 +104,7 @@ impl ProjectorWriter {
         };
         self.stats.path = Some(embeddings.path.clone());
         self.config = config;
+        self.config_found = found;
         self.dirs = Some(Dirs { root, embeddings });
         Ok(())
     }
@@ -153,7 +170,19 @@ impl ProjectorWriter {
         let config_len = (self.config.len() + entry.len()) as u64;
         let total = contents.iter().map(|(_, b)| b.len() as u64).sum::<u64>() + config_len;
         ctx.guard.check(&self.settings.log_dir, &path, total)?;
-        let dir = match dirs.embeddings.make_dir_new(&name)? {
+        let journal = self.settings.journal.as_ref();
+        let listed =
+            |result: io::Result<()>| result.map_err(io_err("list in the run's journal", &path));
+        if let Some(journal) = journal {
+            listed(journal.claim_dir(&path))?;
+        }
+        let made = dirs.embeddings.make_dir_new(&name);
+        if let Some(journal) = journal
+            && !matches!(made, Ok(New::Created(_)))
+        {
+            listed(journal.retract(&path))?;
+        }
+        let dir = match made? {
             New::Created(dir) => dir,
             New::Exists => {
                 refused(stats, idx, ctx);
@@ -170,8 +199,7 @@ impl ProjectorWriter {
         let mut result = Ok(());
         for (file, bytes) in &contents {
             let file_path = dir.path.join(file);
-            let written = dir
-                .create_file(file)
+            let written = Journal::made(journal, &file_path, false, || dir.create_file(file))
                 .map_err(io_err("create", &file_path))
                 .and_then(|mut f| {
                     created.push(file);
@@ -206,6 +234,16 @@ impl ProjectorWriter {
         let mut config = self.config.clone();
         config.push_str(&entry);
         let config_path = dirs.root.path.join(projector_files::CONFIG);
+        if let Some(journal) = journal
+            && !self.config_listed
+        {
+            match self.config_found {
+                true => journal.claim_rewrite(&config_path),
+                false => journal.claim_file(&config_path),
+            }
+            .map_err(io_err("list in the run's journal", &config_path))?;
+            self.config_listed = true;
+        }
         dirs.root
             .replace_file(projector_files::CONFIG, config.as_bytes(), read_only)
             .map_err(io_err("replace", &config_path))?;
