@@ -249,8 +249,13 @@ impl SummaryRecordBuilder {
             true => Some(ember_write::DirLock::acquire(&options.log_dir, rank)?),
             false => None,
         };
+        let own_directory = world_size <= 1 || self.rank_layout == RankLayout::Directory;
+        // Named after the rank a rollback goes by (see `SummaryRecord::ownership`); a bucket's
+        // staging directory is the record's alone, and shipped away.
+        let journal = (active && !is_staging(&options, &log_dir))
+            .then(|| ember_write::Journal::new(&log_dir, if own_directory { 0 } else { rank }));
         let pool = if active {
-            Some(WriterPool::new(options)?)
+            Some(WriterPool::with_journal(options, journal.clone())?)
         } else {
             None
         };
@@ -268,8 +273,9 @@ impl SummaryRecordBuilder {
             error_policy,
             rank,
             world_size,
-            own_directory: world_size <= 1 || self.rank_layout == RankLayout::Directory,
+            own_directory,
             wall_time: None,
+            journal,
             children: std::collections::BTreeMap::new(),
             child_options,
             #[cfg(feature = "object-store")]
