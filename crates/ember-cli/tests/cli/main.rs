@@ -22,6 +22,7 @@ use prost::Message;
 
 mod bench;
 mod ctrl_c;
+mod foreign_files;
 mod inspect;
 mod inspect_kinds;
 mod resume;
