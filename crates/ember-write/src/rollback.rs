@@ -6,7 +6,8 @@
 //! creating it (event files of the run and its sub-runs, exports, embeddings, the projector
 //! config, and the directories they made). No file name is trusted: another tool's event file
 //! in a subdirectory, a copy of the run's own file, an empty directory are the user's, and
-//! stay byte for byte as they are.
+//! stay byte for byte as they are; those named like event files are listed in
+//! [`Restored::left`], for a warning.
 //!
 //! A [`LogSnapshot`] is taken once the writers have flushed: the length of every file the
 //! journal lists, every directory it lists, and the whole text of the projector config, which
@@ -172,6 +173,9 @@ pub struct Restored {
     /// Files shorter than recorded (bytes lost to a crash of the machine before they reached
     /// the disk); left as they are.
     pub shorter: Vec<PathBuf>,
+    /// Files named like event files that the run did not write (another tool's, a copy),
+    /// left as they are: a reader of the directory may show their steps beside the run's.
+    pub left: Vec<PathBuf>,
 }
 
 /// Whether `path` lies at or under one of `roots`.
@@ -199,6 +203,37 @@ fn inspect(log_dir: &Path, relative: &Path) -> Result<Option<fs::Metadata>, Roll
         }
     }
     Ok(None)
+}
+
+/// Every file under `log_dir` named like an event file, relative to it, outside `exclude` and
+/// the hidden bookkeeping directories; links are not followed.
+fn event_like(log_dir: &Path, exclude: &[PathBuf]) -> Result<Vec<PathBuf>, RollbackError> {
+    let mut found = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(relative) = pending.pop() {
+        let dir = log_dir.join(&relative);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("list", &dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = relative.join(&name);
+            if name.starts_with('.') || under(&path, exclude) {
+                continue;
+            }
+            let kind = entry.file_type().map_err(io_err("inspect", &dir))?;
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_file() && crate::naming::name_secs(&name).is_some() {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 impl LogSnapshot {
@@ -329,6 +364,11 @@ impl LogSnapshot {
                 sync_dir(&full)?;
             }
         }
+        let runs: BTreeSet<&PathBuf> = made.files.iter().chain(self.files.keys()).collect();
+        restored.left = event_like(log_dir, exclude)?
+            .into_iter()
+            .filter(|file| !runs.contains(file) && !under(file, keep))
+            .collect();
         Ok(restored)
     }
 

@@ -137,7 +137,16 @@ fn what_the_run_did_not_write_stays_byte_identical() {
     write(&taken, b"theirs");
 
     for round in 0..2 {
-        snapshot.restore(root, &[], &[], Ownership::ALONE).unwrap();
+        let restored = snapshot.restore(root, &[], &[], Ownership::ALONE).unwrap();
+        // Named, so that a warning can say why a reader may show their steps.
+        assert_eq!(
+            restored.left,
+            vec![
+                PathBuf::from("backup").join(EVENTS),
+                PathBuf::from("eval/events.out.tfevents.1700000000.h.1.0"),
+                PathBuf::from("events.out.tfevents.0000000010.h.1.0"),
+            ]
+        );
         assert_eq!(
             fs::read(&run_file).unwrap(),
             b"header|step1|step2|",

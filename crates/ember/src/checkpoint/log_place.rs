@@ -181,6 +181,13 @@ impl LogPlace {
             );
         }
         let restored = snapshot.restore(&self.dir, &self.exclude, &keep, self.ownership)?;
+        for path in &restored.left {
+            log::warn!(
+                "{} looks like an event file but this run did not write it: left as it is (a \
+                 reader of the directory may show its steps beside the run's)",
+                self.dir.join(path).display()
+            );
+        }
         for path in &restored.shorter {
             log::warn!(
                 "{} is shorter than when the checkpoint was taken (the machine went down before \
