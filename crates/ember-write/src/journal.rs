@@ -29,7 +29,27 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::rollback::RollbackError;
+/// A journal that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// Reading it failed.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The journal.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// A whole line is not one a writer appends (or names a path outside the log directory).
+    #[error("malformed journal {}: line {line:?}", path.display())]
+    Malformed {
+        /// The journal.
+        path: PathBuf,
+        /// The line.
+        line: String,
+    },
+}
 
 /// The hidden subdirectory of a log directory that holds the journals.
 pub const RUN_DIR: &str = ".ember-run";
@@ -184,26 +204,22 @@ impl Journal {
 
     /// What rank `rank`'s journal of `root` lists; `None` where there is no journal (a log
     /// written before journals, or by a writer without one).
-    pub fn read(root: &Path, rank: u32) -> Result<Option<Made>, RollbackError> {
+    pub fn read(root: &Path, rank: u32) -> Result<Option<Made>, JournalError> {
         let path = Self::path_in(root, rank);
         let text = match fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(RollbackError::Io {
-                    op: "read",
-                    path,
-                    source,
-                });
-            }
+            Err(source) => return Err(JournalError::Io { path, source }),
         };
         let text = String::from_utf8_lossy(&text);
         // A last line without its newline was torn by a kill: its creation never happened.
         let whole = text.rsplit_once('\n').map_or("", |(whole, _)| whole);
         let mut claims: BTreeMap<PathBuf, Vec<char>> = BTreeMap::new();
         for line in whole.lines() {
-            let bad =
-                || RollbackError::Malformed(format!("journal {} line {line:?}", path.display()));
+            let bad = || JournalError::Malformed {
+                path: path.clone(),
+                line: line.to_owned(),
+            };
             let (tag, name) = line.split_once(' ').ok_or_else(bad)?;
             let name = decode_name(name).ok_or_else(bad)?;
             match tag {
@@ -327,7 +343,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             Journal::read(&root.join("log"), 0),
-            Err(RollbackError::Malformed(_))
+            Err(JournalError::Malformed { .. })
         ));
     }
 }

@@ -54,6 +54,9 @@ pub enum RollbackError {
     /// The encoded snapshot is not one [`LogSnapshot::encode`] wrote.
     #[error("malformed log snapshot: {0}")]
     Malformed(String),
+    /// The run's journal of what it made cannot be read back.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RollbackError + 'a {

@@ -226,7 +226,9 @@ impl LogPlace {
             return Ok(());
         }
         let keep = self.kept(summary);
-        let made = ember_write::Journal::read(&self.dir, self.ownership.rank)?.unwrap_or_default();
+        let made = ember_write::Journal::read(&self.dir, self.ownership.rank)
+            .map_err(ember_write::RollbackError::from)?
+            .unwrap_or_default();
         let files = made
             .files
             .iter()
