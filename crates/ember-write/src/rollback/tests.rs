@@ -272,3 +272,29 @@ fn a_malformed_snapshot_is_an_error() {
         assert!(LogSnapshot::decode(&text).is_err(), "{name}");
     }
 }
+
+#[test]
+fn a_projector_config_the_run_found_is_put_back_never_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let config = root.join(PROJECTOR_CONFIG);
+    write(&config, b"embeddings { tensor_name: \"theirs\" }\n");
+    let snapshot = LogSnapshot::take(root, &[], Ownership::ALONE).unwrap();
+    // The run's projector writer found the config, and rewrote it with its own entry.
+    let journal = Journal::new(root, 0);
+    journal.claim_rewrite(&config).unwrap();
+    write(
+        &config,
+        b"embeddings { tensor_name: \"theirs\" }\nembeddings { tensor_name: \"ours\" }\n",
+    );
+    snapshot.restore(root, &[], &[], Ownership::ALONE).unwrap();
+    assert_eq!(
+        fs::read(&config).unwrap(),
+        b"embeddings { tensor_name: \"theirs\" }\n"
+    );
+    // Starting over knows no text to put back, and the file is not the run's to remove.
+    LogSnapshot::default()
+        .restore(root, &[], &[], Ownership::ALONE)
+        .unwrap();
+    assert!(config.is_file());
+}
