@@ -272,8 +272,9 @@ fn size_under(dir: &Path) -> std::io::Result<u64> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let kind = entry.file_type()?;
-        // The lock a record holds on the directory is not output.
-        if kind.is_dir() && entry.path() != ember::DirLock::locks_dir(dir) {
+        // The lock a record holds on the directory, and its journal, are not output.
+        let bookkeeping = [ember::DirLock::locks_dir(dir), ember::Journal::dir_in(dir)];
+        if kind.is_dir() && !bookkeeping.contains(&entry.path()) {
             total += size_under(&entry.path())?;
         } else if kind.is_file() {
             total += entry.metadata()?.len();

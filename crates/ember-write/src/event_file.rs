@@ -26,6 +26,7 @@ use ember_pack::FileKind;
 use crate::batch_context::{Ctx, Fate};
 use crate::error::{FileError, kind_name};
 use crate::framing::{self, MAX_RECORD_LEN};
+use crate::journal::Journal;
 use crate::naming::{self, Naming};
 use crate::options::{Durability, SizePolicy};
 use crate::stats::WriterStats;
@@ -69,6 +70,8 @@ pub(crate) struct FileSettings {
     pub(crate) size_policy: SizePolicy,
     pub(crate) durability: Durability,
     pub(crate) read_only_on_close: bool,
+    /// Where the files and directories made are listed before they are made.
+    pub(crate) journal: Option<Journal>,
 }
 
 /// Creates `path` new (never truncating or appending, never following a
@@ -365,7 +368,8 @@ impl EventFileWriter {
                 .naming
                 .file_name(self.kind, secs, naming::next_counter());
             let path = self.settings.log_dir.join(name);
-            match create_new(&path) {
+            let journal = self.settings.journal.as_ref();
+            match Journal::made(journal, &path, false, || create_new(&path)) {
                 Ok(file) => break (path, file),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries + 1 < NAME_TRIES => {
                     // Another writer took this name in the same second: move on.

@@ -19,6 +19,7 @@ use ember_pack::FileKind;
 use crate::batch_context::{Ctx, Fate};
 use crate::error::FileError;
 use crate::event_file::{FileSettings, io_err, seal};
+use crate::journal::Journal;
 use crate::naming;
 use crate::options::Durability;
 use crate::stats::WriterStats;
@@ -52,7 +53,11 @@ impl ExportWriter {
     /// Creates the export directory on the first tensor.
     fn open_dir(&mut self) -> Result<(), FileError> {
         if self.dir.is_none() {
-            let dir = ExportDir::create(&self.settings.log_dir, self.settings.start_secs)?;
+            let dir = ExportDir::create(
+                &self.settings.log_dir,
+                self.settings.start_secs,
+                self.settings.journal.as_ref(),
+            )?;
             self.stats.path = Some(dir.path.clone());
             self.dir = Some(dir);
         }
@@ -108,7 +113,8 @@ impl ExportWriter {
         }
         ctx.guard
             .check(&self.settings.log_dir, &path, bytes.len() as u64)?;
-        let mut file = match dir.create_file(&name) {
+        let journal = self.settings.journal.as_ref();
+        let mut file = match Journal::made(journal, &path, false, || dir.create_file(&name)) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 refused(stats, idx, ctx);
@@ -165,7 +171,7 @@ struct ExportDir {
 
 impl ExportDir {
     #[cfg(unix)]
-    fn create(log_dir: &Path, secs: u64) -> Result<Self, FileError> {
+    fn create(log_dir: &Path, secs: u64, journal: Option<&Journal>) -> Result<Self, FileError> {
         use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
         let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let base = openat(CWD, log_dir, dir_flags, Mode::empty())
@@ -175,10 +181,17 @@ impl ExportDir {
         let mut path = log_dir.to_path_buf();
         for part in relative.iter() {
             path.push(part);
-            match mkdirat(&fd, part, Mode::RWXU) {
+            let mkdir = || mkdirat(&fd, part, Mode::RWXU).map_err(io::Error::from);
+            // A name that exists already (the run's own directory, or a planted one) is not
+            // listed: opening it below tells which.
+            let made = match std::fs::symlink_metadata(&path) {
+                Err(_) => Journal::made(journal, &path, true, mkdir),
+                Ok(_) => mkdir(),
+            };
+            match made {
                 Ok(()) => {}
-                Err(e) if e == rustix::io::Errno::EXIST => {}
-                Err(e) => return Err(io_err("create directory", &path)(e.into())),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create directory", &path)(e)),
             }
             fd = match openat(&fd, part, dir_flags | OFlags::NOFOLLOW, Mode::empty()) {
                 Ok(fd) => fd,
@@ -192,11 +205,16 @@ impl ExportDir {
     }
 
     #[cfg(not(unix))]
-    fn create(log_dir: &Path, secs: u64) -> Result<Self, FileError> {
+    fn create(log_dir: &Path, secs: u64, journal: Option<&Journal>) -> Result<Self, FileError> {
         let mut path = log_dir.to_path_buf();
         for part in naming::export_dir(secs).iter() {
             path.push(part);
-            match std::fs::create_dir(&path) {
+            let mkdir = || std::fs::create_dir(&path);
+            let made = match std::fs::symlink_metadata(&path) {
+                Err(_) => Journal::made(journal, &path, true, mkdir),
+                Ok(_) => mkdir(),
+            };
+            match made {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_err("create directory", &path)(e)),

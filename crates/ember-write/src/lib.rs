@@ -98,6 +98,7 @@ mod export;
 pub mod framing;
 mod free_space;
 mod guard;
+pub mod journal;
 pub mod lock;
 pub mod naming;
 mod options;
@@ -118,6 +119,7 @@ pub use ember_pack as pack;
 pub use builder::WriterPoolBuilder;
 pub use error::{FileError, MAX_KEPT_ERRORS, WriteError, WriteErrors, kind_name};
 pub use free_space::{FreeSpace, FreeSpaceSource, SystemFreeSpace};
+pub use journal::{Journal, JournalError, Made};
 pub use lock::{DirLock, LockError};
 pub use options::{
     DEFAULT_MAX_QUEUED_BYTES, Durability, ErrorPolicy, FullQueuePolicy, SizePolicy, WriterOptions,

@@ -17,6 +17,7 @@ use ember_pack::Record;
 
 use crate::batch::{Msg, record_weight};
 use crate::error::{WriteError, WriteErrors};
+use crate::journal::Journal;
 use crate::options::{FullQueuePolicy, WriterOptions, create_dir_private};
 use crate::pool_state::Shared;
 use crate::stats::WriterPoolStats;
@@ -44,8 +45,26 @@ impl WriterPool {
     /// Validates `options`, creates the log directory (mode 0700 when new)
     /// and starts the pool thread. No file is created before its first record.
     pub fn new(options: WriterOptions) -> Result<Self, WriteError> {
+        Self::with_journal(options, None)
+    }
+
+    /// As [`new`](Self::new), with every file and directory the pool makes listed in
+    /// `journal` before it is made (see [`Journal`]): what a rollback may later touch. The
+    /// log directory may lie below the journal's (a sub-run's): the directories made down to
+    /// it are listed too.
+    pub fn with_journal(
+        options: WriterOptions,
+        journal: Option<Journal>,
+    ) -> Result<Self, WriteError> {
         options.validate()?;
-        create_dir_private(&options.log_dir).map_err(|source| WriteError::LogDir {
+        let made = match &journal {
+            Some(journal) if options.log_dir != journal.root() => {
+                create_dir_private(journal.root())
+                    .and_then(|()| journal.make_dirs(&options.log_dir))
+            }
+            _ => create_dir_private(&options.log_dir),
+        };
+        made.map_err(|source| WriteError::LogDir {
             path: options.log_dir.clone(),
             source,
         })?;
@@ -54,7 +73,7 @@ impl WriterPool {
         let full_queue = options.full_queue;
         let log_dir = options.log_dir.clone();
         let wake_at = options.max_batch.min(options.queue_capacity).max(1);
-        let worker = Worker::new(options, rx, Arc::clone(&shared));
+        let worker = Worker::new(options, journal, rx, Arc::clone(&shared));
         let thread = std::thread::Builder::new()
             .name("ember-write".into())
             .spawn(move || worker.run())

@@ -18,13 +18,14 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use ember_pack::{FileKind, ProjectorFiles, projector_files};
 
 use crate::batch_context::{Ctx, Fate};
 use crate::error::FileError;
 use crate::event_file::{FileSettings, io_err, seal};
+use crate::journal::Journal;
 use crate::naming;
 use crate::options::Durability;
 use crate::stats::WriterStats;
@@ -39,6 +40,11 @@ pub(crate) struct ProjectorWriter {
     dirs: Option<Dirs>,
     /// The config's text so far: what an earlier run left, then this run's entries.
     config: String,
+    /// Whether the config is listed in the run's journal yet: as made by the run, or as a
+    /// file it found and rewrites.
+    config_listed: bool,
+    /// Whether a config was there when the writer opened the directories.
+    config_found: bool,
     pub(crate) stats: WriterStats,
 }
 
@@ -63,6 +69,8 @@ impl ProjectorWriter {
             settings,
             dirs: None,
             config: String::new(),
+            config_listed: false,
+            config_found: false,
             stats: WriterStats::new(FileKind::Projector),
         }
     }
@@ -74,13 +82,21 @@ impl ProjectorWriter {
         }
         let root = Dir::open_root(self.settings.log_dir.clone())?;
         let config_path = root.path.join(projector_files::CONFIG);
-        let mut config = match root.read_file(projector_files::CONFIG) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        let (mut config, found) = match root.read_file(projector_files::CONFIG) {
+            Ok(text) => (text, true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (String::new(), false),
             Err(e) => return Err(io_err("read", &config_path)(e)),
         };
         if !config.is_empty() && !config.ends_with('\n') {
             config.push('\n');
+        }
+        let embeddings_path = root.path.join(EMBEDDINGS_DIR);
+        if let Some(journal) = &self.settings.journal
+            && std::fs::symlink_metadata(&embeddings_path).is_err()
+        {
+            journal
+                .claim_dir(&embeddings_path)
+                .map_err(io_err("list in the run's journal", &embeddings_path))?;
         }
         let embeddings = match root.make_dir(EMBEDDINGS_DIR)? {
             Opened::Dir(dir) => dir,
@@ -88,6 +104,7 @@ impl ProjectorWriter {
         };
         self.stats.path = Some(embeddings.path.clone());
         self.config = config;
+        self.config_found = found;
         self.dirs = Some(Dirs { root, embeddings });
         Ok(())
     }
@@ -136,24 +153,12 @@ impl ProjectorWriter {
             ));
         }
         let entry = files.config_entry(&format!("{EMBEDDINGS_DIR}/{name}"));
-        let contents: Vec<(&str, &[u8])> = [
-            Some((projector_files::TENSORS, files.tensors.as_slice())),
-            files
-                .metadata
-                .as_deref()
-                .map(|m| (projector_files::METADATA, m)),
-            files
-                .sprite
-                .as_deref()
-                .map(|s| (projector_files::SPRITE, s)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let contents = contents_of(files);
         let config_len = (self.config.len() + entry.len()) as u64;
         let total = contents.iter().map(|(_, b)| b.len() as u64).sum::<u64>() + config_len;
         ctx.guard.check(&self.settings.log_dir, &path, total)?;
-        let dir = match dirs.embeddings.make_dir_new(&name)? {
+        let journal = self.settings.journal.as_ref();
+        let dir = match make_embedding_dir(&dirs.embeddings, &name, journal)? {
             New::Created(dir) => dir,
             New::Exists => {
                 refused(stats, idx, ctx);
@@ -166,35 +171,9 @@ impl ProjectorWriter {
                 ));
             }
         };
-        let mut created: Vec<&str> = Vec::new();
-        let mut result = Ok(());
-        for (file, bytes) in &contents {
-            let file_path = dir.path.join(file);
-            let written = dir
-                .create_file(file)
-                .map_err(io_err("create", &file_path))
-                .and_then(|mut f| {
-                    created.push(file);
-                    f.write_all(bytes).map_err(io_err("write", &file_path))?;
-                    if sync {
-                        f.sync_all().map_err(io_err("fsync", &file_path))?;
-                    }
-                    if read_only {
-                        seal(&f).map_err(io_err("make read-only", &file_path))?;
-                    }
-                    Ok(())
-                });
-            if let Err(e) = written {
-                result = Err(e);
-                break;
-            }
-        }
-        if let Err(e) = result {
+        if let Err(e) = write_contents(&dir, &contents, journal, (sync, read_only)) {
             // A half-written embedding is not listed in the config, and is not left behind
             // for a later run to take for a whole one.
-            for file in &created {
-                let _ = dir.remove_file(file);
-            }
             let _ = dirs.embeddings.remove_dir(&name);
             return Err(e);
         }
@@ -206,6 +185,10 @@ impl ProjectorWriter {
         let mut config = self.config.clone();
         config.push_str(&entry);
         let config_path = dirs.root.path.join(projector_files::CONFIG);
+        if !self.config_listed {
+            list_config(journal, self.config_found, &config_path)?;
+            self.config_listed = true;
+        }
         dirs.root
             .replace_file(projector_files::CONFIG, config.as_bytes(), read_only)
             .map_err(io_err("replace", &config_path))?;
@@ -227,6 +210,93 @@ impl ProjectorWriter {
         }
         Ok(())
     }
+}
+
+/// An embedding's files and their bytes.
+fn contents_of(files: &ProjectorFiles) -> Vec<(&str, &[u8])> {
+    [
+        Some((projector_files::TENSORS, files.tensors.as_slice())),
+        files
+            .metadata
+            .as_deref()
+            .map(|m| (projector_files::METADATA, m)),
+        files
+            .sprite
+            .as_deref()
+            .map(|s| (projector_files::SPRITE, s)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Lists the projector config in the run's journal before its first rewrite: as made by the
+/// run, or, where the writer `found` one, as rewritten (a rollback removes only the first).
+fn list_config(journal: Option<&Journal>, found: bool, path: &Path) -> Result<(), FileError> {
+    let Some(journal) = journal else {
+        return Ok(());
+    };
+    match found {
+        true => journal.claim_rewrite(path),
+        false => journal.claim_file(path),
+    }
+    .map_err(io_err("list in the run's journal", path))
+}
+
+/// Makes the embedding's directory `name`, which must be new, listed in the run's journal
+/// first; a name found taken withdraws the claim.
+fn make_embedding_dir(
+    embeddings: &Dir,
+    name: &str,
+    journal: Option<&Journal>,
+) -> Result<New, FileError> {
+    let path = embeddings.path.join(name);
+    let listed =
+        |result: io::Result<()>| result.map_err(io_err("list in the run's journal", &path));
+    if let Some(journal) = journal {
+        listed(journal.claim_dir(&path))?;
+    }
+    let made = embeddings.make_dir_new(name);
+    if let Some(journal) = journal
+        && !matches!(made, Ok(New::Created(_)))
+    {
+        listed(journal.retract(&path))?;
+    }
+    made
+}
+
+/// Writes an embedding's files into its new directory, each listed in the run's journal
+/// before it is made; on an error the files made are removed again.
+fn write_contents(
+    dir: &Dir,
+    contents: &[(&str, &[u8])],
+    journal: Option<&Journal>,
+    (sync, read_only): (bool, bool),
+) -> Result<(), FileError> {
+    let mut created: Vec<&str> = Vec::new();
+    for (file, bytes) in contents {
+        let file_path = dir.path.join(file);
+        let written = Journal::made(journal, &file_path, false, || dir.create_file(file))
+            .map_err(io_err("create", &file_path))
+            .and_then(|mut f| {
+                created.push(file);
+                f.write_all(bytes).map_err(io_err("write", &file_path))?;
+                if sync {
+                    f.sync_all().map_err(io_err("fsync", &file_path))?;
+                }
+                if read_only {
+                    seal(&f).map_err(io_err("make read-only", &file_path))?;
+                }
+                Ok(())
+            });
+        if let Err(e) = written {
+            for file in &created {
+                let _ = dir.remove_file(file);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// Counts an embedding refused for its name (too long, or taken).

@@ -1,13 +1,26 @@
 //! Rolling a log directory back to an earlier moment, for training that resumes from a
-//! checkpoint: every reader must then see each step once.
+//! checkpoint: every reader must then see each step once, and nothing the run did not write
+//! is touched.
 //!
-//! A [`LogSnapshot`] is taken once the writers have flushed: the length of every file of the
-//! log directory's tree that this process owns (see [`Ownership`]) and the whole text of the
-//! projector config, which is rewritten rather than appended to. [`LogSnapshot::restore`]
-//! later cuts every file back to its recorded length, removes the files and directories made
-//! since, and puts the projector config back. Event files only ever grow by whole records
-//! (a record is framed, and a torn tail is cut back by the writer or ignored by readers), so
-//! a length taken after a flush is a record boundary, and cutting there leaves whole records.
+//! What is the run's is what its writers listed, by exact name, in their [`Journal`] before
+//! creating it (event files of the run and its sub-runs, exports, embeddings, the projector
+//! config, and the directories they made). No file name is trusted: another tool's event file
+//! in a subdirectory, a copy of the run's own file, an empty directory are the user's, and
+//! stay byte for byte as they are; those named like event files are listed in
+//! [`Restored::left`], for a warning.
+//!
+//! A [`LogSnapshot`] is taken once the writers have flushed: the length of every file the
+//! journal lists, every directory it lists, and the whole text of the projector config, which
+//! is rewritten rather than appended to. [`LogSnapshot::restore`] later cuts each listed file
+//! back to its recorded length, removes the listed files made since and the listed directories
+//! made since when they are empty, and puts the projector config back. Event files only ever
+//! grow by whole records (a record is framed, and a torn tail is cut back by the writer or
+//! ignored by readers), so a length taken after a flush is a record boundary, and cutting there
+//! leaves whole records.
+//!
+//! A snapshot written before journals (a checkpoint of an older ember, which chose its files
+//! by name) still decodes: its restore cuts back the files it lists and removes nothing, since
+//! nothing proves that a file made since is the run's.
 //!
 //! Why lengths and not steps: what a run writes after its last checkpoint may carry the
 //! checkpoint's own step (the end of a run records its final metrics at its last step), so
@@ -18,6 +31,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+
+use crate::journal::{Journal, Made, decode_name, hex, unhex};
 
 /// The projector config, rewritten whole at each embedding: its text is kept, not its length.
 const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
@@ -39,6 +54,9 @@ pub enum RollbackError {
     /// The encoded snapshot is not one [`LogSnapshot::encode`] wrote.
     #[error("malformed log snapshot: {0}")]
     Malformed(String),
+    /// The run's journal of what it made cannot be read back.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RollbackError + 'a {
@@ -49,10 +67,11 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Rol
     }
 }
 
-/// Which files of a shared log directory are this process's: across ranks that write one
-/// directory, each rank owns its own summary files (TensorBoard names carry `.rank<r>`,
-/// MindInsight names the rank after the time) and rank 0 owns the rest (exports, projector
-/// files, `add_scalars` runs).
+/// Which rank of a log directory's writers this process is. In a local directory each rank
+/// rolls back what its own [`Journal`] lists, and only rank 0 the shared projector config. In
+/// a bucket, which has no journal, files are still told by name: each rank owns its own
+/// summary files (TensorBoard names carry `.rank<r>`, MindInsight names the rank after the
+/// time) and rank 0 owns the rest (exports, projector files, `add_scalars` runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ownership {
     /// This process's rank.
@@ -68,8 +87,9 @@ impl Ownership {
         world_size: 1,
     };
 
-    /// Whether the file at `relative` (to the log directory) is one ember writes (an event
-    /// file, an export, an embedding, the projector config) and this process's.
+    /// Whether the file at `relative` (to the log directory) is named like one ember writes
+    /// (an event file, an export, an embedding, the projector config) and this process's: a
+    /// bucket's rollback goes by this; a local one by the journal.
     pub fn owns(&self, relative: &Path) -> bool {
         if !written_by_ember(relative) {
             return false;
@@ -88,8 +108,7 @@ impl Ownership {
     }
 }
 
-/// Whether ember's writers make files like `relative`: anything else in a log directory is
-/// the user's, and never touched.
+/// Whether ember's writers make files named like `relative`.
 fn written_by_ember(relative: &Path) -> bool {
     let name = relative
         .file_name()
@@ -130,15 +149,21 @@ fn rank_of(name: &str) -> Option<u32> {
     segments[at + 4].parse().ok()
 }
 
+/// The first line of a snapshot that [`LogSnapshot::encode`] writes: its files are the
+/// journal's. A snapshot without it was written before journals.
+const VERSION_LINE: &str = "v 2";
+
 /// What a log directory held at one moment; see the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogSnapshot {
-    /// Each owned regular file, relative to the log directory, and its length.
+    /// Each file of the run's, relative to the log directory, and its length.
     files: BTreeMap<PathBuf, u64>,
-    /// Each directory of the tree, relative to the log directory.
+    /// Each directory the run made, relative to the log directory.
     dirs: BTreeSet<PathBuf>,
     /// The projector config's text, when there was one.
     projector_config: Option<Vec<u8>>,
+    /// Decoded from a snapshot written before journals, whose files were chosen by name.
+    legacy: bool,
 }
 
 /// What [`LogSnapshot::restore`] changed.
@@ -151,12 +176,73 @@ pub struct Restored {
     /// Files shorter than recorded (bytes lost to a crash of the machine before they reached
     /// the disk); left as they are.
     pub shorter: Vec<PathBuf>,
+    /// Files named like event files that the run did not write (another tool's, a copy),
+    /// left as they are: a reader of the directory may show their steps beside the run's.
+    pub left: Vec<PathBuf>,
+}
+
+/// Whether `path` lies at or under one of `roots`.
+fn under(path: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|root| path.starts_with(root))
+}
+
+/// `relative`'s metadata, not following a link, and only where every directory on the way
+/// is a real one: a link planted in the path is never followed out of the log directory.
+fn inspect(log_dir: &Path, relative: &Path) -> Result<Option<fs::Metadata>, RollbackError> {
+    let mut path = log_dir.to_path_buf();
+    let parts: Vec<_> = relative.components().collect();
+    for (at, part) in parts.iter().enumerate() {
+        path.push(part);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("inspect", &path)(e)),
+        };
+        if at + 1 == parts.len() {
+            return Ok(Some(meta));
+        }
+        if !meta.is_dir() {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+/// Every file under `log_dir` named like an event file, relative to it, outside `exclude` and
+/// the hidden bookkeeping directories; links are not followed.
+fn event_like(log_dir: &Path, exclude: &[PathBuf]) -> Result<Vec<PathBuf>, RollbackError> {
+    let mut found = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(relative) = pending.pop() {
+        let dir = log_dir.join(&relative);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("list", &dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_err("list", &dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = relative.join(&name);
+            if name.starts_with('.') || under(&path, exclude) {
+                continue;
+            }
+            let kind = entry.file_type().map_err(io_err("inspect", &dir))?;
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_file() && crate::naming::name_secs(&name).is_some() {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 impl LogSnapshot {
-    /// Records `log_dir`'s tree as it is now, leaving out `exclude` (directories or files,
-    /// relative to `log_dir`: the checkpoints themselves) and what `ownership` says is another
-    /// process's. Nothing is fsynced here: call [`sync`](Self::sync) before anything that
+    /// Records the run's files in `log_dir` as they are now: those `ownership`'s rank listed in
+    /// its [`Journal`], less those under `exclude` (relative to `log_dir`: the checkpoints
+    /// themselves). Nothing is fsynced here: call [`sync`](Self::sync) before anything that
     /// relies on the lengths is made durable (a checkpoint), from whichever thread may wait
     /// for the disk.
     pub fn take(
@@ -165,38 +251,25 @@ impl LogSnapshot {
         ownership: Ownership,
     ) -> Result<Self, RollbackError> {
         let mut snapshot = Self::default();
-        let mut pending = vec![PathBuf::new()];
-        while let Some(relative) = pending.pop() {
-            let dir = log_dir.join(&relative);
-            let entries = match fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e)
-                    if e.kind() == io::ErrorKind::NotFound && relative.as_os_str().is_empty() =>
-                {
-                    return Ok(snapshot);
-                }
-                Err(e) => return Err(io_err("list", &dir)(e)),
-            };
-            for entry in entries {
-                let entry = entry.map_err(io_err("list", &dir))?;
-                let path = relative.join(entry.file_name());
-                if exclude.contains(&path) {
-                    continue;
-                }
-                let kind = entry.file_type().map_err(io_err("inspect", &dir))?;
-                if kind.is_dir() {
-                    snapshot.dirs.insert(path.clone());
-                    pending.push(path);
-                } else if kind.is_file() && ownership.owns(&path) {
-                    let full = log_dir.join(&path);
-                    if path.as_os_str() == PROJECTOR_CONFIG {
-                        snapshot.projector_config =
-                            Some(fs::read(&full).map_err(io_err("read", &full))?);
-                        continue;
-                    }
-                    let len = entry.metadata().map_err(io_err("inspect", &full))?.len();
-                    snapshot.files.insert(path, len);
-                }
+        let made = Journal::read(log_dir, ownership.rank)?.unwrap_or_default();
+        for file in &made.files {
+            if under(file, exclude) || file.as_os_str() == PROJECTOR_CONFIG {
+                continue;
+            }
+            if let Some(meta) = inspect(log_dir, file)?.filter(fs::Metadata::is_file) {
+                snapshot.files.insert(file.clone(), meta.len());
+            }
+        }
+        for dir in &made.dirs {
+            if !under(dir, exclude) && inspect(log_dir, dir)?.is_some_and(|m| m.is_dir()) {
+                snapshot.dirs.insert(dir.clone());
+            }
+        }
+        // Kept whoever made it: the run rewrites a config it found, and puts it back as it was.
+        if ownership.owns(Path::new(PROJECTOR_CONFIG)) {
+            let path = log_dir.join(PROJECTOR_CONFIG);
+            if inspect(log_dir, Path::new(PROJECTOR_CONFIG))?.is_some_and(|m| m.is_file()) {
+                snapshot.projector_config = Some(fs::read(&path).map_err(io_err("read", &path))?);
             }
         }
         Ok(snapshot)
@@ -228,11 +301,18 @@ impl LogSnapshot {
         self.files.iter().map(|(p, l)| (p.as_path(), *l))
     }
 
-    /// Rolls `log_dir` back to this snapshot: files longer than recorded are cut back, owned
-    /// files and directories not recorded are removed (those in `keep`, relative to
-    /// `log_dir`, and those under `exclude` are left alone: the files of a writer already
-    /// started, and the checkpoints), and the projector config is put back as it was. Every
-    /// directory changed is fsynced.
+    /// Whether this snapshot was written before journals (see the module docs): its restore
+    /// removes nothing.
+    pub fn is_legacy(&self) -> bool {
+        self.legacy
+    }
+
+    /// Rolls `log_dir` back to this snapshot, touching only the run's files (those
+    /// `ownership`'s rank listed in its [`Journal`], and those the snapshot records): files
+    /// longer than recorded are cut back, files made since are removed, directories made since
+    /// are removed when empty, and the projector config is put back as it was. Those in `keep`
+    /// (relative to `log_dir`: the files of a writer already started) and under `exclude` (the
+    /// checkpoints) are left alone. Every directory changed is fsynced.
     pub fn restore(
         &self,
         log_dir: &Path,
@@ -240,68 +320,43 @@ impl LogSnapshot {
         keep: &[PathBuf],
         ownership: Ownership,
     ) -> Result<Restored, RollbackError> {
+        let made = match self.legacy {
+            // Only what the snapshot names is known to be the run's: nothing is removed.
+            true => Made::default(),
+            false => Journal::read(log_dir, ownership.rank)?.unwrap_or_default(),
+        };
+        let left_alone = |path: &Path| under(path, exclude) || under(path, keep);
         let mut restored = Restored::default();
         let mut changed_dirs: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut found_dirs = Vec::new();
-        let mut pending = vec![PathBuf::new()];
-        while let Some(relative) = pending.pop() {
-            let dir = log_dir.join(&relative);
-            let entries = match fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_err("list", &dir)(e)),
-            };
-            for entry in entries {
-                let entry = entry.map_err(io_err("list", &dir))?;
-                let path = relative.join(entry.file_name());
-                if exclude.contains(&path) || keep.contains(&path) {
-                    continue;
-                }
-                let full = log_dir.join(&path);
-                let kind = entry.file_type().map_err(io_err("inspect", &full))?;
-                if kind.is_dir() {
-                    found_dirs.push(path.clone());
-                    pending.push(path);
-                    continue;
-                }
-                if !ownership.owns(&path) {
-                    continue;
-                }
-                if path.as_os_str() == PROJECTOR_CONFIG {
-                    continue;
-                }
-                match self.files.get(&path) {
-                    Some(&len) => {
-                        let now = entry.metadata().map_err(io_err("inspect", &full))?.len();
-                        if now > len {
-                            truncate(&full, len)?;
-                            restored.truncated.push(path);
-                        } else if now < len {
-                            restored.shorter.push(path);
-                        }
-                    }
-                    None => {
-                        fs::remove_file(&full).map_err(io_err("remove", &full))?;
-                        changed_dirs.insert(relative.clone());
-                        restored.removed.push(path);
-                    }
-                }
-            }
-        }
-        self.restore_projector_config(log_dir, ownership, &mut restored, &mut changed_dirs)?;
-        // Deepest first, so that a new directory's new subdirectories go before it.
-        found_dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for dir in found_dirs {
-            if self.dirs.contains(&dir) || ownership.rank != 0 {
+        let names: BTreeSet<&PathBuf> = made.files.iter().chain(self.files.keys()).collect();
+        for name in names {
+            if left_alone(name) || name.as_os_str() == PROJECTOR_CONFIG {
                 continue;
             }
-            let full = log_dir.join(&dir);
+            self.restore_file(log_dir, name, &mut restored, &mut changed_dirs)?;
+        }
+        if !left_alone(Path::new(PROJECTOR_CONFIG)) {
+            self.restore_projector_config(log_dir, &made, ownership, &mut restored)?;
+            changed_dirs.insert(PathBuf::new());
+        }
+        let mut dirs: Vec<&PathBuf> = made
+            .dirs
+            .iter()
+            .filter(|dir| !self.dirs.contains(*dir) && !left_alone(dir))
+            .collect();
+        // Deepest first, so that a new directory's new subdirectories go before it.
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for dir in dirs {
+            if !inspect(log_dir, dir)?.is_some_and(|m| m.is_dir()) {
+                continue;
+            }
+            let full = log_dir.join(dir);
             match fs::remove_dir(&full) {
                 Ok(()) => {
                     changed_dirs.insert(dir.parent().map(Path::to_path_buf).unwrap_or_default());
-                    restored.removed.push(dir);
+                    restored.removed.push(dir.clone());
                 }
-                // Something not ours is in it: leave it.
+                // Something not the run's is in it: leave it.
                 Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {}
                 Err(e) => return Err(io_err("remove", &full)(e)),
             }
@@ -312,46 +367,87 @@ impl LogSnapshot {
                 sync_dir(&full)?;
             }
         }
+        let runs: BTreeSet<&PathBuf> = made.files.iter().chain(self.files.keys()).collect();
+        restored.left = event_like(log_dir, exclude)?
+            .into_iter()
+            .filter(|file| !runs.contains(file) && !under(file, keep))
+            .collect();
         Ok(restored)
     }
 
-    fn restore_projector_config(
+    /// Cuts the run's file `name` back to its recorded length, or removes it when the snapshot
+    /// does not record it. A name now held by a link or a directory is not the run's file.
+    fn restore_file(
         &self,
         log_dir: &Path,
-        ownership: Ownership,
+        name: &Path,
         restored: &mut Restored,
         changed_dirs: &mut BTreeSet<PathBuf>,
     ) -> Result<(), RollbackError> {
+        let Some(meta) = inspect(log_dir, name)?.filter(fs::Metadata::is_file) else {
+            return Ok(());
+        };
+        let full = log_dir.join(name);
+        match self.files.get(name) {
+            Some(&len) if meta.len() > len => {
+                truncate(&full, len)?;
+                restored.truncated.push(name.to_path_buf());
+            }
+            Some(&len) if meta.len() < len => restored.shorter.push(name.to_path_buf()),
+            Some(_) => {}
+            None => {
+                fs::remove_file(&full).map_err(io_err("remove", &full))?;
+                changed_dirs.insert(name.parent().map(Path::to_path_buf).unwrap_or_default());
+                restored.removed.push(name.to_path_buf());
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the projector config back, when the run wrote it: the text recorded, or no config
+    /// where the run created it after the snapshot. A legacy snapshot's config was the run's by
+    /// its name, and is put back, never removed.
+    fn restore_projector_config(
+        &self,
+        log_dir: &Path,
+        made: &Made,
+        ownership: Ownership,
+        restored: &mut Restored,
+    ) -> Result<(), RollbackError> {
+        let name = Path::new(PROJECTOR_CONFIG);
+        let created = made.files.contains(name);
+        let written = created || made.rewritten.contains(name) || self.legacy;
         // Another rank's config (rank 0's, in a shared directory): never this rank's to touch.
-        if !ownership.owns(Path::new(PROJECTOR_CONFIG)) {
+        if !written || !ownership.owns(name) {
             return Ok(());
         }
         let path = log_dir.join(PROJECTOR_CONFIG);
-        let now = match fs::read(&path) {
-            Ok(bytes) => Some(bytes),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err("read", &path)(e)),
+        let now = match inspect(log_dir, name)? {
+            Some(meta) if meta.is_file() => Some(fs::read(&path).map_err(io_err("read", &path))?),
+            Some(_) => return Ok(()),
+            None => None,
         };
         if now == self.projector_config {
             return Ok(());
         }
         match &self.projector_config {
-            None => {
+            None if created && !self.legacy => {
                 fs::remove_file(&path).map_err(io_err("remove", &path))?;
                 restored.removed.push(PROJECTOR_CONFIG.into());
             }
+            None => {}
             Some(bytes) => {
                 crate::durable::replace(&path, bytes).map_err(io_err("replace", &path))?;
                 restored.truncated.push(PROJECTOR_CONFIG.into());
             }
         }
-        changed_dirs.insert(PathBuf::new());
         Ok(())
     }
 
-    /// The snapshot as text, one entry a line (paths hex-encoded, so any name survives).
+    /// The snapshot as text: a version line, then one entry a line (paths hex-encoded, so any
+    /// name survives).
     pub fn encode(&self) -> String {
-        let mut out = String::new();
+        let mut out = format!("{VERSION_LINE}\n");
         for dir in &self.dirs {
             out.push_str(&format!("d {}\n", hex(dir.to_string_lossy().as_bytes())));
         }
@@ -367,25 +463,32 @@ impl LogSnapshot {
         out
     }
 
-    /// Reads what [`encode`](Self::encode) wrote.
+    /// Reads what [`encode`](Self::encode) wrote, or what it wrote before journals (no version
+    /// line: a [legacy](Self::is_legacy) snapshot). A name that is not a plain relative path
+    /// (`..`, a root) is malformed: nothing outside the log directory is ever touched.
     pub fn decode(text: &str) -> Result<Self, RollbackError> {
-        let mut snapshot = Self::default();
-        let bad = |line: &str| RollbackError::Malformed(format!("line {line:?}"));
-        let path = |h: &str, line: &str| -> Result<PathBuf, RollbackError> {
-            let bytes = unhex(h).ok_or_else(|| bad(line))?;
-            String::from_utf8(bytes)
-                .map(PathBuf::from)
-                .map_err(|_| bad(line))
+        let mut lines = text.lines().peekable();
+        let legacy = lines.peek() != Some(&VERSION_LINE);
+        if !legacy {
+            lines.next();
+        }
+        let mut snapshot = Self {
+            legacy,
+            ..Self::default()
         };
-        for line in text.lines() {
+        let bad = |line: &str| RollbackError::Malformed(format!("line {line:?}"));
+        for line in lines {
             let fields: Vec<&str> = line.split(' ').collect();
             match fields.as_slice() {
                 ["d", dir] => {
-                    snapshot.dirs.insert(path(dir, line)?);
+                    snapshot
+                        .dirs
+                        .insert(decode_name(dir).ok_or_else(|| bad(line))?);
                 }
                 ["f", len, file] => {
                     let len = len.parse().map_err(|_| bad(line))?;
-                    snapshot.files.insert(path(file, line)?, len);
+                    let file = decode_name(file).ok_or_else(|| bad(line))?;
+                    snapshot.files.insert(file, len);
                 }
                 ["p", config] => {
                     snapshot.projector_config = Some(unhex(config).ok_or_else(|| bad(line))?)
@@ -424,187 +527,8 @@ fn truncate(path: &Path, len: u64) -> Result<(), RollbackError> {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), RollbackError> {
-    #[cfg(unix)]
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync", dir))?;
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    crate::journal::sync_dir(dir).map_err(io_err("fsync", dir))
 }
 
 #[cfg(test)]
-mod tests {
-    use std::io::Write;
-
-    use super::*;
-
-    fn write(path: &Path, bytes: &[u8]) {
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).unwrap();
-        }
-        fs::write(path, bytes).unwrap();
-    }
-
-    #[test]
-    fn restore_cuts_back_removes_and_puts_the_config_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        write(
-            &root.join("events.out.tfevents.0000000001.h.1.0"),
-            b"0123456789",
-        );
-        write(&root.join("export_1/a.npy"), b"abc");
-        write(
-            &root.join(PROJECTOR_CONFIG),
-            b"embeddings { tensor_name: \"a\" }\n",
-        );
-        write(&root.join("checkpoints/ckpt-1.ember"), b"ckpt");
-        write(&root.join("notes.txt"), b"mine");
-        let exclude = vec![PathBuf::from("checkpoints")];
-        let snapshot = LogSnapshot::take(root, &exclude, Ownership::ALONE).unwrap();
-        let decoded = LogSnapshot::decode(&snapshot.encode()).unwrap();
-        assert_eq!(decoded, snapshot);
-
-        // What a run writes after the snapshot, then dies.
-        fs::OpenOptions::new()
-            .append(true)
-            .open(root.join("events.out.tfevents.0000000001.h.1.0"))
-            .unwrap()
-            .write_all(b"later")
-            .unwrap();
-        write(
-            &root.join("events.out.tfevents.0000000002.h.1.0"),
-            b"new file",
-        );
-        write(&root.join("export_1/b.npy"), b"def");
-        write(&root.join("embeddings/x_3/tensors.tsv"), b"1\t2\n");
-        write(
-            &root.join(PROJECTOR_CONFIG),
-            b"embeddings { tensor_name: \"b\" }\n",
-        );
-        write(&root.join("checkpoints/ckpt-2.ember"), b"ckpt");
-        // A writer started before the rollback keeps its file.
-        write(
-            &root.join("events.out.tfevents.0000000003.h.2.0"),
-            b"resumed",
-        );
-        let keep = vec![PathBuf::from("events.out.tfevents.0000000003.h.2.0")];
-
-        let restored = decoded
-            .restore(root, &exclude, &keep, Ownership::ALONE)
-            .unwrap();
-        assert_eq!(
-            fs::read(root.join("events.out.tfevents.0000000001.h.1.0")).unwrap(),
-            b"0123456789"
-        );
-        assert!(!root.join("events.out.tfevents.0000000002.h.1.0").exists());
-        assert!(!root.join("export_1/b.npy").exists());
-        assert_eq!(fs::read(root.join("export_1/a.npy")).unwrap(), b"abc");
-        assert!(!root.join("embeddings").exists());
-        assert_eq!(
-            fs::read(root.join(PROJECTOR_CONFIG)).unwrap(),
-            b"embeddings { tensor_name: \"a\" }\n"
-        );
-        assert!(root.join("checkpoints/ckpt-2.ember").exists());
-        // Not a file ember writes: never touched, even when added later.
-        write(&root.join("notes.txt"), b"mine, longer");
-        LogSnapshot::default()
-            .restore(root, &exclude, &keep, Ownership::ALONE)
-            .unwrap();
-        assert_eq!(fs::read(root.join("notes.txt")).unwrap(), b"mine, longer");
-        assert!(!root.join("events.out.tfevents.0000000001.h.1.0").exists());
-        assert!(root.join("events.out.tfevents.0000000003.h.2.0").exists());
-        assert_eq!(restored.truncated.len(), 2, "{restored:?}");
-        assert!(restored.shorter.is_empty());
-    }
-
-    #[test]
-    fn each_rank_owns_its_own_summary_files() {
-        let rank = |r| Ownership {
-            rank: r,
-            world_size: 2,
-        };
-        let tb1 = Path::new("events.out.tfevents.0000000001.h.7.0.rank1");
-        let ms0 = Path::new("events.out.events.summary.1.0.h_MS");
-        let ms1 = Path::new("events.out.events.summary.1.1.h_MS");
-        assert!(rank(1).owns(tb1) && !rank(0).owns(tb1));
-        assert!(rank(0).owns(ms0) && !rank(1).owns(ms0));
-        assert!(rank(1).owns(ms1) && !rank(0).owns(ms1));
-        assert!(rank(0).owns(Path::new("export_1/a.npy")));
-        assert!(!rank(1).owns(Path::new("export_1/a.npy")));
-        assert!(Ownership::ALONE.owns(tb1));
-        // A rank-tagged suffix and hosts that look like rank tags.
-        let tb1 = Path::new("events.out.tfevents.0000000001.h.7.0.rank1.v2");
-        assert!(rank(1).owns(tb1) && !rank(0).owns(tb1));
-        for name in [
-            "events.out.tfevents.0000000001.rank3.cluster.7.0.rank0",
-            "events.out.tfevents.0000000001.rank1.7.0.rank0",
-            "events.out.tfevents.0000000001.a.12.34.rank1.7.0.rank0",
-        ] {
-            let ranks: Vec<u32> = (0..4).filter(|&r| rank(r).owns(Path::new(name))).collect();
-            assert!(ranks.is_empty() || ranks == [0], "{name}: {ranks:?}");
-            let owner = |r: u32| Ownership {
-                rank: r,
-                world_size: 4,
-            };
-            assert!(owner(0).owns(Path::new(name)), "{name}");
-            assert!(!owner(1).owns(Path::new(name)) && !owner(3).owns(Path::new(name)));
-        }
-        let ms = Path::new("events.out.events.summary.1.1.rank0.cluster_MS");
-        assert!(rank(1).owns(ms) && !rank(0).owns(ms));
-    }
-
-    #[test]
-    fn a_rank_other_than_0_leaves_the_shared_projector_config_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        let config = root.join(PROJECTOR_CONFIG);
-        let rank1 = Ownership {
-            rank: 1,
-            world_size: 2,
-        };
-        // Rank 1 took its snapshot before rank 0 wrote the config: it must not remove it.
-        let snapshot = LogSnapshot::take(root, &[], rank1).unwrap();
-        write(&config, b"embeddings { tensor_name: \"a\" }");
-        snapshot.restore(root, &[], &[], rank1).unwrap();
-        assert_eq!(
-            fs::read(&config).unwrap(),
-            b"embeddings { tensor_name: \"a\" }"
-        );
-        // Rank 0's own rollback does remove it.
-        LogSnapshot::default()
-            .restore(
-                root,
-                &[],
-                &[],
-                Ownership {
-                    rank: 0,
-                    world_size: 2,
-                },
-            )
-            .unwrap();
-        assert!(!config.exists());
-    }
-
-    #[test]
-    fn a_malformed_snapshot_is_an_error() {
-        assert!(LogSnapshot::decode("f x 00\n").is_err());
-        assert!(LogSnapshot::decode("q\n").is_err());
-        assert!(LogSnapshot::decode("f 1 0\n").is_err());
-    }
-}
+mod tests;

@@ -90,7 +90,12 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new(options: WriterOptions, rx: Receiver<Msg>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(
+        options: WriterOptions,
+        journal: Option<crate::journal::Journal>,
+        rx: Receiver<Msg>,
+        shared: Arc<Shared>,
+    ) -> Self {
         let packer = Arc::new(Packer::new(options.pack.clone()));
         let settings = FileSettings {
             log_dir: options.log_dir.clone(),
@@ -100,6 +105,7 @@ impl Worker {
             size_policy: options.size_policy,
             durability: options.durability,
             read_only_on_close: options.read_only_on_close,
+            journal,
         };
         let metadata = options.pack.format == ember_pack::Format::TensorBoard;
         let slots = KINDS

@@ -4,7 +4,10 @@
 //! - [`directory`](Checkpoints): a directory of them, written durably, the newest whole one
 //!   found and why any newer was passed over, a job's parts across ranks;
 //! - `log_place`: where the run's summary log is, to snapshot at a checkpoint and roll back
-//!   on resume (the snapshot itself, lengths of files, is ember-write's `LogSnapshot`);
+//!   on resume (the snapshot itself is ember-write's `LogSnapshot`: the lengths of exactly the
+//!   files the run's writers listed in their journal before making them, so that a rollback,
+//!   a restart or starting over touches nothing else in the directory: another tool's event
+//!   file, a copy, an empty directory stay byte for byte);
 //! - `trainer`: the [`Trainer`](crate::Trainer)'s checkpoints: what a run's position and
 //!   identity are (`meta`), writing them off the training thread, and reading one back into a
 //!   run, with what a resume restores;
@@ -16,7 +19,10 @@
 //!
 //! A resume either finds a whole checkpoint of this very run (same devices, ranks,
 //! accumulation, reduction and model) or refuses before it changes anything
-//! ([`CheckpointError::NothingToResume`], [`CheckpointError::Mismatch`]); starting a run over
+//! ([`CheckpointError::NothingToResume`], [`CheckpointError::Mismatch`]); so does a resume
+//! with a summary record from a checkpoint with no `log` section
+//! ([`CheckpointError::Section`]) or with an empty one (taken with no summary record) while
+//! the log holds files the run wrote ([`CheckpointError::LogNotRecorded`]). Starting a run over
 //! is its own, named call ([`Trainer::start_over`](crate::Trainer::start_over)).
 //!
 //! A checkpoint is one file of named sections (the trainer's progress, the model, optimizer

@@ -117,7 +117,8 @@ pub use ember_write::remote::{Orphan, ship_orphans};
 #[doc(inline)]
 pub use ember_write::{
     DirLock, Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy,
-    LockError, SizePolicy, WriteError, WriteErrors, WriterOptions, WriterPoolStats, is_remote,
+    Journal, LockError, SizePolicy, WriteError, WriteErrors, WriterOptions, WriterPoolStats,
+    is_remote,
 };
 
 /// The writer pool's statistics under their old name, which read as the device pool's

@@ -23,6 +23,7 @@ use prost::Message;
 mod admission;
 mod bench;
 mod ctrl_c;
+mod foreign_files;
 mod full_disk;
 mod inspect;
 mod inspect_kinds;

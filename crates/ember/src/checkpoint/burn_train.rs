@@ -47,8 +47,9 @@ impl SummaryLogger {
     /// `dir`. Fails when `dir` has no snapshot of `epoch` (made by a logger
     /// [`checkpointed`](Self::checkpointed) there), or when the rollback fails.
     ///
-    /// Epoch 0 is the start: the log directory loses every file ember wrote in it (a run
-    /// killed before its first epoch ended, started again).
+    /// Epoch 0 is the start: the log directory loses every file the run's writers made in it,
+    /// as their journal lists them, and nothing else (a run killed before its first epoch
+    /// ended, started again).
     pub fn resume_from(
         mut self,
         dir: impl Into<PathBuf>,

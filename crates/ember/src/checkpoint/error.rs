@@ -113,6 +113,22 @@ pub enum CheckpointError {
     },
     /// Another run holds the checkpoint directory, or this run lost it while it trained (the
     /// directory or its lock file deleted or replaced).
+    /// The checkpoint holds no position of the log (it was taken with no summary record), yet
+    /// the log holds files this run wrote: rolling back could not tell which of their records
+    /// came after the checkpoint. Nothing was changed.
+    #[error(
+        "cannot resume into {}: the checkpoint holds no position of the log (taken with no \
+         summary record), and the log holds {files} file(s) this run wrote; nothing was changed \
+         (resume without a summary record, or start the run over)",
+        dir.display()
+    )]
+    LogNotRecorded {
+        /// The log directory.
+        dir: PathBuf,
+        /// How many files of the run's it holds.
+        files: usize,
+    },
+    /// Another run holds the checkpoint directory.
     #[error(transparent)]
     Locked(#[from] ember_write::LockError),
     /// The log directory could not be rolled back to the checkpoint.

@@ -1,7 +1,15 @@
 //! Where a run's summary log is, to snapshot at a checkpoint and roll back to on resume: a
-//! local directory (ember-write's [`LogSnapshot`]: every file's length) or, with the
-//! `object-store` feature, a URL (its [`BucketSnapshot`](ember_write::remote::BucketSnapshot):
-//! every object's name).
+//! local directory (ember-write's [`LogSnapshot`]: the length of every file the run's
+//! [`Journal`](ember_write::Journal) lists, so that a rollback touches only what the run
+//! wrote, never another tool's file, a copy or an empty directory) or, with the `object-store`
+//! feature, a URL (its [`BucketSnapshot`](ember_write::remote::BucketSnapshot): every object's
+//! name, told the run's by its name).
+//!
+//! A checkpoint taken with no summary record holds an empty `log` section: no position of the
+//! log ([`Snapshot::Unrecorded`]). Resumed with a record whose log holds files the run wrote,
+//! it is refused before anything changes ([`CheckpointError::LogNotRecorded`]): taking it for
+//! an empty log would remove them all. A checkpoint with no `log` section at all is refused as
+//! well, when the resume has a record (`checkpoint::trainer::snapshot_of`).
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +35,8 @@ pub(crate) enum Snapshot {
     /// An object-store log directory's.
     #[cfg(feature = "object-store")]
     Bucket(ember_write::remote::BucketSnapshot),
+    /// None: the checkpoint was taken with no summary record.
+    Unrecorded,
 }
 
 impl Snapshot {
@@ -44,6 +54,7 @@ impl Snapshot {
     pub(crate) fn encode(&self) -> String {
         match self {
             Self::Dir(snapshot) => snapshot.encode(),
+            Self::Unrecorded => String::new(),
             #[cfg(feature = "object-store")]
             Self::Bucket(snapshot) => snapshot.encode(),
         }
@@ -51,6 +62,9 @@ impl Snapshot {
 
     /// Reads what [`encode`](Self::encode) wrote.
     pub(crate) fn decode(text: &str) -> Result<Self, CheckpointError> {
+        if text.is_empty() {
+            return Ok(Self::Unrecorded);
+        }
         #[cfg(feature = "object-store")]
         if ember_write::remote::BucketSnapshot::is_one(text) {
             return ember_write::remote::BucketSnapshot::decode(text)
@@ -71,6 +85,7 @@ impl Snapshot {
             Self::Dir(snapshot) => Ok(snapshot.sync(&place.dir)?),
             #[cfg(feature = "object-store")]
             Self::Bucket(_) => Ok(()),
+            Self::Unrecorded => Ok(()),
         }
     }
 }
@@ -139,10 +154,9 @@ impl LogPlace {
         snapshot: &Snapshot,
         summary: &SummaryRecord,
     ) -> Result<(), CheckpointError> {
-        // Without the `object-store` feature a snapshot is always a directory's.
-        #[allow(clippy::infallible_destructuring_match)]
         let snapshot = match snapshot {
             Snapshot::Dir(snapshot) => snapshot,
+            Snapshot::Unrecorded => return self.check_unrecorded(summary),
             #[cfg(feature = "object-store")]
             Snapshot::Bucket(snapshot) => {
                 let (bucket, exclude) = self.bucket()?;
@@ -157,7 +171,36 @@ impl LogPlace {
                 return Ok(());
             }
         };
-        let keep: Vec<PathBuf> = summary
+        let keep = self.kept(summary);
+        if snapshot.is_legacy() {
+            log::warn!(
+                "the checkpoint of {} was written before ember listed the files a run makes: its \
+                 files are cut back to their lengths then, and nothing is removed (an event file \
+                 written after it, left in place, may show its steps twice)",
+                self.dir.display()
+            );
+        }
+        let restored = snapshot.restore(&self.dir, &self.exclude, &keep, self.ownership)?;
+        for path in &restored.left {
+            log::warn!(
+                "{} looks like an event file but this run did not write it: left as it is (a \
+                 reader of the directory may show its steps beside the run's)",
+                self.dir.join(path).display()
+            );
+        }
+        for path in &restored.shorter {
+            log::warn!(
+                "{} is shorter than when the checkpoint was taken (the machine went down before \
+                 its bytes reached the disk): its last records are lost",
+                self.dir.join(path).display()
+            );
+        }
+        Ok(())
+    }
+
+    /// The files `summary`'s writers have made already, relative to the log directory.
+    fn kept(&self, summary: &SummaryRecord) -> Vec<PathBuf> {
+        summary
             .stats()
             .map(|stats| {
                 stats
@@ -167,16 +210,38 @@ impl LogPlace {
                     .filter_map(|p| relative_to(p, &self.dir))
                     .collect()
             })
-            .unwrap_or_default();
-        let restored = snapshot.restore(&self.dir, &self.exclude, &keep, self.ownership)?;
-        for path in &restored.shorter {
+            .unwrap_or_default()
+    }
+
+    /// A checkpoint with no position of the log is resumed only where the log holds nothing
+    /// the run wrote before (`summary`'s own new files aside): then there is nothing to roll
+    /// back. A bucket, which has no journal, is left as it is, with a warning.
+    fn check_unrecorded(&self, summary: &SummaryRecord) -> Result<(), CheckpointError> {
+        if self.remote() {
             log::warn!(
-                "{} is shorter than when the checkpoint was taken (the machine went down before \
-                 its bytes reached the disk): its last records are lost",
-                self.dir.join(path).display()
+                "the checkpoint holds no position of the log {} (taken with no summary record): \
+                 the log is left as it is",
+                self.dir.display()
             );
+            return Ok(());
         }
-        Ok(())
+        let keep = self.kept(summary);
+        let made = ember_write::Journal::read(&self.dir, self.ownership.rank)
+            .map_err(ember_write::RollbackError::from)?
+            .unwrap_or_default();
+        let files = made
+            .files
+            .iter()
+            .filter(|file| !keep.iter().any(|k| file.starts_with(k)))
+            .filter(|file| self.dir.join(file).is_file())
+            .count();
+        match files {
+            0 => Ok(()),
+            files => Err(CheckpointError::LogNotRecorded {
+                dir: self.dir.clone(),
+                files,
+            }),
+        }
     }
 }
 
@@ -187,4 +252,49 @@ fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
         .ok()
         .filter(|r| !r.as_os_str().is_empty())
         .map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("tfevents"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Issue 41: a checkpoint taken with no summary record, resumed with one, used to roll the
+    /// log back to nothing and remove the run's event file.
+    #[test]
+    fn no_log_position_is_refused_where_the_log_holds_the_runs_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let checkpoints = log.join("checkpoints");
+        let build = || SummaryRecord::builder(&log).rank(0, 1).build().unwrap();
+        // Into a log that holds nothing of the run's: nothing to roll back, nothing refused.
+        let mut record = build();
+        let place = LogPlace::of(&record, &checkpoints);
+        place.roll_back(&Snapshot::Unrecorded, &record).unwrap();
+        record.add_scalar("loss", 1.0, 1).unwrap();
+        record.close().unwrap();
+        let written = event_files(&log);
+        assert_eq!(written.len(), 1, "{written:?}");
+        let bytes = std::fs::read(&written[0]).unwrap();
+
+        let mut record = build();
+        let unrecorded = Snapshot::decode("").unwrap();
+        let error = place.roll_back(&unrecorded, &record).unwrap_err();
+        assert!(
+            matches!(error, CheckpointError::LogNotRecorded { files: 1, .. }),
+            "{error}"
+        );
+        assert_eq!(event_files(&log), written);
+        assert_eq!(std::fs::read(&written[0]).unwrap(), bytes);
+        record.close().unwrap();
+    }
 }

@@ -456,7 +456,15 @@ pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<Snapshot, Chec
         part = store.read_part(loaded.seq, rank)?;
         (store.part_path(loaded.seq, rank), &part)
     };
-    let text = holder.section("log").unwrap_or_default();
+    // Without the section nothing tells which of the log's records came after the checkpoint:
+    // refused, rather than taken for an empty log (which would remove every file of the run).
+    let text = holder
+        .section("log")
+        .ok_or_else(|| CheckpointError::Section {
+            path: path.clone(),
+            section: "log".into(),
+            reason: "missing: nothing tells which of the log's records came after it".into(),
+        })?;
     let text = std::str::from_utf8(text).map_err(|e| CheckpointError::Section {
         path,
         section: "log".into(),

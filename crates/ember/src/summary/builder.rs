@@ -223,16 +223,10 @@ impl SummaryRecordBuilder {
         };
         let packer = Arc::new(Packer::new(options.pack.clone()));
         let active = !(self.rank_zero_only && rank != 0);
-        // One writer per directory and rank: taken before anything is written, held until
-        // the record closes.
-        let lock = match active && !is_staging(&options, &log_dir) {
-            true => Some(ember_write::DirLock::acquire(&options.log_dir, rank)?),
-            false => None,
-        };
-        let pool = if active {
-            Some(WriterPool::new(options)?)
-        } else {
-            None
+        let own_directory = world_size <= 1 || self.rank_layout == RankLayout::Directory;
+        let (lock, journal, pool) = match active {
+            true => start_writers(options, &log_dir, rank, own_directory)?,
+            false => (None, None, None),
         };
         Ok(SummaryRecord {
             pool,
@@ -248,8 +242,9 @@ impl SummaryRecordBuilder {
             error_policy,
             rank,
             world_size,
-            own_directory: world_size <= 1 || self.rank_layout == RankLayout::Directory,
+            own_directory,
             wall_time: None,
+            journal,
             children: std::collections::BTreeMap::new(),
             child_options,
             #[cfg(feature = "object-store")]
@@ -287,6 +282,35 @@ fn start_remote(
     let remote = super::remote::Remote::start(&url, budget, options.full_queue, wait)?;
     options.log_dir = remote.staging().to_path_buf();
     Ok(Some(remote))
+}
+
+/// An active record's lock, journal and writer pool.
+type Writers = (
+    Option<ember_write::DirLock>,
+    Option<ember_write::Journal>,
+    Option<WriterPool>,
+);
+
+/// What an active record writes with: its lock on the directory (one writer per directory
+/// and rank: taken before anything is written, held until the record closes), the journal
+/// its writers list what they make in, and the writer pool. A bucket's staging directory is
+/// the record's alone, and shipped away: neither locked nor journaled.
+fn start_writers(
+    options: WriterOptions,
+    log_dir: &std::path::Path,
+    rank: u32,
+    own_directory: bool,
+) -> Result<Writers, SummaryError> {
+    let local = !is_staging(&options, log_dir);
+    let lock = match local {
+        true => Some(ember_write::DirLock::acquire(&options.log_dir, rank)?),
+        false => None,
+    };
+    // Named after the rank a rollback goes by (see `SummaryRecord::ownership`).
+    let journal =
+        local.then(|| ember_write::Journal::new(log_dir, if own_directory { 0 } else { rank }));
+    let pool = WriterPool::with_journal(options, journal.clone())?;
+    Ok((lock, journal, Some(pool)))
 }
 
 fn rank_from_env() -> Result<(u32, u32), SummaryError> {

@@ -57,6 +57,9 @@ pub struct SummaryRecord {
     pub(super) own_directory: bool,
     /// The wall time records carry instead of the clock's, when set.
     pub(super) wall_time: Option<f64>,
+    /// Where this rank's writers list what they make in a local log directory, sub-runs
+    /// included: what a rollback may touch (see [`ember_write::journal`]).
+    pub(super) journal: Option<ember_write::Journal>,
     /// The runs of `add_scalars`, by directory name.
     pub(super) children: std::collections::BTreeMap<String, WriterPool>,
     /// The options their writers start from.
@@ -77,9 +80,10 @@ impl SummaryRecord {
         (self.rank, self.world_size)
     }
 
-    /// Which files of the log directory are this record's to roll back: in a directory of its
-    /// own (one rank, or [`RankLayout::Directory`](crate::RankLayout::Directory)) every file
-    /// ember writes; in one shared by ranks, its rank's.
+    /// Which rank's files of the log directory are this record's to roll back: those its
+    /// writers listed in their journal, rank 0's in a directory of its own (one rank, or
+    /// [`RankLayout::Directory`](crate::RankLayout::Directory)), its rank's in one shared by
+    /// ranks (in a bucket, which has no journal, told by their names).
     #[cfg(feature = "burn")]
     pub(crate) fn ownership(&self) -> ember_write::Ownership {
         if self.own_directory {
@@ -303,7 +307,7 @@ impl SummaryRecord {
                 std::collections::btree_map::Entry::Vacant(e) => {
                     let mut options = self.child_options.clone();
                     options.log_dir = self.log_dir.join(e.key());
-                    e.insert(WriterPool::new(options)?)
+                    e.insert(WriterPool::with_journal(options, self.journal.clone())?)
                 }
             };
             let record = Record::new(step, wall_time).with(tag.clone(), *value);

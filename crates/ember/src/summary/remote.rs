@@ -236,8 +236,10 @@ mod tests {
             while let Some(dir) = dirs.pop() {
                 for entry in fs::read_dir(&dir).unwrap() {
                     let path = entry.unwrap().path();
-                    if path.ends_with(".ember-locks") {
-                        // The record's lock on its local directory: not the log's.
+                    if path.ends_with(".ember-locks")
+                        || path.ends_with(ember_write::journal::RUN_DIR)
+                    {
+                        // The record's lock and journal of its local directory: not the log's.
                         continue;
                     }
                     if path.is_dir() {

@@ -1,0 +1,205 @@
+//! `ember train --resume` in a run directory other tools write in too (issue 41): an
+//! evaluator's event file in a subdirectory, a backup copy of the run's own event file, an
+//! empty directory. The resume rolls back only what the run wrote: each is left byte for byte,
+//! and the run's log shows each step once. A checkpoint without its `log` section is refused
+//! with the run's files unchanged, not taken for an empty log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ember::checkpoint::{Checkpoint, read, write_durably};
+use ember::read::Summaries;
+
+use super::{Spawned, files, text};
+
+/// Small enough for a debug build, long enough to be killed well before its end.
+const ARGS: &[&str] = &[
+    "--batch-size",
+    "1",
+    "--subset",
+    "300",
+    "--epochs",
+    "3",
+    "--checkpoint-every",
+    "40",
+];
+
+fn ember_in(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the ember binary runs")
+}
+
+/// The whole checkpoints of `run`, oldest first.
+fn checkpoints(run: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(run.join("checkpoints"))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().path())
+                .filter(|p| {
+                    let name = p.file_name().unwrap().to_string_lossy();
+                    name.starts_with("ckpt-") && name.ends_with(".ember")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// `ember train ARGS --logdir ev` in `dir`, killed with SIGKILL once its first checkpoint is
+/// there. Returns the run directory.
+fn killed_after_a_checkpoint(dir: &Path) -> PathBuf {
+    let run = dir.join("ev");
+    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .arg("train")
+        .args(ARGS)
+        .args(["--logdir", "ev"])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the ember binary runs");
+    let mut child = Spawned(child);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoints(&run).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint was written");
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "the run ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Some steps past the checkpoint, for the resume to roll back.
+    std::thread::sleep(Duration::from_millis(300));
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    assert!(
+        !run.join("model.bpk").exists(),
+        "the run finished before the kill"
+    );
+    run
+}
+
+/// What an evaluator writing into the run directory leaves: an event file of its own.
+fn evaluator_bytes() -> Vec<u8> {
+    (0..6000u32).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+#[test]
+fn a_resume_leaves_another_tools_file_a_copy_and_an_empty_directory_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = killed_after_a_checkpoint(dir.path());
+    let ours = files(&run, "tfevents");
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    let evaluator = run.join("eval/events.out.tfevents.1700000000.h.1.0");
+    std::fs::create_dir_all(evaluator.parent().unwrap()).unwrap();
+    std::fs::write(&evaluator, evaluator_bytes()).unwrap();
+    let copy = run.join("backup").join(ours[0].file_name().unwrap());
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    let copied = std::fs::read(&ours[0]).unwrap();
+    std::fs::write(&copy, &copied).unwrap();
+    std::fs::create_dir(run.join("emptydir")).unwrap();
+
+    let output = ember_in(&["train", "--resume", "ev"], dir.path());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(run.join("model.bpk").is_file());
+
+    assert_eq!(std::fs::read(&evaluator).unwrap(), evaluator_bytes());
+    assert_eq!(std::fs::read(&copy).unwrap(), copied);
+    assert!(run.join("emptydir").is_dir());
+    assert_eq!(std::fs::read_dir(run.join("emptydir")).unwrap().count(), 0);
+    let summaries = Summaries::read_dir(&run).unwrap();
+    let loss = summaries.scalars.get("train/loss").expect("train/loss");
+    assert!(!loss.is_empty());
+    for (tag, points) in &summaries.scalars {
+        let mut seen = BTreeSet::new();
+        for point in points {
+            assert!(
+                seen.insert(point.step),
+                "{tag} at step {} twice",
+                point.step
+            );
+        }
+    }
+}
+
+/// The names of a checkpoint's sections, read from its documented layout.
+fn section_names(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap();
+    let count = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
+    let mut at = 16;
+    let mut names = Vec::new();
+    for _ in 0..count {
+        let name_len = u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as usize;
+        at += 2;
+        names.push(String::from_utf8(bytes[at..at + name_len].to_vec()).unwrap());
+        at += name_len;
+        let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+        at += 8 + len;
+    }
+    names
+}
+
+/// Every file of `dir`'s tree and its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut found = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                found.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_checkpoint_without_its_log_section_is_refused_and_the_log_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = killed_after_a_checkpoint(dir.path());
+    let newest = checkpoints(&run).pop().unwrap();
+    let whole = read(&newest).unwrap();
+    let names = section_names(&newest);
+    assert!(names.iter().any(|n| n == "log"), "{names:?}");
+    let without_log = names
+        .iter()
+        .filter(|name| *name != "log")
+        .fold(Checkpoint::new(), |checkpoint, name| {
+            checkpoint.with(name, whole.section(name).unwrap().to_vec())
+        });
+    let file_name = newest.file_name().unwrap().to_str().unwrap();
+    write_durably(newest.parent().unwrap(), file_name, &without_log).unwrap();
+    let before = tree(&run);
+
+    let output = ember_in(&["train", "--resume", "ev"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("`log` section"), "{printed}");
+    let after = tree(&run);
+    let ours = files(&run, "tfevents");
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(
+        after.get(&ours[0]),
+        before.get(&ours[0]),
+        "the event file changed"
+    );
+    assert_eq!(
+        after
+            .keys()
+            .filter(|p| !p.starts_with(run.join(".ember-locks")))
+            .collect::<Vec<_>>(),
+        before
+            .keys()
+            .filter(|p| !p.starts_with(run.join(".ember-locks")))
+            .collect::<Vec<_>>()
+    );
+}
