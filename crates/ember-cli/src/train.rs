@@ -24,7 +24,7 @@
 //! [RUN_DIR]` trains it again from its first step, its log and checkpoints discarded. A log
 //! directory another run is writing is refused at once, naming that run's pid.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -37,7 +37,7 @@ use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
 use ember::checkpoint::Begin;
-use ember::devices::{DeviceSpec, OpenedDevice, open_devices};
+use ember::devices::{OpenedDevice, open_devices};
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
 use ember::{CheckpointConfig, DirLock, SummaryRecord, TrainReport, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -49,13 +49,14 @@ use crate::job::Job;
 mod args;
 mod command;
 mod logdir;
+mod plan;
 mod records;
 mod report;
 mod signals;
 
 pub(crate) use args::TrainArgs;
 use command::{given_args, resumed_args, save_command};
-use logdir::CHECKPOINTS;
+use plan::Plan;
 use records::{record_embedding, record_pr_curves, record_samples};
 
 /// The seed of the train/test split and of the training shuffle.
@@ -146,31 +147,6 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         step_times: &step_times,
     };
     report::report(&plan, ending)
-}
-
-/// What the command line asks for, settled: the run's own arguments on `--resume` and
-/// `--restart`, its workers' devices, the job this process is a rank of, and its log
-/// directory.
-pub(super) struct Plan {
-    args: TrainArgs,
-    begin: Begin,
-    specs: Vec<DeviceSpec>,
-    job: Job,
-    logdir: PathBuf,
-}
-
-impl Plan {
-    fn epochs(&self) -> usize {
-        usize::from(self.args.epochs)
-    }
-
-    fn checkpoints(&self) -> PathBuf {
-        self.logdir.join(CHECKPOINTS)
-    }
-
-    fn checkpointing(&self) -> bool {
-        !self.args.no_checkpoints
-    }
 }
 
 /// Settles the command line into a [`Plan`], refusing bad values before anything is read or

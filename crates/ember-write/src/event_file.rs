@@ -530,26 +530,7 @@ impl EventFileWriter {
         }
         slices.push(IoSlice::new(&file.buf[from..]));
         slices.retain(|s| !s.is_empty());
-        let mut rest = &mut slices[..];
-        let mut written = 0;
-        let mut failure = None;
-        while written < total {
-            match file.file.write_vectored(rest) {
-                Ok(0) => {
-                    failure = Some(io::Error::from(io::ErrorKind::WriteZero));
-                    break;
-                }
-                Ok(n) => {
-                    written += n;
-                    IoSlice::advance_slices(&mut rest, n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
+        let (written, failure) = write_vectored_all(&mut file.file, &mut slices, total);
         drop(slices);
         ctx.guard.drained(total as u64);
         let whole = file
@@ -641,4 +622,27 @@ impl EventFileWriter {
         self.stats.records_dropped += events as u64;
         ctx.ledger.mark(idx, Fate::Dropped);
     }
+}
+
+/// Writes `slices` (`total` bytes) to `out` whole, retrying on interruption: how many bytes
+/// went out, and the error that stopped it short.
+fn write_vectored_all(
+    out: &mut impl Write,
+    slices: &mut [IoSlice<'_>],
+    total: usize,
+) -> (usize, Option<io::Error>) {
+    let mut rest = slices;
+    let mut written = 0;
+    while written < total {
+        match out.write_vectored(rest) {
+            Ok(0) => return (written, Some(io::Error::from(io::ErrorKind::WriteZero))),
+            Ok(n) => {
+                written += n;
+                IoSlice::advance_slices(&mut rest, n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (written, Some(e)),
+        }
+    }
+    (written, None)
 }

@@ -11,7 +11,7 @@ use ember::devices::OpenedDevice;
 use ember::pack::Format;
 use ember::{EpochReport, TrainReport};
 
-use super::Plan;
+use super::plan::Plan;
 use super::signals::StopSignal;
 use crate::devices::print_device_memory;
 use crate::output::{err, out, shown};

@@ -324,111 +324,55 @@ pub(crate) fn load<M: Module>(
     mut optimizer: OptimizerShards,
     scheduler: ModuleLrScheduler,
 ) -> Result<(Resumed<M>, Loaded), CheckpointError> {
-    // Across ranks, every rank reads the same directory before any writes to it, so each
-    // picks the same checkpoint: the newest with every rank's part whole.
     let store = Checkpoints::new(dir, 1);
-    let loaded = store.to_resume(identity.ranks).map_err(|error| {
-        // A job of more ranks than took the checkpoints finds none whole (the new ranks'
-        // parts never existed): name the difference rather than each missing part.
-        let taken_by = store.latest_of_job(1).ok().flatten();
-        taken_by
-            .and_then(|loaded| {
-                let meta = std::str::from_utf8(loaded.checkpoint.section("meta")?).ok()?;
-                let reason = identity.mismatch(&Fields::parse(meta))?;
-                Some(CheckpointError::Mismatch {
-                    path: loaded.path,
-                    reason,
-                })
-            })
-            .unwrap_or(error)
-    })?;
+    let loaded = newest_of_this_job(&store, identity)?;
     let path = loaded.path.clone();
-    let section = |name: &str| {
-        loaded
-            .checkpoint
-            .section(name)
-            .ok_or_else(|| CheckpointError::Section {
-                path: path.clone(),
-                section: name.into(),
-                reason: "missing".into(),
-            })
-    };
-    let meta = std::str::from_utf8(section("meta")?).map_err(|e| CheckpointError::Section {
-        path: path.clone(),
-        section: "meta".into(),
-        reason: e.to_string(),
+    let meta = std::str::from_utf8(section(&loaded.checkpoint, &path, "meta")?).map_err(|e| {
+        CheckpointError::Section {
+            path: path.clone(),
+            section: "meta".into(),
+            reason: e.to_string(),
+        }
     })?;
     let fields = Fields::parse(meta);
     if let Some(reason) = identity.mismatch(&fields) {
         return Err(CheckpointError::Mismatch { path, reason });
     }
-    let bad_meta = |reason: String| CheckpointError::Section {
-        path: path.clone(),
-        section: "meta".into(),
-        reason,
+    let (position, steps, optimizer_steps, state) =
+        decode_meta(&fields).map_err(|reason| CheckpointError::Section {
+            path: path.clone(),
+            section: "meta".into(),
+            reason,
+        })?;
+    let bytes = |name: &str| {
+        section(&loaded.checkpoint, &path, name).map(|b| Bytes::from_bytes_vec(b.to_vec()))
     };
-    let (position, steps, optimizer_steps, state) = decode_meta(&fields).map_err(bad_meta)?;
-    let record_err = |what| {
-        let path = path.clone();
-        move |e: burn::store::RecordError| CheckpointError::Mismatch {
-            path,
-            reason: format!("{what}: {e}"),
-        }
-    };
-    let bytes = |name: &str| section(name).map(|b| Bytes::from_bytes_vec(b.to_vec()));
-    let record = ModuleRecord::from_bytes(bytes("model")?).map_err(record_err("its model"))?;
-    let mut model = model
+    let record =
+        ModuleRecord::from_bytes(bytes("model")?).map_err(record_err(&path, "its model"))?;
+    let model = model
         .try_load_record(record)
-        .map_err(record_err("its model does not fit this one"))?;
+        .map_err(record_err(&path, "its model does not fit this one"))?;
     // Across ranks each rank steps its own parameters, so the state of its optimizer is in its
     // part, keyed by the ids its parameters had; the model record gave rank 0's. A part of a
     // job whose ranks each stepped every parameter has neither: rank 0's state serves all.
     let part = match rank {
         0 => None,
-        rank => Some(store.read_part(loaded.seq, rank)?),
+        rank => Some((
+            store.read_part(loaded.seq, rank)?,
+            store.part_path(loaded.seq, rank),
+        )),
     };
-    let part_path = || store.part_path(loaded.seq, rank);
-    if let Some(ids) = part.as_ref().and_then(|part| part.section("ids")) {
-        let ids = decode_ids(ids).ok_or_else(|| CheckpointError::Section {
-            path: part_path(),
-            section: "ids".into(),
-            reason: "not one parameter id a line".into(),
-        })?;
-        model = with_param_ids(model, &ids).ok_or_else(|| CheckpointError::Mismatch {
-            path: part_path(),
-            reason: format!("its {} parameter ids do not fit this model", ids.len()),
-        })?;
-    }
-    let (holder, holder_path) = match &part {
-        Some(part) if part.section(&optimizer_section(0)).is_some() => (part, part_path()),
+    let model = with_part_ids(model, part.as_ref())?;
+    let holder = match &part {
+        Some((part, part_path)) if part.section(&optimizer_section(0)).is_some() => {
+            (part, part_path.clone())
+        }
         _ => (&loaded.checkpoint, path.clone()),
     };
-    // A checkpoint holds one optimizer section per shard; one written by a single optimizer
-    // holds every parameter's state, which serves each shard as well, since a shard only reads
-    // the state of the parameters it owns.
-    for shard in 0..optimizer.len() {
-        let name = optimizer_section(shard);
-        let name = if holder.section(&name).is_some() {
-            name
-        } else {
-            optimizer_section(0)
-        };
-        let section = holder
-            .section(&name)
-            .ok_or_else(|| CheckpointError::Section {
-                path: holder_path.clone(),
-                section: name.clone(),
-                reason: "missing".into(),
-            })?;
-        let stepped = optimizer.shards()[shard]
-            .clone()
-            .from_bytes(Bytes::from_bytes_vec(section.to_vec()))
-            .map_err(record_err("its optimizer state"))?;
-        optimizer.set_shard(shard, stepped);
-    }
+    load_optimizer(&mut optimizer, holder)?;
     let scheduler = scheduler.load_record(
         LrSchedulerRecord::from_bytes(bytes("scheduler")?)
-            .map_err(record_err("its scheduler state"))?,
+            .map_err(record_err(&path, "its scheduler state"))?,
     );
     let resumed = Resumed {
         model,
@@ -442,6 +386,101 @@ pub(crate) fn load<M: Module>(
         seq: loaded.seq,
     };
     Ok((resumed, loaded))
+}
+
+/// The newest checkpoint with every rank's part whole. Across ranks, every rank reads the
+/// same directory before any writes to it, so each picks the same one.
+fn newest_of_this_job(store: &Checkpoints, identity: &Identity) -> Result<Loaded, CheckpointError> {
+    store.to_resume(identity.ranks).map_err(|error| {
+        // A job of more ranks than took the checkpoints finds none whole (the new ranks'
+        // parts never existed): name the difference rather than each missing part.
+        let taken_by = store.latest_of_job(1).ok().flatten();
+        taken_by
+            .and_then(|loaded| {
+                let meta = std::str::from_utf8(loaded.checkpoint.section("meta")?).ok()?;
+                let reason = identity.mismatch(&Fields::parse(meta))?;
+                Some(CheckpointError::Mismatch {
+                    path: loaded.path,
+                    reason,
+                })
+            })
+            .unwrap_or(error)
+    })
+}
+
+/// Section `name` of `checkpoint` (read from `path`), or the error naming it missing.
+fn section<'c>(
+    checkpoint: &'c Checkpoint,
+    path: &Path,
+    name: &str,
+) -> Result<&'c [u8], CheckpointError> {
+    checkpoint
+        .section(name)
+        .ok_or_else(|| CheckpointError::Section {
+            path: path.to_path_buf(),
+            section: name.into(),
+            reason: "missing".into(),
+        })
+}
+
+/// The error of a record in the checkpoint at `path` that Burn cannot read into this run.
+fn record_err(
+    path: &Path,
+    what: &'static str,
+) -> impl FnOnce(burn::store::RecordError) -> CheckpointError {
+    let path = path.to_path_buf();
+    move |e| CheckpointError::Mismatch {
+        path,
+        reason: format!("{what}: {e}"),
+    }
+}
+
+/// `model` with the parameter ids a rank's part (and its path) holds, when it holds them.
+fn with_part_ids<M: Module>(
+    model: M,
+    part: Option<&(Checkpoint, PathBuf)>,
+) -> Result<M, CheckpointError> {
+    let Some((part, part_path)) = part else {
+        return Ok(model);
+    };
+    let Some(ids) = part.section("ids") else {
+        return Ok(model);
+    };
+    let ids = decode_ids(ids).ok_or_else(|| CheckpointError::Section {
+        path: part_path.clone(),
+        section: "ids".into(),
+        reason: "not one parameter id a line".into(),
+    })?;
+    let count = ids.len();
+    with_param_ids(model, &ids).ok_or_else(|| CheckpointError::Mismatch {
+        path: part_path.clone(),
+        reason: format!("its {count} parameter ids do not fit this model"),
+    })
+}
+
+/// Loads every optimizer shard's state from `holder` (a checkpoint or a rank's part, read from
+/// its path). A checkpoint holds one optimizer section per shard; one written by a single
+/// optimizer holds every parameter's state, which serves each shard as well, since a shard
+/// only reads the state of the parameters it owns.
+fn load_optimizer(
+    optimizer: &mut OptimizerShards,
+    (holder, holder_path): (&Checkpoint, PathBuf),
+) -> Result<(), CheckpointError> {
+    for shard in 0..optimizer.len() {
+        let name = optimizer_section(shard);
+        let name = if holder.section(&name).is_some() {
+            name
+        } else {
+            optimizer_section(0)
+        };
+        let bytes = section(holder, &holder_path, &name)?;
+        let stepped = optimizer.shards()[shard]
+            .clone()
+            .from_bytes(Bytes::from_bytes_vec(bytes.to_vec()))
+            .map_err(record_err(&holder_path, "its optimizer state"))?;
+        optimizer.set_shard(shard, stepped);
+    }
+    Ok(())
 }
 
 /// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,
