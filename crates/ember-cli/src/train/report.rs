@@ -70,6 +70,14 @@ pub(super) fn report(plan: &Plan, ending: Ending<'_>) -> anyhow::Result<ExitCode
         print_logdir(plan);
     }
     print_logged(&plan.job.prefix());
+    if report.checkpoints_failed > 0 {
+        err(format!(
+            "warning: {}{} checkpoint(s) found no room on the disk and were not written; a \
+             resume goes on from the last one written",
+            plan.job.prefix(),
+            report.checkpoints_failed
+        ));
+    }
     let code = if report.interrupted {
         ending.signal.exit_code()
     } else {

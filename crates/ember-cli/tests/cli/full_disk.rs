@@ -135,3 +135,45 @@ fn on_a_full_log_disk_the_model_is_saved_and_the_run_names_the_step_the_log_stop
     );
     assert_eq!(last.matches("may soon be exhausted").count(), 1, "{last}");
 }
+
+#[test]
+fn a_checkpoint_directory_without_room_costs_the_checkpoints_not_the_run() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    // Room for one of the digit model's checkpoints (about 60 KB: the parameters and Adam's two
+    // moments), not for a second beside it, which a checkpoint needs before the older goes.
+    let disk = Tmpfs::mount(run.join("checkpoints"), "100k");
+    let output = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(["train", "--subset", "300", "--epochs", "4"])
+        .args(["--checkpoint-every", "5", "--logdir"])
+        .arg(&run)
+        .output()
+        .expect("the ember binary runs");
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{printed}");
+    assert!(loads_as_the_model(&run.join("model.bpk")), "{printed}");
+    // Said once, as an error, when it happened; and counted at the end.
+    let said: Vec<&str> = printed
+        .lines()
+        .filter(|line| line.contains("a checkpoint was not written"))
+        .collect();
+    assert_eq!(said.len(), 1, "{printed}");
+    assert!(said[0].starts_with("error"), "{printed}");
+    assert!(printed.contains("found no room on the disk"), "{printed}");
+    // The checkpoint that fitted is whole, for a resume to go on from.
+    let kept = ember::checkpoint::Checkpoints::new(&disk.0, 1)
+        .latest()
+        .unwrap();
+    assert!(kept.is_some(), "no whole checkpoint left: {printed}");
+    // The log, on a disk with room, has every step once, to the end.
+    let summaries = Summaries::read_dir(&run).unwrap();
+    let steps: Vec<i64> = summaries.scalars["train/loss"]
+        .iter()
+        .map(|p| p.step)
+        .collect();
+    assert_eq!(steps, (1..=steps.len() as i64).collect::<Vec<_>>());
+    assert_eq!(summaries.scalars["valid/loss"].len(), 4, "{printed}");
+}

@@ -62,6 +62,8 @@ pub(crate) struct Checkpointer {
     /// The step and epoch state of the last checkpoint taken, not to take it twice.
     last: Option<(usize, bool)>,
     pub(crate) written: usize,
+    /// Checkpoints the disk had no room for (the run went on without them).
+    pub(crate) failed: usize,
 }
 
 impl Checkpointer {
@@ -76,6 +78,7 @@ impl Checkpointer {
             in_flight: None,
             last: None,
             written: 0,
+            failed: 0,
         })
     }
 
@@ -226,8 +229,9 @@ impl Checkpointer {
     }
 
     /// Waits for the checkpoint being written, if any. A checkpoint a bucket did not take (the
-    /// store is down) is logged and passed over: the run goes on, and the next checkpoint is
-    /// tried as usual; the one before it stays the newest whole one.
+    /// store is down), or a full disk had no room for, is logged and passed over: the run goes
+    /// on (its model is worth more than the checkpoint), and the next checkpoint is tried as
+    /// usual; the one before it stays the newest whole one. Any other failure ends the run.
     pub(crate) fn wait(&mut self) -> Result<(), TrainError> {
         if let Some(handle) = self.in_flight.take() {
             match handle.join().map_err(|_| CheckpointError::WriterPanicked)? {
@@ -235,10 +239,33 @@ impl Checkpointer {
                 Err(error) if self.store.is_remote() => {
                     log::warn!("a checkpoint was not written ({error}); training goes on");
                 }
+                Err(error) if no_room(&error) => {
+                    self.failed += 1;
+                    // The first says it; the disk stays full for the ones after, as a rule.
+                    if self.failed == 1 {
+                        log::error!(
+                            "a checkpoint was not written ({error}); training goes on, and a \
+                             resume goes on from the last one written until there is room"
+                        );
+                    } else {
+                        log::debug!("a checkpoint was not written: {error}");
+                    }
+                }
                 Err(error) => return Err(error.into()),
             }
         }
         Ok(())
+    }
+}
+
+/// Whether `error` is a write the file system had no room for (a full disk, a quota).
+fn no_room(error: &CheckpointError) -> bool {
+    match error {
+        CheckpointError::Io { source, .. } => matches!(
+            source.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        ),
+        _ => false,
     }
 }
 

@@ -68,6 +68,9 @@ pub struct TrainReport {
     pub checkpoints_skipped: Vec<(PathBuf, String)>,
     /// Checkpoints this run wrote.
     pub checkpoints_written: usize,
+    /// Checkpoints a full disk (or a quota) had no room for; the run went on without them,
+    /// and the first was logged as an error. A resume goes on from the last one written.
+    pub checkpoints_failed: usize,
 }
 
 impl TrainReport {

@@ -231,6 +231,7 @@ impl<M: Module + Clone> Loop<'_, M> {
         if let Some(checkpointer) = self.checkpointer.as_mut() {
             checkpointer.wait()?;
             self.state.report.checkpoints_written = checkpointer.written;
+            self.state.report.checkpoints_failed = checkpointer.failed;
         }
         Ok((self.stepper.model, self.lock))
     }
