@@ -75,15 +75,16 @@ def everything(path):
 
 def other_files(local):
     """The files of a local run that ember's writers made besides event files: the projector's
-    config and tensors, exported tensors (checkpoints, the saved model and the writers' locks
-    under .ember-locks/ are not logs)."""
+    config and tensors, exported tensors (checkpoints, the saved model, the writers' locks
+    under .ember-locks/ and their journal under .ember-run/ are not logs)."""
     found = {}
     for dirpath, _, names in os.walk(local):
         for name in names:
             path = os.path.join(dirpath, name)
             relative = os.path.relpath(path, local)
             if ("tfevents" in name or ".summary." in name or relative.startswith("checkpoints")
-                    or relative.startswith(".ember-locks" + os.sep) or name == "model.bpk"):
+                    or relative.startswith(".ember-locks" + os.sep)
+                    or relative.startswith(".ember-run" + os.sep) or name == "model.bpk"):
                 continue
             with open(path, "rb") as f:
                 found[relative] = f.read()
