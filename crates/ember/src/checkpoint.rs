@@ -1,4 +1,7 @@
-//! Checkpoints and resuming, in one place: what lets a killed run start again where it was.
+//! Checkpoint mechanics, in one place: what lets a killed run start again where it was. It
+//! knows no trainer: the [`Trainer`](crate::Trainer)'s policy (when to checkpoint, what its
+//! position and identity are, reading one back into a run) is `trainer/checkpointing.rs`,
+//! over these parts.
 //!
 //! - [`file`](Checkpoint): the file format, named byte sections under a checksum;
 //! - [`directory`](Checkpoints): a directory of them, written durably, the newest whole one
@@ -8,14 +11,10 @@
 //!   files the run's writers listed in their journal before making them, so that a rollback,
 //!   a restart or starting over touches nothing else in the directory: another tool's event
 //!   file, a copy, an empty directory stay byte for byte);
-//! - `trainer`: the [`Trainer`](crate::Trainer)'s checkpoints: what a run's position and
-//!   identity are (`meta`), writing them off the training thread, and reading one back into a
-//!   run, with what a resume restores;
-//! - `burn_train`: the same for a burn-train run logged by
-//!   [`SummaryLogger`](crate::burn_train::SummaryLogger).
-//!
 //! - [`admission`](Admission): whether a run may begin fresh, resume or start over in a
 //!   directory, decided once for `ember train`, the Trainer and every rank;
+//! - `burn_train`: the checkpoints of a burn-train run logged by
+//!   [`SummaryLogger`](crate::burn_train::SummaryLogger).
 //!
 //! A resume either finds a whole checkpoint of this very run (same devices, ranks,
 //! accumulation, reduction and model) or refuses before it changes anything
@@ -46,7 +45,6 @@ mod directory;
 mod error;
 mod file;
 pub(crate) mod log_place;
-pub(crate) mod trainer;
 
 pub use admission::{Admission, Begin, finished};
 pub use directory::{Checkpoints, Loaded};

@@ -6,7 +6,7 @@
 //! `epoch.rs` (an epoch's steps and its end), `steps.rs` (what the loop does around one step).
 //! `item.rs` is what it reads from a step's output, `report.rs` and `error.rs` what it gives
 //! back, `run_state.rs` what a run knows and `lineage.rs` MindSpore's lineage of it. Its
-//! checkpoints, and resuming from one, are [`crate::checkpoint`]'s (`checkpoint/trainer.rs`).
+//! checkpoints, and resuming from one, are `checkpointing.rs`'s, over [`crate::checkpoint`]'s mechanics.
 
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use burn::data::dataloader::DataLoader;
 use burn::module::{Module, ModuleDisplay};
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
-use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use burn::train::{InferenceStep, TrainStep};
 use ember_write::pack::{Format, HParams, SessionStatus};
 use ember_write::{DirLock, ErrorPolicy};
 
@@ -27,6 +27,7 @@ use crate::{SummaryError, SummaryRecord};
 
 #[cfg(test)]
 mod attack_tests;
+mod checkpointing;
 mod config;
 mod epoch;
 mod error;
@@ -51,6 +52,35 @@ use lineage::{eval_lineage, train_lineage};
 pub(crate) use optimizer_shards::OptimizerShards;
 pub use report::{EpochReport, StepReport, TrainReport};
 pub(crate) use run_state::RunState;
+
+/// What the [`Trainer`] trains: a burn-train model that steps on batches of its input and
+/// validates on the same input, whose outputs the Trainer reads losses (and accuracies) from.
+/// Every model that meets these bounds has it; it names them once, for every phase of the loop.
+pub trait Trainable:
+    TrainStep<Input: Send + 'static, Output: TrainingItem + Send + 'static>
+    + InferenceStep<Input = <Self as TrainStep>::Input, Output: TrainingItem>
+    + Module
+    + ModuleDisplay
+    + Display
+    + 'static
+{
+}
+
+impl<M> Trainable for M where
+    M: TrainStep<Input: Send + 'static, Output: TrainingItem + Send + 'static>
+        + InferenceStep<Input = <M as TrainStep>::Input, Output: TrainingItem>
+        + Module
+        + ModuleDisplay
+        + Display
+        + 'static
+{
+}
+
+/// What a [`Trainable`] model's training step gives back.
+pub(crate) type TrainItem<M> = <M as TrainStep>::Output;
+
+/// What a [`Trainable`] model's validation step gives back.
+pub(crate) type ValidItem<M> = <M as InferenceStep>::Output;
 
 /// Data-parallel training over a Burn model on ember's device pool.
 ///
@@ -132,15 +162,7 @@ impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
     }
 }
 
-impl<M, O, V> Trainer<M>
-where
-    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
-    M: Module + ModuleDisplay + Display + 'static,
-    <M as TrainStep>::Input: Send + 'static,
-    O: TrainingItem + Send + 'static,
-    TrainOutput<O>: Send,
-    V: TrainingItem,
-{
+impl<M: Trainable> Trainer<M> {
     /// Trains `model`, recording into `summary` when given, and returns the trained model and
     /// a report. On a worker failure the error names every failed device; see [`TrainError`]
     /// for what the summaries hold then, and [`stop_when`](Self::stop_when) for a stopped run.

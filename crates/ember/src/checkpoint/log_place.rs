@@ -9,7 +9,7 @@
 //! log ([`Snapshot::Unrecorded`]). Resumed with a record whose log holds files the run wrote,
 //! it is refused before anything changes ([`CheckpointError::LogNotRecorded`]): taking it for
 //! an empty log would remove them all. A checkpoint with no `log` section at all is refused as
-//! well, when the resume has a record (`checkpoint::trainer::snapshot_of`).
+//! well, when the resume has a record (`trainer::checkpointing::snapshot_of`).
 
 use std::path::{Path, PathBuf};
 

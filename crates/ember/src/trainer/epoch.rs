@@ -5,10 +5,11 @@
 use std::time::{Duration, Instant};
 
 use burn::data::dataloader::DataLoader;
-use burn::module::Module;
-use burn::train::{InferenceStep, TrainStep};
+
+use burn::train::TrainStep;
 use ember_write::pack::Value;
 
+use super::checkpointing::{EpochTotals, Position};
 use super::error::TrainError;
 use super::item::TrainingItem;
 use super::report::{EpochReport, StepReport};
@@ -16,7 +17,7 @@ use super::run::{Loop, When};
 use super::start::past_the_data;
 use super::steps::{ValidFailure, device_times, scalar, step_error, step_times, validate};
 use super::system::SystemSampler;
-use crate::checkpoint::trainer::{EpochTotals, Position};
+use super::{TrainItem, Trainable};
 use crate::collective::Ranks;
 use crate::driver::{Driver, StepDone};
 use crate::model_info::named_parameters;
@@ -27,14 +28,7 @@ pub(super) struct Trained {
     seconds: f64,
 }
 
-impl<M, O, V> Loop<'_, M>
-where
-    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
-    M: Module + 'static,
-    <M as TrainStep>::Input: Send + 'static,
-    O: TrainingItem + Send + 'static,
-    V: TrainingItem,
-{
+impl<M: Trainable> Loop<'_, M> {
     /// Trains epoch `epoch` step by step, from `from` when a resumed run is inside it. `None`
     /// when the run was stopped (by the caller's flag, or by a peer rank) during it.
     pub(super) fn train_epoch(
@@ -107,7 +101,7 @@ where
     fn record_step(
         &mut self,
         epoch: usize,
-        done: &StepDone<O>,
+        done: &StepDone<TrainItem<M>>,
         totals: &mut EpochTotals,
         elapsed: Duration,
     ) -> Result<(), TrainError> {
@@ -154,7 +148,7 @@ where
     /// and any histograms due; on another rank, its devices' times only.
     fn record_step_summaries(
         &mut self,
-        done: &StepDone<O>,
+        done: &StepDone<TrainItem<M>>,
         report: &StepReport,
     ) -> Result<(), TrainError> {
         let gradients = self.stepper.gradients.take();

@@ -2,26 +2,25 @@
 //! epoch after epoch (`epoch.rs`: its steps, then its end) and finishes. Every checkpoint,
 //! whatever calls for it, is taken through [`Loop::maybe_checkpoint`].
 
-use std::fmt::Display;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::data::dataloader::DataLoader;
-use burn::module::{Module, ModuleDisplay};
-use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use burn::module::Module;
+use burn::train::TrainStep;
 use ember_write::DirLock;
 
+use super::Trainable;
 use super::Trainer;
+use super::checkpointing::{Checkpointer, Identity, Position};
 use super::config::{EpochHook, StepHook, TrainerConfig};
 use super::error::TrainError;
-use super::item::TrainingItem;
 use super::run_state::RunState;
 use super::steps::Stepper;
 use super::system::SystemSampler;
 use crate::SummaryRecord;
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::log_place::LogPlace;
-use crate::checkpoint::trainer::{Checkpointer, Identity, Position};
 use crate::collective::{Ranks, RoundState};
 use crate::faults::SummaryFaults;
 
@@ -64,15 +63,7 @@ pub(super) struct Loop<'t, M> {
     pub(super) lock: Option<DirLock>,
 }
 
-impl<M, O, V> Trainer<M>
-where
-    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
-    M: Module + ModuleDisplay + Display + 'static,
-    <M as TrainStep>::Input: Send + 'static,
-    O: TrainingItem + Send + 'static,
-    TrainOutput<O>: Send,
-    V: TrainingItem,
-{
+impl<M: Trainable> Trainer<M> {
     pub(super) fn run(
         &mut self,
         model: M,

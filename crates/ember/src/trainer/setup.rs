@@ -1,36 +1,25 @@
 //! How a [`Trainer`] is set up: its devices, optimizer and scheduler, and what it is given
 //! before `fit`: hyper-parameters, hooks, a communicator, a stop flag, a checkpoint to resume.
 
-use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use burn::module::{Module, ModuleDisplay};
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
-use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use ember_write::pack::HParams;
 
 use crate::collective::{Communicator, Ranks};
 use crate::{SummaryError, SummaryRecord};
 
+use super::Trainable;
 use super::config::TrainerConfig;
-use super::item::TrainingItem;
 use super::optimizer_shards::OptimizerShards;
 use super::report::{EpochReport, StepReport};
 use super::{Resume, Trainer};
 
-impl<M, O, V> Trainer<M>
-where
-    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
-    M: Module + ModuleDisplay + Display + 'static,
-    <M as TrainStep>::Input: Send + 'static,
-    O: TrainingItem + Send + 'static,
-    TrainOutput<O>: Send,
-    V: TrainingItem,
-{
+impl<M: Trainable> Trainer<M> {
     /// A trainer on `devices` (the first is the main device) with `optimizer` and a learning-rate
     /// `scheduler`, taken as Burn's own `Learner::new` takes it: a plain `f64` (a constant
     /// rate), any `LrScheduler`, or what a scheduler config's `init()` returns.

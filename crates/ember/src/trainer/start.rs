@@ -3,25 +3,25 @@
 //! started over; then the hyper-parameters and graph recorded at step 0. Everything that can
 //! refuse a run refuses here, before the log or the checkpoints are touched.
 
-use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::data::dataloader::DataLoader;
-use burn::module::{Module, ModuleDisplay};
-use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use burn::module::Module;
+use burn::train::TrainStep;
 use ember_pool::PoolOptions;
 use ember_pool::step::burn::Reduction;
 use ember_write::DirLock;
 use ember_write::pack::{Format, SessionPart};
 
+use super::checkpointing::{self, Identity, Position};
 use super::error::TrainError;
 use super::item::TrainingItem;
 use super::run_state::RunState;
 use super::{Resume, Trainer};
+use super::{Trainable, ValidItem};
 use crate::SummaryRecord;
 use crate::checkpoint::log_place::{LogPlace, Snapshot};
-use crate::checkpoint::trainer::{self as checkpointing, Identity, Position};
 use crate::checkpoint::{Admission, Begin, CheckpointError, Checkpoints};
 use crate::collective::Ranks;
 use crate::driver::Driver;
@@ -43,15 +43,7 @@ pub(super) struct Started<M: TrainStep + Module + 'static> {
     pub(super) lock: Option<DirLock>,
 }
 
-impl<M, O, V> Trainer<M>
-where
-    M: TrainStep<Output = O> + InferenceStep<Input = <M as TrainStep>::Input, Output = V>,
-    M: Module + ModuleDisplay + Display + 'static,
-    <M as TrainStep>::Input: Send + 'static,
-    O: TrainingItem + Send + 'static,
-    TrainOutput<O>: Send,
-    V: TrainingItem,
-{
+impl<M: Trainable> Trainer<M> {
     /// Opens the pool, claims the checkpoint directory and begins the run as asked: fresh,
     /// resumed or started over.
     pub(super) fn start(
@@ -265,7 +257,7 @@ where
         // the first experiment of a run, so a metric declared later never becomes a column.
         hparams.part = SessionPart::Start;
         hparams.status = None;
-        for metric in RunState::metric_tags(validates, V::CLASSIFIES) {
+        for metric in RunState::metric_tags(validates, ValidItem::<M>::CLASSIFIES) {
             if !hparams.metrics.iter().any(|m| m == metric) {
                 hparams.metrics.push(metric.to_string());
             }

@@ -20,14 +20,11 @@ use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Tensor};
 use ember_write::durable;
 
-use super::directory::{Checkpoints, Loaded};
-use super::error::CheckpointError;
-use super::file::Checkpoint;
-use super::log_place::LogPlace;
-use super::log_place::Snapshot;
+use super::{CheckpointConfig, OptimizerShards, RunState, TrainError};
 use crate::SummaryRecord;
+use crate::checkpoint::log_place::{LogPlace, Snapshot};
+use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded};
 use crate::faults::SummaryFaults;
-use crate::trainer::{CheckpointConfig, OptimizerShards, RunState, TrainError};
 
 mod meta;
 mod position;
