@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use crate::digits::DigitMlp;
 
+// Called only where the binary is built with MPI; its tests run in every build.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+mod keepalive;
+
 /// The job this process is part of.
 pub(crate) struct Job {
     rank: usize,
@@ -22,6 +26,9 @@ impl Job {
             use ember::Communicator;
             let comm = ember::MpiComm::world(timeout)?;
             let (rank, size) = (comm.rank(), comm.size());
+            if rank == 0 {
+                warn_of_a_lost_host(size, timeout);
+            }
             Ok(Self {
                 rank,
                 size,
@@ -84,5 +91,23 @@ impl Job {
             return trainer.communicator(comm);
         }
         trainer
+    }
+}
+
+/// Says, once, what a lost host will do to a job across hosts under Open MPI whose keepalive
+/// does not notice it before `timeout` (`keepalive.rs`). Open MPI tells each rank how many of
+/// the job's ranks run on its host; another MPI sets no such variable, and has none of Open
+/// MPI's parameters either.
+#[cfg(feature = "mpi")]
+fn warn_of_a_lost_host(size: usize, timeout: Duration) {
+    let Some(local) = std::env::var("OMPI_COMM_WORLD_LOCAL_SIZE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    else {
+        return;
+    };
+    if let Some(line) = keepalive::lost_host_warning(keepalive::mca_setting, (local, size), timeout)
+    {
+        crate::output::err(line);
     }
 }
