@@ -4,16 +4,15 @@
 //! refused naming both values, and a run whose `command.json` is lost is restarted with the
 //! arguments given.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use ember::read::Summaries;
 
-use super::{Spawned, text};
+use super::{Spawned, text, tree};
 
 /// Small runs: 240 training digits on 2 workers, 4 steps an epoch.
 const SMALL: &[&str] = &["--subset", "300", "--epochs", "2"];
@@ -69,24 +68,6 @@ fn interrupted(args: &[&str], dir: &Path) {
             .success()
     );
     assert_eq!(child.0.wait().unwrap().code(), Some(130));
-}
-
-/// Every file under `dir` and its bytes.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
-            }
-        }
-    }
-    files
 }
 
 /// The steps of the run's `train/loss` series, as its log shows them.

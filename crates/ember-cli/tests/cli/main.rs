@@ -94,3 +94,86 @@ fn exit_within(child: &mut Spawned, limit: Duration) -> ExitStatus {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Every file under `dir`, by its path relative to `dir`, with its bytes: what a test compares
+/// before and after a command that must leave a directory as it was.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
+            }
+        }
+    }
+    files
+}
+
+/// A training `ember` that has finished its first epoch: the process (killed if the test ends
+/// first), the stderr lines still to come, and those printed so far.
+struct Training {
+    child: Spawned,
+    lines: mpsc::Receiver<String>,
+    printed: String,
+}
+
+impl Training {
+    /// Starts `ember train ARGS --logdir run` in `dir` and waits for its first epoch to end.
+    fn past_first_epoch(dir: &Path, args: &[&str]) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_ember"))
+            .arg("train")
+            .args(args)
+            .args(["--logdir", "run"])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the ember binary runs");
+        let mut child = Spawned(child);
+        let stderr = BufReader::new(child.0.stderr.take().unwrap());
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut training = Self {
+            child,
+            lines,
+            printed: String::new(),
+        };
+        loop {
+            let line = (training.lines)
+                .recv_timeout(Duration::from_secs(120))
+                .expect("ember train finishes an epoch");
+            training.printed.push_str(&line);
+            training.printed.push('\n');
+            if line.starts_with("epoch 1/") {
+                return training;
+            }
+        }
+    }
+
+    /// Sends the process `signal` (`kill`'s spelling: `-TERM`).
+    fn signal(&self, signal: &str) {
+        let pid = self.child.0.id().to_string();
+        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(sent.success());
+    }
+
+    /// What the process printed, once it has ended and its last lines have come.
+    fn printed(mut self) -> String {
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.printed.push_str(&line);
+            self.printed.push('\n');
+        }
+        self.printed
+    }
+}

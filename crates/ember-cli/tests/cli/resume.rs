@@ -4,15 +4,13 @@
 //! TensorBoard, tbparse, rustboard and MindInsight; this is the user's path through it.)
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use ember::read::Summaries;
 
-use super::{Spawned, text};
+use super::{Spawned, Training, text, tree};
 
 pub(super) const ARGS: &[&str] = &["--epochs", "4", "--checkpoint-every", "5"];
 
@@ -28,50 +26,10 @@ pub(super) fn ember_in(args: &[&str], dir: &Path) -> Output {
 /// Starts `ember train ARGS --logdir run` in `dir`, and once it has finished its first epoch,
 /// sends it `signal`. Returns its exit code and stderr.
 pub(super) fn stopped_train(dir: &Path, signal: &str) -> (Option<i32>, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
-        .arg("train")
-        .args(ARGS)
-        .args(["--logdir", "run"])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the ember binary runs");
-    let mut child = Spawned(child);
-    let stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let (lines, seen) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut printed = String::new();
-    loop {
-        let line = seen
-            .recv_timeout(Duration::from_secs(120))
-            .expect("ember train finishes an epoch");
-        printed.push_str(&line);
-        printed.push('\n');
-        if line.starts_with("epoch 1/") {
-            break;
-        }
-    }
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = child.0.wait().unwrap();
-    while let Ok(line) = seen.recv_timeout(Duration::from_secs(5)) {
-        printed.push_str(&line);
-        printed.push('\n');
-    }
-    (status.code(), printed)
+    let mut training = Training::past_first_epoch(dir, ARGS);
+    training.signal(signal);
+    let status = training.child.0.wait().unwrap();
+    (status.code(), training.printed())
 }
 
 /// Every series the log shows, wall times and speeds aside.
@@ -193,24 +151,6 @@ fn resume_refuses_what_would_make_another_run() {
         "{}",
         text(&output.stderr)
     );
-}
-
-/// Every file under `dir` and its bytes.
-fn tree(dir: &Path) -> BTreeMap<std::path::PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
-            }
-        }
-    }
-    files
 }
 
 #[test]

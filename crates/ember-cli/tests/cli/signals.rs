@@ -2,14 +2,11 @@
 //! `ember train` as Ctrl-C does: after the current step, with a checkpoint and closed logs,
 //! and exit code 128 + the signal; and the run's `--resume` ends as a run never stopped.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::resume::{ARGS, ember_in, model, series, uninterrupted};
-use super::{Spawned, text};
+use super::{Training, text};
 
 /// What a scheduler gives a job between its SIGTERM and its SIGKILL, in this test.
 const GRACE: Duration = Duration::from_secs(5);
@@ -27,46 +24,11 @@ struct Ended {
 /// Starts `ember train ARGS --logdir run` in `dir`, sends it `signal` once it has finished its
 /// first epoch, and SIGKILL if it is still running `GRACE` later, as a scheduler does.
 fn signalled_train(dir: &Path, signal: &str) -> Ended {
-    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
-        .arg("train")
-        .args(ARGS)
-        .args(["--logdir", "run"])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the ember binary runs");
-    let mut child = Spawned(child);
-    let stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let (lines, seen) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut printed = String::new();
-    loop {
-        let line = seen
-            .recv_timeout(Duration::from_secs(120))
-            .expect("ember train finishes an epoch");
-        printed.push_str(&line);
-        printed.push('\n');
-        if line.starts_with("epoch 1/") {
-            break;
-        }
-    }
-    let pid = child.0.id().to_string();
+    let mut training = Training::past_first_epoch(dir, ARGS);
     let signalled = SystemTime::now();
     let sent = Instant::now();
-    assert!(
-        Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    training.signal(signal);
+    let child = &mut training.child;
     let status = loop {
         if let Some(status) = child.0.try_wait().unwrap() {
             break status;
@@ -78,13 +40,9 @@ fn signalled_train(dir: &Path, signal: &str) -> Ended {
         std::thread::sleep(Duration::from_millis(10));
     };
     let took = sent.elapsed();
-    while let Ok(line) = seen.recv_timeout(Duration::from_secs(5)) {
-        printed.push_str(&line);
-        printed.push('\n');
-    }
     Ended {
         code: status.code(),
-        stderr: printed,
+        stderr: training.printed(),
         signalled,
         took,
     }
@@ -145,49 +103,22 @@ fn sighup_stops_train_after_a_step_with_exit_code_129() {
 #[test]
 fn a_second_sigterm_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
-        .args([
-            "train", "--epochs", "300", "--hidden", "2048", "--logdir", "run",
-        ])
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the ember binary runs");
-    let mut child = Spawned(child);
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.starts_with("epoch 1/") {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "ember train ended"
-        );
-    }
-    let pid = child.0.id().to_string();
-    let kill = || {
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        )
-    };
+    let mut training =
+        Training::past_first_epoch(dir.path(), &["--epochs", "300", "--hidden", "2048"]);
     // The second signal once the first is heard: two sent at once may reach the process as
     // one. A wide model makes the step, the checkpoint and the close the first waits for long.
-    kill();
-    while !line.starts_with("SIGTERM: stopping") {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "ember train ended"
-        );
+    training.signal("-TERM");
+    loop {
+        let line = (training.lines)
+            .recv_timeout(GRACE)
+            .expect("ember train says it heard the signal");
+        if line.starts_with("SIGTERM: stopping") {
+            break;
+        }
     }
-    kill();
-    let status = super::exit_within(&mut child, GRACE);
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    training.signal("-TERM");
+    let status = super::exit_within(&mut training.child, GRACE);
+    let rest = training.printed();
     assert_eq!(status.code(), Some(143), "{rest}");
     assert!(!rest.contains("interrupted after"), "{rest}");
 }
