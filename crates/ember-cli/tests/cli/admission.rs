@@ -4,27 +4,15 @@
 //! refused naming both values, and a run whose `command.json` is lost is restarted with the
 //! arguments given.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Output;
 
 use ember::read::Summaries;
 
-use super::{Spawned, text, tree};
+use super::{Training, ember_in, text, tree};
 
 /// Small runs: 240 training digits on 2 workers, 4 steps an epoch.
 const SMALL: &[&str] = &["--subset", "300", "--epochs", "2"];
-
-/// `ember ARGS` run in `dir`.
-fn ember_in(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ember"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the ember binary runs")
-}
 
 /// `ember train ARGS` in `dir`, which must succeed.
 fn train(args: &[&str], dir: &Path) -> Output {
@@ -36,38 +24,9 @@ fn train(args: &[&str], dir: &Path) -> Output {
 /// Starts `ember train ARGS` in `dir` and stops it with Ctrl-C once its first epoch is done:
 /// a run with checkpoints that has not finished.
 fn interrupted(args: &[&str], dir: &Path) {
-    let child = Command::new(env!("CARGO_BIN_EXE_ember"))
-        .arg("train")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the ember binary runs");
-    let mut child = Spawned(child);
-    let stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let (lines, seen) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    while !seen
-        .recv_timeout(Duration::from_secs(120))
-        .expect("ember train finishes an epoch")
-        .starts_with("epoch 1/")
-    {}
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert_eq!(child.0.wait().unwrap().code(), Some(130));
+    let mut training = Training::past_first_epoch(dir, args);
+    training.signal("-INT");
+    assert_eq!(training.child.0.wait().unwrap().code(), Some(130));
 }
 
 /// The steps of the run's `train/loss` series, as its log shows them.

@@ -6,13 +6,13 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ember::checkpoint::{Checkpoint, read, write_durably};
 use ember::read::Summaries;
 
-use super::{Spawned, files, text, tree};
+use super::{Spawned, ember_in, files, text, tree};
 
 /// Small enough for a debug build, long enough to be killed well before its end.
 const ARGS: &[&str] = &[
@@ -25,14 +25,6 @@ const ARGS: &[&str] = &[
     "--checkpoint-every",
     "40",
 ];
-
-fn ember_in(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ember"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the ember binary runs")
-}
 
 /// The whole checkpoints of `run`, oldest first.
 fn checkpoints(run: &Path) -> Vec<PathBuf> {

@@ -4,7 +4,7 @@
 //! run stops with an error and writes nothing into the new one).
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ember::pack::hparams_tags;
@@ -12,15 +12,7 @@ use ember::pack::proto::tensorboard::{self, hparams};
 use ember::read::{Scan, Summaries};
 use prost::Message;
 
-use super::{Spawned, exit_within, text};
-
-fn ember_in(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ember"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the ember binary runs")
-}
+use super::{Spawned, ember_in, exit_within, text};
 
 /// Starts `ember train ARGS --logdir run` in `dir` and waits until it has locked the run and
 /// written its first checkpoint.

@@ -40,6 +40,15 @@ fn ember(args: &[&str]) -> Output {
         .expect("the ember binary runs")
 }
 
+/// `ember ARGS` run in `dir`.
+fn ember_in(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the ember binary runs")
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -123,12 +132,11 @@ struct Training {
 }
 
 impl Training {
-    /// Starts `ember train ARGS --logdir run` in `dir` and waits for its first epoch to end.
+    /// Starts `ember train ARGS` in `dir` and waits for its first epoch to end.
     fn past_first_epoch(dir: &Path, args: &[&str]) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_ember"))
             .arg("train")
             .args(args)
-            .args(["--logdir", "run"])
             .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

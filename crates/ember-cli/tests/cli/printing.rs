@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use ember::read::Summaries;
 
-use super::resume::{ember_in, stopped_train};
+use super::ember_in;
+use super::resume::stopped_train;
 use super::{Spawned, exit_within, text};
 
 /// The count of `ember train`'s last report, "N warning(s) and M error(s) logged".

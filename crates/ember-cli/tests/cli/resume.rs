@@ -5,28 +5,19 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ember::read::Summaries;
 
-use super::{Spawned, Training, text, tree};
+use super::{Spawned, Training, ember_in, text, tree};
 
 pub(super) const ARGS: &[&str] = &["--epochs", "4", "--checkpoint-every", "5"];
-
-/// `ember ARGS` run in `dir`.
-pub(super) fn ember_in(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ember"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the ember binary runs")
-}
 
 /// Starts `ember train ARGS --logdir run` in `dir`, and once it has finished its first epoch,
 /// sends it `signal`. Returns its exit code and stderr.
 pub(super) fn stopped_train(dir: &Path, signal: &str) -> (Option<i32>, String) {
-    let mut training = Training::past_first_epoch(dir, ARGS);
+    let mut training = Training::past_first_epoch(dir, &[ARGS, &["--logdir", "run"]].concat());
     training.signal(signal);
     let status = training.child.0.wait().unwrap();
     (status.code(), training.printed())

@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::resume::{ARGS, ember_in, model, series, uninterrupted};
+use super::ember_in;
+use super::resume::{ARGS, model, series, uninterrupted};
 use super::{Training, text};
 
 /// What a scheduler gives a job between its SIGTERM and its SIGKILL, in this test.
@@ -24,7 +25,7 @@ struct Ended {
 /// Starts `ember train ARGS --logdir run` in `dir`, sends it `signal` once it has finished its
 /// first epoch, and SIGKILL if it is still running `GRACE` later, as a scheduler does.
 fn signalled_train(dir: &Path, signal: &str) -> Ended {
-    let mut training = Training::past_first_epoch(dir, ARGS);
+    let mut training = Training::past_first_epoch(dir, &[ARGS, &["--logdir", "run"]].concat());
     let signalled = SystemTime::now();
     let sent = Instant::now();
     training.signal(signal);
@@ -103,8 +104,10 @@ fn sighup_stops_train_after_a_step_with_exit_code_129() {
 #[test]
 fn a_second_sigterm_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut training =
-        Training::past_first_epoch(dir.path(), &["--epochs", "300", "--hidden", "2048"]);
+    let mut training = Training::past_first_epoch(
+        dir.path(),
+        &["--epochs", "300", "--hidden", "2048", "--logdir", "run"],
+    );
     // The second signal once the first is heard: two sent at once may reach the process as
     // one. A wide model makes the step, the checkpoint and the close the first waits for long.
     training.signal("-TERM");
