@@ -43,7 +43,14 @@ impl SummaryFaults {
             .logged
             .insert((std::mem::discriminant(error), write_kind))
         {
-            log::error!(
+            // Records not yet shipped stay in the staging directory and are tried again: a
+            // warning, where a lost record is an error.
+            let level = match error {
+                SummaryError::RemoteShip { .. } => log::Level::Warn,
+                _ => log::Level::Error,
+            };
+            log::log!(
+                level,
                 "recording summaries: {error}; training goes on (later errors of this kind are \
                  counted, not logged)"
             );
