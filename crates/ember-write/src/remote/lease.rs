@@ -202,7 +202,11 @@ impl Lease {
                     said_taken_over(url, &stale);
                     return Ok(Self::held(object, url, holder, version, timing));
                 }
-                Err(object_store::Error::Precondition { .. }) => {
+                // Azurite answers a failed `If-Match` 409, which comes back as `AlreadyExists`.
+                Err(
+                    object_store::Error::Precondition { .. }
+                    | object_store::Error::AlreadyExists { .. },
+                ) => {
                     let winner = read(store, &object).await.ok().flatten();
                     return Err(leased(url, winner.map_or(stale, |(h, _)| h)));
                 }
@@ -260,7 +264,10 @@ impl Lease {
                 self.version = version;
                 self.renewed_at = Instant::now();
             }
-            Err(object_store::Error::Precondition { .. }) => self.lose(),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => self.lose(),
             // Tried again at the next pass; past `stale_after` another writer may take it.
             Err(error) => log::warn!(
                 "ember-write: renewing {}'s lease: {}",
