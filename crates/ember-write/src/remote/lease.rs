@@ -172,10 +172,7 @@ impl Lease {
     ) -> Result<Self, RemoteError> {
         let object = lease_object(prefix, rank);
         let holder = LeaseHolder::this_process();
-        let unreachable = |error: &object_store::Error| RemoteError::Unreachable {
-            url: url.to_owned(),
-            reason: format!("the lease {object}: {}", in_short(error)),
-        };
+        let unreachable = |error: &object_store::Error| failed(url, &object, error);
         // Each pass either takes the lease, is refused, or found the lease gone meanwhile.
         let mut deleted_stale = None;
         for _ in 0..4 {
@@ -365,6 +362,22 @@ async fn read(
     Ok(Some((holder, version)))
 }
 
+/// The store's error about the lease `object`: refused credentials as the probe reports them.
+fn failed(url: &str, object: &ObjectPath, error: &object_store::Error) -> RemoteError {
+    let reason = format!("the lease {object}: {}", in_short(error));
+    match error {
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => RemoteError::Refused {
+            url: url.to_owned(),
+            reason,
+        },
+        _ => RemoteError::Unreachable {
+            url: url.to_owned(),
+            reason,
+        },
+    }
+}
+
 fn said_taken_over(url: &str, stale: &LeaseHolder) {
     log::warn!(
         "ember-write: took over {url}'s lease from process {} on host {}, not renewed for {:.0?} \
@@ -392,10 +405,7 @@ async fn watch(
     url: &str,
     timing: LeaseTiming,
 ) -> Result<Found, RemoteError> {
-    let unreachable = |error: &object_store::Error| RemoteError::Unreachable {
-        url: url.to_owned(),
-        reason: format!("the lease {object}: {}", in_short(error)),
-    };
+    let unreachable = |error: &object_store::Error| failed(url, object, error);
     let Some((first, version)) = read(store, object).await.map_err(|e| unreachable(&e))? else {
         return Ok(Found::Free);
     };
@@ -442,9 +452,14 @@ pub fn check_lease(url: &str, rank: u32, timing: LeaseTiming) -> Result<(), Remo
             .build()
             .map_err(|_| RemoteError::Thread("could not start its runtime"))?;
         let object = lease_object(&prefix, rank);
-        runtime
-            .block_on(watch(store.as_ref(), &object, url, timing))
-            .map(|_| ())
+        // The store tried as the mirror tries it, so that refused credentials or a missing
+        // bucket read the same from either.
+        runtime.block_on(async {
+            super::store::probe(store.as_ref(), &prefix, url).await?;
+            watch(store.as_ref(), &object, url, timing)
+                .await
+                .map(|_| ())
+        })
     })
 }
 
