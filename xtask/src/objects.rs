@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 
 use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::objects_scenarios::{inspect, killed_then_pushed, two_at_once};
+use crate::objects_scenarios::{inspect, killed_then_pushed, resumed_while_running, two_at_once};
 use crate::process::{
     Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
 };
@@ -200,6 +200,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         TASK,
     )?;
     two_at_once(&s3, "s3://ember", TASK)?;
+    resumed_while_running(&s3, "s3://ember/live", TASK)?;
     resumed_in_the_bucket(&check, &endpoint)?;
     resumed_for_mindinsight(&check, &endpoint)?;
     restarted(&check)?;

@@ -22,7 +22,7 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects_scenarios::{inspect, killed_then_pushed, two_at_once};
+use crate::objects_scenarios::{inspect, killed_then_pushed, resumed_while_running, two_at_once};
 use crate::process::{expect_success, run_limited, skip_or_fail};
 use crate::server::{Server, free_port, wait_for_port};
 use crate::venv::{VenvError, ensure_venv};
@@ -200,7 +200,8 @@ impl Azure<'_> {
     }
 
     fn two_at_once(&self) -> anyhow::Result<()> {
-        two_at_once(&self.command(), "az://ember", TASK)
+        two_at_once(&self.command(), "az://ember", TASK)?;
+        resumed_while_running(&self.command(), "az://ember/live", TASK)
     }
 
     /// A key the emulator does not know: one line saying access was refused.

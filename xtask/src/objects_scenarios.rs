@@ -106,9 +106,11 @@ pub(crate) fn killed_then_pushed(
     Ok(())
 }
 
-/// Two runs into one URL under `base` at the same moment, in both formats: both runs'
-/// summary files are in the store, each whole (before, two MindInsight-format runs of one
-/// host and rank in one second had one name, and the second's PUTs replaced the first's).
+/// Two runs into one URL under `base` at the same moment, in both formats: one is let in, and
+/// the other refused (by the first's lease, or, once the first has checkpointed, as another
+/// run's directory), and the store holds the one run's summary file, whole. Before, both were
+/// let in (and, earlier still, two MindInsight-format runs of one host and rank in one second
+/// had one name, and the second's PUTs replaced the first's).
 pub(crate) fn two_at_once(
     ember: &dyn Fn(&[&str]) -> Command,
     base: &str,
@@ -128,14 +130,24 @@ pub(crate) fn two_at_once(
             })
             .collect::<Result<_, _>>()
             .context("starting ember train")?;
+        let mut refusals = Vec::new();
         for child in children {
             let out = child.wait_with_output()?;
-            ensure!(
-                out.status.success(),
-                "a run into {url} failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            if !out.status.success() {
+                refusals.push(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
         }
+        ensure!(
+            refusals.len() == 1,
+            "two runs into {url} at once: {} refused (one should be):\n{}",
+            refusals.len(),
+            refusals.join("\n")
+        );
+        ensure!(
+            refusals[0].contains("is in use by process") || refusals[0].contains("another run"),
+            "the second run into {url} was refused for another reason:\n{}",
+            refusals[0]
+        );
         let inspected = inspect(ember, &url)?;
         let files: Vec<String> = inspected["runs"]
             .as_array()
@@ -150,13 +162,72 @@ pub(crate) fn two_at_once(
             })
             .collect();
         ensure!(
-            files.len() == 2,
+            files.len() == 1,
             "two runs into {url} left {} summary file(s): {files:?}",
             files.len()
         );
+        loss_steps(&inspected)?;
     }
     eprintln!(
-        "{task}: two runs into one URL at once keep both their summary files, in both formats"
+        "{task}: of two runs into one URL at once, one is refused and the other's summary file \
+         is whole, in both formats"
+    );
+    Ok(())
+}
+
+/// `ember train --resume URL` while the run in `url` still trains: refused, naming the first
+/// run's process, before it writes anything; the first run then ends with each step once.
+/// Before, a bucket run was never locked: both exited 0, and the log held steps twice.
+pub(crate) fn resumed_while_running(
+    ember: &dyn Fn(&[&str]) -> Command,
+    url: &str,
+    task: &str,
+) -> anyhow::Result<()> {
+    let first = ember(&[
+        "train",
+        "--epochs",
+        "10",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "300",
+        "--logdir",
+        url,
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .context("starting ember train")?;
+    let pid = first.id();
+    std::thread::sleep(Duration::from_millis(2500));
+    let second = ember(&["train", "--resume", url])
+        .output()
+        .context("starting ember train --resume")?;
+    let stderr = String::from_utf8_lossy(&second.stderr).into_owned();
+    let mut first = first;
+    ensure!(
+        first.try_wait()?.is_none(),
+        "the run into {url} ended before the second was tried: make it longer"
+    );
+    let out = first.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "the first run into {url} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        !second.status.success(),
+        "ember train --resume {url} was let in while the first run trained"
+    );
+    ensure!(
+        stderr.contains(&format!("is in use by process {pid} on host")),
+        "ember train --resume {url} while the first run (pid {pid}) trained was refused without \
+         naming it:\n{stderr}"
+    );
+    let steps = loss_steps(&inspect(ember, url)?)?;
+    eprintln!(
+        "{task}: ember train --resume {url} while the run trains is refused naming its pid; the \
+         run ends with train/loss at steps 1..{steps}, each once"
     );
     Ok(())
 }

@@ -35,6 +35,12 @@
 //! tried when the mirror starts: a store that cannot be reached, a bucket that does not exist
 //! or credentials it refuses are a [`RemoteError`] there, before any training.
 //!
+//! A run in a bucket has no directory to lock: [`RemoteMirror::start_leased`] holds a lease
+//! instead, an object in the run's prefix that a second writer finds live and is refused by,
+//! renewed while the mirror lives and taken over once stale; see [`lease`] for its timing and
+//! takeover rule, and [`check_lease`] for the check an admission makes before anything is
+//! written.
+//!
 //! The pool's size cap keeps its meaning (a file's bytes, which are the bytes uploaded for
 //! it); its free-space guard watches the staging disk, the only disk there is to fill.
 
@@ -51,11 +57,13 @@ use crate::FullQueuePolicy;
 
 mod bucket;
 mod download;
+pub mod lease;
 mod shipper;
 mod staging;
 
 pub use bucket::{Bucket, BucketSnapshot, Listed};
 pub use download::{Downloaded, download, download_private};
+pub use lease::{LeaseHolder, LeaseTiming, check_lease};
 use shipper::Shipper;
 pub use staging::{new_staging, staging_parent};
 
@@ -113,19 +121,37 @@ impl RemoteMirror {
             url: url.to_owned(),
             ..staging::ShipState::default()
         };
-        Self::start_from(state, staging, interval)
+        Self::start_from(state, staging, interval, None)
+    }
+
+    /// [`start`](Self::start), holding `rank`'s lease on the run while the mirror lives (see
+    /// [`lease`]): refused with [`RemoteError::Leased`] while another process holds it, before
+    /// anything is shipped; renewed by the mirror's thread; released at the close.
+    pub fn start_leased(
+        url: &str,
+        staging: &Path,
+        interval: Duration,
+        (rank, timing): (u32, LeaseTiming),
+    ) -> Result<Self, RemoteError> {
+        let state = staging::ShipState {
+            url: url.to_owned(),
+            ..staging::ShipState::default()
+        };
+        Self::start_from(state, staging, interval, Some((rank, timing)))
     }
 
     /// A mirror of the staging directory a writer that was killed left: it goes on from what
     /// `state` says was shipped, under the names it claimed.
     fn resume_staging(state: &staging::ShipState, staging: &Path) -> Result<Self, String> {
-        Self::start_from(state.clone(), staging, DEFAULT_SHIP_INTERVAL).map_err(|e| e.to_string())
+        Self::start_from(state.clone(), staging, DEFAULT_SHIP_INTERVAL, None)
+            .map_err(|e| e.to_string())
     }
 
     fn start_from(
         state: staging::ShipState,
         staging: &Path,
         interval: Duration,
+        lease: Option<(u32, LeaseTiming)>,
     ) -> Result<Self, RemoteError> {
         let url = state.url.clone();
         let (store, prefix) = open_store(&url)?;
@@ -136,9 +162,19 @@ impl RemoteMirror {
         // On a thread of its own: a caller inside a tokio runtime cannot block on another.
         let runtime = store::outside_any_runtime(move || {
             runtime.block_on(probe(store.as_ref(), &prefix, &url))?;
-            Ok((runtime, store, prefix))
+            let lease = match lease {
+                Some((rank, timing)) => Some(runtime.block_on(lease::Lease::take(
+                    store.as_ref(),
+                    &prefix,
+                    rank,
+                    &url,
+                    timing,
+                ))?),
+                None => None,
+            };
+            Ok((runtime, store, prefix, lease))
         })?;
-        let (runtime, store, prefix) = runtime;
+        let (runtime, store, prefix, lease) = runtime;
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(std::sync::Mutex::new(MirrorStats::default()));
         let backlog = Arc::new(AtomicU64::new(0));
@@ -152,6 +188,7 @@ impl RemoteMirror {
             claimed: state.claimed,
             stats: Arc::clone(&stats),
             backlog: Arc::clone(&backlog),
+            lease,
         };
         let thread = std::thread::Builder::new()
             .name("ember-remote".into())
@@ -304,7 +341,9 @@ pub struct Orphan {
 /// Ships what the writers that were killed left in `stagings` (every staging directory of
 /// this user's parent when empty) to the URL each recorded, from where each had got, and
 /// removes each directory once everything in it is in the store. A directory whose writer is
-/// still alive (it holds its lock) is left alone, as is one without a state to go by.
+/// still alive (it holds its lock) is left alone, as is one without a state to go by; one that
+/// cannot be locked (its lock file cannot be made or locked) is left alone and reported, with
+/// a warning naming it.
 pub fn ship_orphans(stagings: &[PathBuf]) -> Result<Vec<Orphan>, RemoteError> {
     let stagings = if stagings.is_empty() {
         let parent = staging::staging_parent()?;
@@ -324,9 +363,23 @@ pub fn ship_orphans(stagings: &[PathBuf]) -> Result<Vec<Orphan>, RemoteError> {
     };
     let mut orphans = Vec::new();
     for staging in stagings {
-        // Held by a live writer: its own mirror ships it.
-        let Ok(lock) = crate::DirLock::acquire(&staging, 0) else {
-            continue;
+        let lock = match crate::DirLock::acquire(&staging, 0) {
+            Ok(lock) => lock,
+            // Held by a live writer: its own mirror ships it.
+            Err(crate::LockError::Held { .. }) => continue,
+            // Not known to be live: said, not passed over as if it were.
+            Err(error) => {
+                log::warn!(
+                    "ember-write: cannot lock the staging directory {}: {error}; left alone",
+                    staging.display()
+                );
+                orphans.push(Orphan {
+                    staging,
+                    url: None,
+                    outcome: Err(format!("cannot be locked, left alone: {error}")),
+                });
+                continue;
+            }
         };
         let Some(state) = staging::ShipState::read(&staging) else {
             orphans.push(Orphan {
@@ -795,5 +848,19 @@ mod tests {
         assert!(!staging.exists(), "a shipped staging directory is removed");
         let local = download_private(&url).unwrap();
         assert_eq!(std::fs::read(local.path().join(name)).unwrap(), stream);
+    }
+
+    /// Before: a staging directory that could not be locked was passed over in silence, as if
+    /// a live writer held it.
+    #[test]
+    fn a_staging_directory_that_cannot_be_locked_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("staging");
+        std::fs::write(&not_a_dir, b"").unwrap();
+        let orphans = ship_orphans(std::slice::from_ref(&not_a_dir)).unwrap();
+        assert_eq!(orphans.len(), 1);
+        assert_eq!(orphans[0].staging, not_a_dir);
+        let why = orphans[0].outcome.as_ref().unwrap_err();
+        assert!(why.starts_with("cannot be locked"), "{why}");
     }
 }

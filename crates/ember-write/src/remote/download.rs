@@ -46,10 +46,12 @@ fn download_here(url: &str, into: &Path) -> Result<usize, RemoteError> {
             let Some((name, dirs)) = relative.split_last() else {
                 continue;
             };
-            // Object names are the store's: only plain path parts become local names.
+            // Object names are the store's: only plain path parts become local names. A run's
+            // lease is no part of its log.
             if relative
                 .iter()
                 .any(|p| p.is_empty() || p == "." || p == "..")
+                || name.starts_with(".ember-lease")
             {
                 continue;
             }

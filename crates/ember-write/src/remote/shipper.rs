@@ -56,6 +56,9 @@ pub(super) struct Shipper {
     pub(super) stats: Arc<std::sync::Mutex<MirrorStats>>,
     /// Bytes written to the staging directory and not in the store yet, as last measured.
     pub(super) backlog: Arc<AtomicU64>,
+    /// The run's lease, when the mirror holds one: renewed between passes and between the
+    /// files of a pass, released at the close.
+    pub(super) lease: Option<super::lease::Lease>,
 }
 
 /// A file of the staging directory, by its name relative to it (`/`-separated).
@@ -74,6 +77,7 @@ impl Shipper {
     ) -> MirrorStats {
         let mut next_pass = Instant::now() + interval;
         loop {
+            runtime.block_on(self.renew_lease());
             let wait = next_pass
                 .saturating_duration_since(Instant::now())
                 .min(MEASURE_EVERY);
@@ -97,6 +101,7 @@ impl Shipper {
                             result => break result,
                         }
                     };
+                    runtime.block_on(self.release_lease());
                     let _ = ack.send(result);
                     break;
                 }
@@ -111,6 +116,7 @@ impl Shipper {
                 Err(RecvTimeoutError::Timeout) => self.measure(),
                 Err(RecvTimeoutError::Disconnected) => {
                     let _ = runtime.block_on(self.ship_all(true));
+                    runtime.block_on(self.release_lease());
                     break;
                 }
             }
@@ -127,6 +133,7 @@ impl Shipper {
         let files = self.staged()?;
         let mut first_error = None;
         for file in &files {
+            self.renew_lease().await;
             let shipped = if file.event_file {
                 self.ship_records(file).await
             } else {
@@ -152,6 +159,18 @@ impl Shipper {
             ));
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    async fn renew_lease(&mut self) {
+        if let Some(lease) = self.lease.as_mut() {
+            lease.renew_if_due(self.store.as_ref()).await;
+        }
+    }
+
+    async fn release_lease(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release(self.store.as_ref()).await;
+        }
     }
 
     /// Ships the event file's new whole records as its next segments, each of at most

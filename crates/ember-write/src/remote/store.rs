@@ -85,6 +85,22 @@ pub enum RemoteError {
         /// The deadline passed, or a stop was asked for.
         why: &'static str,
     },
+    /// Another process holds the run's lease (see [`lease`](super::lease)): it writes the run.
+    #[error(
+        "{url} is in use by process {pid} on host {host} (lease renewed {}s ago): one writer \
+         per run; wait for it to end or choose another directory",
+        renewed_ago.as_secs()
+    )]
+    Leased {
+        /// The log directory's URL.
+        url: String,
+        /// The holder's process id.
+        pid: u32,
+        /// The holder's host.
+        host: String,
+        /// How long ago, by this host's clock, the holder last renewed the lease.
+        renewed_ago: Duration,
+    },
     /// The mirror's thread could not start, or stopped.
     #[error("the remote mirror's thread {0}")]
     Thread(&'static str),

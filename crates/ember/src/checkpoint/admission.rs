@@ -3,8 +3,9 @@
 //! before anything is written.
 //!
 //! [`Admission::admit`] refuses:
-//! - a directory another process is writing (its log or checkpoint directory's lock is held),
-//!   naming that process;
+//! - a directory another process is writing (its log or checkpoint directory's lock is held,
+//!   or, for a bucket run, its lease: see `ember_write::remote::LeaseTiming`), naming that
+//!   process;
 //! - a fresh run, whatever its flags (with no checkpoints of its own too), where another run
 //!   left checkpoints or, in a log directory checked for it, event files of its own naming;
 //! - a resume with no whole checkpoint to go on from;
@@ -97,6 +98,10 @@ impl Admission {
 
     /// Admits the run, or says why not; reads only, writes nothing.
     pub fn admit(&self) -> Result<(), CheckpointError> {
+        #[cfg(feature = "object-store")]
+        if let Some(url) = self.log_dir.as_ref().and_then(|dir| dir.to_str()) {
+            check_lease(url, self.rank)?;
+        }
         for dir in self.log_dir.iter().chain(&self.checkpoint_dir) {
             if let Some(holder) = live_holder(dir, self.rank) {
                 return Err(LockError::Held {
@@ -214,7 +219,19 @@ fn is_remote(dir: &Path) -> bool {
     dir.to_str().is_some_and(ember_write::is_remote)
 }
 
-/// The pid (when readable) of the process holding `dir` for `rank`; a bucket has no lock.
+/// Refuses a bucket run (`url`) whose lease of `rank` another process holds, waiting at most
+/// the lease's stale time to tell a live holder from a dead one; a local directory passes.
+#[cfg(feature = "object-store")]
+fn check_lease(url: &str, rank: u32) -> Result<(), CheckpointError> {
+    if !ember_write::is_remote(url) {
+        return Ok(());
+    }
+    let timing = ember_write::remote::LeaseTiming::default();
+    Ok(ember_write::remote::check_lease(url, rank, timing)?)
+}
+
+/// The pid (when readable) of the process holding `dir` for `rank`; a bucket's lease is
+/// `check_lease`'s.
 fn live_holder(dir: &Path, rank: u32) -> Option<Option<u32>> {
     if is_remote(dir) {
         return None;
@@ -409,5 +426,37 @@ mod tests {
 
         let (_, report) = fit(Begin::Restart).unwrap();
         assert_eq!(report.steps, 8);
+    }
+
+    /// Before: a bucket run was never locked, and a second `--resume` of a live one was let in.
+    #[cfg(feature = "object-store")]
+    #[test]
+    fn a_bucket_run_another_process_writes_is_refused_naming_it_until_it_closes() {
+        use ember_write::remote::RemoteError;
+        let bucket = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+        let url = format!("file://{}/run", bucket.path().display());
+        let mut record = crate::SummaryRecord::builder(&url).build().unwrap();
+        record.add_scalar("loss", 1.0, 1).unwrap();
+        let admitted = Admission::new(Begin::Restart).log_dir(&url).admit();
+        assert!(
+            matches!(
+                &admitted,
+                Err(CheckpointError::Leased(RemoteError::Leased { pid, .. }))
+                    if *pid == std::process::id()
+            ),
+            "{admitted:?}"
+        );
+        let message = admitted.unwrap_err().to_string();
+        assert!(message.contains(&format!("is in use by process {}", std::process::id())));
+        let second = crate::SummaryRecord::builder(&url).build();
+        assert!(second.is_err(), "a second record of a leased run");
+        record.close().unwrap();
+        Admission::new(Begin::Restart)
+            .log_dir(&url)
+            .admit()
+            .unwrap();
+        let read = crate::read::scalars(&url).unwrap();
+        assert_eq!(read["loss"].len(), 1);
     }
 }

@@ -131,6 +131,10 @@ pub enum CheckpointError {
     /// Another run holds the checkpoint directory.
     #[error(transparent)]
     Locked(#[from] ember_write::LockError),
+    /// Another process holds the bucket run's lease, or the lease could not be read.
+    #[cfg(feature = "object-store")]
+    #[error(transparent)]
+    Leased(#[from] ember_write::remote::RemoteError),
     /// The log directory could not be rolled back to the checkpoint.
     #[error("cannot roll the log directory back to the checkpoint: {0}")]
     Rollback(#[from] ember_write::RollbackError),

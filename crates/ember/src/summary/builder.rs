@@ -208,7 +208,12 @@ impl SummaryRecordBuilder {
             return Err(SummaryError::RemoteUnsupported(url));
         }
         #[cfg(feature = "object-store")]
-        let remote = start_remote(url, self.remote_budget, self.remote_wait, &mut options)?;
+        let remote = start_remote(
+            url,
+            (self.remote_budget, self.remote_wait),
+            rank,
+            &mut options,
+        )?;
         if log_dir.exists() && !log_dir.is_dir() {
             return Err(SummaryError::LogDirNotADirectory(log_dir));
         }
@@ -267,19 +272,19 @@ impl SummaryRecordBuilder {
     }
 }
 
-/// For a bucket `url`, starts shipping to it, the writers then writing into its staging
-/// directory.
+/// For a bucket `url`, takes `rank`'s lease on the run and starts shipping to it, the writers
+/// then writing into its staging directory.
 #[cfg(feature = "object-store")]
 fn start_remote(
     url: Option<String>,
-    budget: u64,
-    wait: ember_write::remote::Wait,
+    (budget, wait): (u64, ember_write::remote::Wait),
+    rank: u32,
     options: &mut WriterOptions,
 ) -> Result<Option<super::remote::Remote>, SummaryError> {
     let Some(url) = url else {
         return Ok(None);
     };
-    let remote = super::remote::Remote::start(&url, budget, options.full_queue, wait)?;
+    let remote = super::remote::Remote::start(&url, rank, (budget, options.full_queue), wait)?;
     options.log_dir = remote.staging().to_path_buf();
     Ok(Some(remote))
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use ember_write::FullQueuePolicy;
-use ember_write::remote::{DEFAULT_SHIP_INTERVAL, MirrorStats, RemoteMirror, Wait};
+use ember_write::remote::{DEFAULT_SHIP_INTERVAL, LeaseTiming, MirrorStats, RemoteMirror, Wait};
 
 use crate::SummaryError;
 
@@ -28,17 +28,20 @@ pub(super) struct Remote {
 
 impl Remote {
     /// Makes a staging directory (private to this user, of a random name, locked while this
-    /// record writes) and starts mirroring it to `url`: a store that cannot be reached or
-    /// refuses the credentials is an error here, before anything is written.
+    /// record writes) and starts mirroring it to `url`, holding `rank`'s lease on the run (see
+    /// [`ember_write::remote::LeaseTiming`]): a store that cannot be reached or refuses the
+    /// credentials, or a run another process holds, is an error here, before anything is
+    /// written.
     pub(super) fn start(
         url: &str,
-        budget: u64,
-        policy: FullQueuePolicy,
+        rank: u32,
+        (budget, policy): (u64, FullQueuePolicy),
         wait: Wait,
     ) -> Result<Self, SummaryError> {
         let staging = ember_write::remote::new_staging()?;
         let lock = ember_write::DirLock::acquire(&staging, 0)?;
-        let mirror = match RemoteMirror::start(url, &staging, DEFAULT_SHIP_INTERVAL) {
+        let lease = (rank, LeaseTiming::default());
+        let mirror = match RemoteMirror::start_leased(url, &staging, DEFAULT_SHIP_INTERVAL, lease) {
             Ok(mirror) => mirror,
             Err(error) => {
                 drop(lock);

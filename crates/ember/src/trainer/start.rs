@@ -147,7 +147,7 @@ impl<M: Trainable> Trainer<M> {
         }
         admission.admit()?;
         let checkpoint_dir = configured.or(resume_dir);
-        // A bucket has no lock to hold.
+        // A bucket has no lock to hold: a bucket log's record holds the run's lease instead.
         let remote = |dir: &Path| dir.to_str().is_some_and(ember_write::is_remote);
         let lock = checkpoint_dir
             .as_deref()
