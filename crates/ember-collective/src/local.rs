@@ -14,7 +14,7 @@ pub struct LocalGroup;
 impl LocalGroup {
     /// `size` handles (rank 0 first), whose operations wait at most `timeout` for the others.
     pub fn ranks(size: usize, timeout: Duration) -> Vec<LocalComm> {
-        let shared = Arc::new(Shared {
+        let rendezvous = Arc::new(Rendezvous {
             state: Mutex::new(State {
                 generation: 0,
                 contributions: vec![None; size],
@@ -28,7 +28,7 @@ impl LocalGroup {
                 rank,
                 size,
                 timeout,
-                shared: Arc::clone(&shared),
+                rendezvous: Arc::clone(&rendezvous),
             })
             .collect()
     }
@@ -41,11 +41,11 @@ pub struct LocalComm {
     rank: usize,
     size: usize,
     timeout: Duration,
-    shared: Arc<Shared>,
+    rendezvous: Arc<Rendezvous>,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct Rendezvous {
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -87,7 +87,7 @@ impl LocalComm {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A rank that panicked holding the lock left the state whole: every update is one
         // assignment.
-        self.shared
+        self.rendezvous
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -127,7 +127,7 @@ impl LocalComm {
             state.result = Arc::new(result);
             state.contributions.iter_mut().for_each(|c| *c = None);
             state.generation += 1;
-            self.shared.changed.notify_all();
+            self.rendezvous.changed.notify_all();
         } else {
             while state.generation == generation {
                 if let Some(rank) = state.gone.iter().position(|gone| *gone) {
@@ -148,7 +148,7 @@ impl LocalComm {
                     });
                 };
                 state = self
-                    .shared
+                    .rendezvous
                     .changed
                     .wait_timeout(state, left)
                     .unwrap_or_else(PoisonError::into_inner)
@@ -212,7 +212,7 @@ impl Drop for LocalComm {
     fn drop(&mut self) {
         let mut state = self.lock();
         state.gone[self.rank] = true;
-        self.shared.changed.notify_all();
+        self.rendezvous.changed.notify_all();
     }
 }
 

@@ -1,5 +1,5 @@
 //! Hand-written protobuf encoding for the hot paths (scalars, tensors, the summary event), where
-//! building prost messages would copy data twice. `tests/round_trip.rs` proves the bytes equal
+//! building prost messages would copy data twice. `tests/pack/round_trip.rs` proves the bytes equal
 //! prost's encoding of the same message.
 
 /// Wire type of varints.

@@ -20,11 +20,11 @@ pub(crate) enum Fate {
 
 /// The fate of each record of the current batch, by index in the batch.
 #[derive(Debug, Default)]
-pub(crate) struct Ledger {
+pub(crate) struct RecordFates {
     fates: Vec<Fate>,
 }
 
-impl Ledger {
+impl RecordFates {
     /// Starts a batch of `records` records, each written until told otherwise.
     pub(crate) fn begin(&mut self, records: usize) {
         self.fates.clear();
@@ -46,9 +46,9 @@ impl Ledger {
 
 /// The state the pool thread lends to its writers.
 #[derive(Debug)]
-pub(crate) struct Ctx {
+pub(crate) struct BatchContext {
     pub(crate) guard: DiskGuard,
-    pub(crate) ledger: Ledger,
+    pub(crate) record_fates: RecordFates,
     /// fsync calls so far, for the pool's statistics.
     pub(crate) fsyncs: u64,
     /// Buffers of large events already written, to pack the next ones into.

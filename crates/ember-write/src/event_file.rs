@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ember_pack::FileKind;
 
-use crate::batch_context::{Ctx, Fate};
+use crate::batch_context::{BatchContext, Fate};
 use crate::error::{FileError, kind_name};
 use crate::framing::{self, MAX_RECORD_LEN};
 use crate::journal::Journal;
@@ -283,7 +283,11 @@ impl EventFileWriter {
     /// Decides where an event of `framed` bytes goes (all the events of one
     /// record, framing included), rotating or stopping the file as the size
     /// policy says.
-    pub(crate) fn prepare(&mut self, framed: u64, ctx: &mut Ctx) -> Result<Prepared, FileError> {
+    pub(crate) fn prepare(
+        &mut self,
+        framed: u64,
+        ctx: &mut BatchContext,
+    ) -> Result<Prepared, FileError> {
         if self.stopped {
             return Ok(Prepared::Drop);
         }
@@ -358,7 +362,7 @@ impl EventFileWriter {
         }
     }
 
-    fn open_file(&mut self, ctx: &mut Ctx) -> Result<&mut OpenFile, FileError> {
+    fn open_file(&mut self, ctx: &mut BatchContext) -> Result<&mut OpenFile, FileError> {
         let header = (self.header.0)(unix_time());
         let mut secs = self.next_secs();
         let mut tries = 0;
@@ -408,7 +412,12 @@ impl EventFileWriter {
 
     /// Buffers one event of record `idx` of the batch, framed. It reaches the
     /// file when the buffer is full or the batch ends.
-    fn append(&mut self, idx: usize, event: Event, ctx: &mut Ctx) -> Result<(), FileError> {
+    fn append(
+        &mut self,
+        idx: usize,
+        event: Event,
+        ctx: &mut BatchContext,
+    ) -> Result<(), FileError> {
         let Event { data, crc } = event;
         if data.len() as u64 > MAX_RECORD_LEN {
             return Err(FileError::RecordTooLarge {
@@ -457,7 +466,7 @@ impl EventFileWriter {
         &mut self,
         idx: usize,
         events: Vec<Event>,
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<(), FileError> {
         let count = events.len();
         for (i, data) in events.into_iter().enumerate() {
@@ -482,7 +491,7 @@ impl EventFileWriter {
         &mut self,
         idx: usize,
         events: Vec<Event>,
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<(), FileError> {
         let total = events
             .iter()
@@ -502,15 +511,15 @@ impl EventFileWriter {
     }
 
     /// Counts `events` events of record `idx` lost to a failure.
-    pub(crate) fn lost(&mut self, idx: usize, events: usize, ctx: &mut Ctx) {
+    pub(crate) fn lost(&mut self, idx: usize, events: usize, ctx: &mut BatchContext) {
         self.stats.records_failed += events as u64;
-        ctx.ledger.mark(idx, Fate::Failed);
+        ctx.record_fates.mark(idx, Fate::Failed);
     }
 
     /// Hands the buffer to the operating system. When a write fails part way,
     /// the events that reached the file whole count as written, the file is
     /// cut back to the end of the last of them, and the rest are failed.
-    pub(crate) fn write_out(&mut self, ctx: &mut Ctx) -> Result<(), FileError> {
+    pub(crate) fn write_out(&mut self, ctx: &mut BatchContext) -> Result<(), FileError> {
         let Some(file) = self.file.as_mut() else {
             return Ok(());
         };
@@ -549,7 +558,7 @@ impl EventFileWriter {
         };
         file.header_in_buf = 0;
         for &(idx, _) in &file.buffered[whole..] {
-            ctx.ledger.mark(idx, Fate::Failed);
+            ctx.record_fates.mark(idx, Fate::Failed);
         }
         self.stats.records_written += whole as u64;
         self.stats.records_failed += (file.buffered.len() - whole) as u64;
@@ -579,7 +588,7 @@ impl EventFileWriter {
     }
 
     /// Hands buffered bytes to the operating system, and with `sync`, to the disk.
-    pub(crate) fn flush(&mut self, sync: bool, ctx: &mut Ctx) -> Result<(), FileError> {
+    pub(crate) fn flush(&mut self, sync: bool, ctx: &mut BatchContext) -> Result<(), FileError> {
         self.write_out(ctx)?;
         if let Some(file) = self.file.as_mut()
             && sync
@@ -600,7 +609,7 @@ impl EventFileWriter {
 
     /// Writes out, fsyncs and closes the current file (sealing it read-only
     /// when configured); the next event opens a new one.
-    pub(crate) fn close_file(&mut self, ctx: &mut Ctx) -> Result<(), FileError> {
+    pub(crate) fn close_file(&mut self, ctx: &mut BatchContext) -> Result<(), FileError> {
         let written = self.write_out(ctx);
         let Some(file) = self.file.take() else {
             return written;
@@ -618,9 +627,9 @@ impl EventFileWriter {
     }
 
     /// Counts `events` events of record `idx` dropped by the size policy.
-    pub(crate) fn dropped(&mut self, idx: usize, events: usize, ctx: &mut Ctx) {
+    pub(crate) fn dropped(&mut self, idx: usize, events: usize, ctx: &mut BatchContext) {
         self.stats.records_dropped += events as u64;
-        ctx.ledger.mark(idx, Fate::Dropped);
+        ctx.record_fates.mark(idx, Fate::Dropped);
     }
 }
 

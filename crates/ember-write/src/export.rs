@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use ember_pack::FileKind;
 
-use crate::batch_context::{Ctx, Fate};
+use crate::batch_context::{BatchContext, Fate};
 use crate::error::FileError;
 use crate::event_file::{FileSettings, io_err, seal};
 use crate::journal::Journal;
@@ -72,11 +72,11 @@ impl ExportWriter {
         tag: &str,
         step: i64,
         bytes: &[u8],
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<ExportOutcome, FileError> {
         let result = self.try_write(idx, tag, step, bytes, ctx);
         if result.is_err() {
-            ctx.ledger.mark(idx, Fate::Failed);
+            ctx.record_fates.mark(idx, Fate::Failed);
             self.stats.records_failed += 1;
         }
         result
@@ -88,7 +88,7 @@ impl ExportWriter {
         tag: &str,
         step: i64,
         bytes: &[u8],
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<ExportOutcome, FileError> {
         let name = naming::export_file_name(tag, step);
         let sync = self.settings.durability == Durability::Sync;
@@ -146,7 +146,7 @@ impl ExportWriter {
     }
 
     /// Fsyncs the export directory so its entries survive a crash.
-    pub(crate) fn sync(&mut self, ctx: &mut Ctx) -> Result<(), FileError> {
+    pub(crate) fn sync(&mut self, ctx: &mut BatchContext) -> Result<(), FileError> {
         if let Some(dir) = &self.dir {
             dir.sync().map_err(io_err("fsync", &dir.path))?;
             ctx.fsyncs += 1;
@@ -156,9 +156,9 @@ impl ExportWriter {
 }
 
 /// Counts a tensor refused for its name (too long, or taken).
-fn refused(stats: &mut WriterStats, idx: usize, ctx: &mut Ctx) {
+fn refused(stats: &mut WriterStats, idx: usize, ctx: &mut BatchContext) {
     stats.records_dropped += 1;
-    ctx.ledger.mark(idx, Fate::Dropped);
+    ctx.record_fates.mark(idx, Fate::Dropped);
 }
 
 /// The open `export_<secs>/tensor` directory.

@@ -25,9 +25,10 @@
 //! circle):
 //!
 //! 1. `error`, `framing`, `free_space`, `naming`, `stats`: no imports from the crate;
-//! 2. `guard` (the disk guard), `ledger` (each record's fate), `options`;
-//! 3. the file writers: `files`, then `summary_file`, `export` and `projector`;
-//! 4. `shared` (what the handle and the pool thread share), `batch` (messages, record weights,
+//! 2. `guard` (the disk guard), `batch_context` (each record's fate, what the writers share while
+//!    writing a batch), `options`;
+//! 3. the file writers: `event_file`, then `summary_file`, `export` and `projector`;
+//! 4. `pool_state` (what the handle and the pool thread share), `batch` (messages, record weights,
 //!    packed records), `worker` (the pool thread), `pool`
 //!    (the handle), and at the top `builder`, whose `build` starts a pool;
 //! 5. beside them, on `framing`, `naming` and `options` alone: `reader`, `rollback` and

@@ -19,7 +19,7 @@ use crate::batch::{Msg, record_weight};
 use crate::error::{WriteError, WriteErrors};
 use crate::journal::Journal;
 use crate::options::{FullQueuePolicy, WriterOptions, create_dir_private};
-use crate::pool_state::Shared;
+use crate::pool_state::PoolState;
 use crate::stats::WriterPoolStats;
 use crate::worker::Worker;
 
@@ -36,7 +36,7 @@ pub struct WriterPool {
     waker: Thread,
     /// Queue length at which a caller wakes the pool thread.
     wake_at: usize,
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
     full_queue: FullQueuePolicy,
     log_dir: PathBuf,
 }
@@ -69,7 +69,7 @@ impl WriterPool {
             source,
         })?;
         let (tx, rx) = crossbeam_channel::bounded(options.queue_capacity);
-        let shared = Arc::new(Shared::new(&options));
+        let shared = Arc::new(PoolState::new(&options));
         let full_queue = options.full_queue;
         let log_dir = options.log_dir.clone();
         let wake_at = options.max_batch.min(options.queue_capacity).max(1);

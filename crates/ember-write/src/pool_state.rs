@@ -20,7 +20,7 @@ const BUDGET_RECHECK: Duration = Duration::from_millis(10);
 
 /// State shared by the callers and the pool thread.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct PoolState {
     pub(crate) policy: ErrorPolicy,
     /// Errors not yet returned to the caller, oldest first.
     pub(crate) pending: Mutex<VecDeque<WriteError>>,
@@ -49,7 +49,7 @@ pub(crate) struct Shared {
     pub(crate) budget_waiters: AtomicUsize,
 }
 
-impl Shared {
+impl PoolState {
     pub(crate) fn new(options: &WriterOptions) -> Self {
         Self {
             policy: options.error_policy,

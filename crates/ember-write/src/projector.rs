@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use ember_pack::{FileKind, ProjectorFiles, projector_files};
 
-use crate::batch_context::{Ctx, Fate};
+use crate::batch_context::{BatchContext, Fate};
 use crate::error::FileError;
 use crate::event_file::{FileSettings, io_err, seal};
 use crate::journal::Journal;
@@ -115,11 +115,11 @@ impl ProjectorWriter {
         &mut self,
         idx: usize,
         files: &ProjectorFiles,
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<ProjectorOutcome, FileError> {
         let result = self.try_write(idx, files, ctx);
         if result.is_err() {
-            ctx.ledger.mark(idx, Fate::Failed);
+            ctx.record_fates.mark(idx, Fate::Failed);
             self.stats.records_failed += 1;
         }
         result
@@ -129,7 +129,7 @@ impl ProjectorWriter {
         &mut self,
         idx: usize,
         files: &ProjectorFiles,
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<ProjectorOutcome, FileError> {
         self.open_dirs()?;
         let sync = self.settings.durability == Durability::Sync;
@@ -201,7 +201,7 @@ impl ProjectorWriter {
     }
 
     /// Fsyncs the log and embeddings directories so their entries survive a crash.
-    pub(crate) fn sync(&mut self, ctx: &mut Ctx) -> Result<(), FileError> {
+    pub(crate) fn sync(&mut self, ctx: &mut BatchContext) -> Result<(), FileError> {
         if let Some(dirs) = &self.dirs {
             for dir in [&dirs.embeddings, &dirs.root] {
                 dir.sync().map_err(io_err("fsync", &dir.path))?;
@@ -300,9 +300,9 @@ fn write_contents(
 }
 
 /// Counts an embedding refused for its name (too long, or taken).
-fn refused(stats: &mut WriterStats, idx: usize, ctx: &mut Ctx) {
+fn refused(stats: &mut WriterStats, idx: usize, ctx: &mut BatchContext) {
     stats.records_dropped += 1;
-    ctx.ledger.mark(idx, Fate::Dropped);
+    ctx.record_fates.mark(idx, Fate::Dropped);
 }
 
 /// What opening a directory that may already exist found.

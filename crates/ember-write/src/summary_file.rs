@@ -15,7 +15,7 @@ use std::collections::HashSet;
 
 use ember_pack::{FileKind, MetadataFor, Packer, Record, Tag};
 
-use crate::batch_context::Ctx;
+use crate::batch_context::BatchContext;
 use crate::error::FileError;
 use crate::event_file::{Event, EventFileWriter, Prepared};
 use crate::framing;
@@ -146,7 +146,7 @@ impl SummaryFile {
         planned: Planned<'_>,
         events: Vec<Event>,
         packer: &Packer,
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<(), SummaryFailure> {
         let idx = planned.idx;
         if !self.metadata {
@@ -193,7 +193,7 @@ impl SummaryFile {
         planned: Planned<'_>,
         mut events: Vec<Event>,
         packer: &Packer,
-        ctx: &mut Ctx,
+        ctx: &mut BatchContext,
     ) -> Result<(), SummaryFailure> {
         let Planned {
             idx,

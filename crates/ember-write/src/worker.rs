@@ -18,13 +18,13 @@ use ember_pack::{FileKind, PackedItem, PackedRecord, Packer, Record, Tag, Value}
 use rayon::prelude::*;
 
 use crate::batch::{Msg, PARALLEL_MIN_HEAVY, Packed, is_heavy, splits};
-use crate::batch_context::{Ctx, Fate, Ledger, Spare};
+use crate::batch_context::{BatchContext, Fate, RecordFates, Spare};
 use crate::error::{FileError, WriteError};
 use crate::event_file::{self, Event, EventFileWriter, FileSettings, HeaderFn};
 use crate::export::{ExportOutcome, ExportWriter};
 use crate::guard::DiskGuard;
 use crate::options::{Durability, WriterOptions};
-use crate::pool_state::Shared;
+use crate::pool_state::PoolState;
 use crate::projector::{ProjectorOutcome, ProjectorWriter};
 use crate::stats::WriterStats;
 use crate::summary_file::{NewTags, Planned, SummaryFailure, SummaryFile, pack_caught};
@@ -73,10 +73,10 @@ fn slot_index(kind: FileKind) -> usize {
 #[derive(Debug)]
 pub(crate) struct Worker {
     rx: Receiver<Msg>,
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
     packer: Arc<Packer>,
     slots: Vec<Slot>,
-    ctx: Ctx,
+    ctx: BatchContext,
     max_batch: usize,
     max_delay: Duration,
     pack_threads: usize,
@@ -94,7 +94,7 @@ impl Worker {
         options: WriterOptions,
         journal: Option<crate::journal::Journal>,
         rx: Receiver<Msg>,
-        shared: Arc<Shared>,
+        shared: Arc<PoolState>,
     ) -> Self {
         let packer = Arc::new(Packer::new(options.pack.clone()));
         let settings = FileSettings {
@@ -135,9 +135,9 @@ impl Worker {
             shared,
             packer,
             slots,
-            ctx: Ctx {
+            ctx: BatchContext {
                 guard: DiskGuard::new(options.disk_guard_factor, options.free_space.clone()),
-                ledger: Ledger::default(),
+                record_fates: RecordFates::default(),
                 fsyncs: 0,
                 spare: Spare::new(options.max_queued_bytes),
             },
@@ -286,7 +286,7 @@ impl Worker {
         if let Slot::Failed(stats) = &mut self.slots[slot] {
             stats.records_failed += events as u64;
         }
-        self.ctx.ledger.mark(idx, Fate::Failed);
+        self.ctx.record_fates.mark(idx, Fate::Failed);
     }
 
     fn pack_batch(&mut self, batch: &[Record], plan: &[NewTags]) -> Vec<Result<Packed, String>> {
@@ -377,7 +377,7 @@ impl Worker {
 
     fn write_batch(&mut self, batch: &[Record]) {
         self.ctx.guard.refresh();
-        self.ctx.ledger.begin(batch.len());
+        self.ctx.record_fates.begin(batch.len());
         let plan = match &mut self.slots[0] {
             Slot::Summary(w) => w.plan(batch),
             _ => vec![None; batch.len()],
@@ -396,7 +396,7 @@ impl Worker {
                 self.fail(idx, e);
             }
         }
-        self.shared.settle(self.ctx.ledger.fates());
+        self.shared.settle(self.ctx.record_fates.fates());
     }
 
     fn break_plan(&mut self) {
@@ -419,7 +419,7 @@ impl Worker {
             Ok(packed) => packed,
             Err(message) => {
                 self.break_plan();
-                self.ctx.ledger.mark(idx, Fate::Rejected);
+                self.ctx.record_fates.mark(idx, Fate::Rejected);
                 self.shared.report(WriteError::PackPanicked {
                     step: record.step(),
                     message,
@@ -440,7 +440,7 @@ impl Worker {
                 });
             }
             if items.is_empty() {
-                self.ctx.ledger.mark(idx, Fate::Rejected);
+                self.ctx.record_fates.mark(idx, Fate::Rejected);
                 return;
             }
         }

@@ -120,8 +120,3 @@ pub use ember_write::{
     Journal, LockError, SizePolicy, WriteError, WriteErrors, WriterOptions, WriterPoolStats,
     is_remote,
 };
-
-/// The writer pool's statistics under their old name, which read as the device pool's
-/// (the device pool's options are `PoolOptions`).
-#[deprecated(note = "renamed `WriterPoolStats`: `PoolStats` read as the device pool's")]
-pub type PoolStats = WriterPoolStats;

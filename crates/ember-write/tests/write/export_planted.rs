@@ -9,12 +9,10 @@
 //! is planted.
 #![cfg(unix)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{read_events, tb_files, values};
+use crate::common::{read_events, tb_files, values};
 use ember_pack::{FileKind, Record, Tag, TensorValue, Value};
 use ember_write::{FileError, WriteError, WriterPool, naming};
 

@@ -6,14 +6,12 @@
 //! Where ordering matters the pool thread is held by a free-space seam that
 //! blocks until the test releases it, not by sleeping.
 
-mod common;
-
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{read_events, scalars, steps, tb_files};
+use crate::common::{read_events, scalars, steps, tb_files};
 use ember_pack::{DType, FileKind, Image, ImageLayout, Record, Tag, TensorValue, Value};
 use ember_write::{
     Durability, ErrorPolicy, FileError, FullQueuePolicy, WriteError, WriterPool, WriterPoolBuilder,

@@ -12,8 +12,6 @@
 //! `SizePolicy::Stop`.
 #![cfg(unix)]
 
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +24,8 @@ use ember_write::{
     WriterPoolStats,
 };
 use prost::Message;
+
+use crate::common;
 
 /// Only turns a hang into a failure; never reached when things work.
 const DEADLINE: Duration = Duration::from_secs(60);

@@ -10,8 +10,6 @@
 //! one `skipped: ...` line and passes, except under `CI=true`, where a
 //! failure to mount fails the test.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -21,6 +19,8 @@ use ember_write::{
     FileError, FreeSpace, Scan, SystemFreeSpace, WriteError, WriterPool, WriterPoolStats,
 };
 use prost::Message;
+
+use crate::common;
 
 const TMPFS_SIZE: &str = "512k";
 /// Only turns a hang into a failure; never reached when things work.

@@ -1,9 +1,6 @@
 //! The writer pool on real files in temp dirs: order, flush, size policies,
 //! tag metadata per file, disk guard, error policies, queue policies, drop.
-//! This file holds the helpers; each other file of `tests/pool/` one group of behaviours.
-
-#[path = "../common/mod.rs"]
-mod common;
+//! This file holds the helpers; each other file of `tests/write/pool/` one group of behaviours.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -11,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{files_with, is_header, read_events, scalars, steps, tb_files, values};
+use crate::common::{files_with, is_header, read_events, scalars, steps, tb_files, values};
 use ember_pack::{FileKind, Format, Record, Tag, TensorValue, Value};
 use ember_write::{ErrorPolicy, FileError, FullQueuePolicy, SizePolicy, WriteError, WriterPool};
 

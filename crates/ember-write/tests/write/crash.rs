@@ -15,8 +15,6 @@
 //! a large `write(2)` is under way, so the byte kills are the ones that can
 //! land inside a write and tear its last record.
 
-mod common;
-
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -26,6 +24,8 @@ use std::time::{Duration, Instant};
 use ember_pack::{Format, Record, Tag, TensorValue, Value};
 use ember_write::{Scan, WriterPool};
 use prost::Message;
+
+use crate::common;
 
 const DIR_ENV: &str = "EMBER_WRITE_CRASH_CHILD_DIR";
 const FORMAT_ENV: &str = "EMBER_WRITE_CRASH_CHILD_FORMAT";
@@ -231,7 +231,7 @@ fn run_and_kill(
         .args([
             "--ignored",
             "--exact",
-            "crash_child_writes_forever",
+            &child_test_name(),
             "--test-threads=1",
         ])
         .env(DIR_ENV, log)
@@ -301,6 +301,13 @@ fn summary_files(log: &Path, format: Format) -> Vec<PathBuf> {
         Format::MindInsight => "_MS",
     };
     common::files_with(log, needle)
+}
+
+/// The child test's name as libtest knows it: its module path in this binary (the crate's name
+/// left out), so that `--exact` finds it wherever the module sits.
+fn child_test_name() -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, path)| path);
+    format!("{module}::crash_child_writes_forever")
 }
 
 /// This test binary. On Linux `/proc/self/exe`, the very image running now:
