@@ -114,15 +114,33 @@ impl LeaseHolder {
             let pid = i32::try_from(self.pid)
                 .ok()
                 .and_then(rustix::process::Pid::from_raw)?;
-            // EPERM: it exists, another user's.
-            Some(!matches!(
+            // EPERM: it exists, another user's. A zombie (killed, not yet reaped: a job's
+            // rank whose parent died before it) holds nothing either.
+            let exists = !matches!(
                 rustix::process::test_kill_process(pid),
                 Err(rustix::io::Errno::SRCH)
-            ))
+            );
+            Some(exists && !is_zombie(self.pid))
         }
         #[cfg(not(unix))]
         None
     }
+}
+
+/// Whether process `pid` has ended and waits only to be reaped (Linux: its state in
+/// `/proc/<pid>/stat` is `Z` or `X`); `false` where that cannot be read.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the command name, which is in parentheses and may hold any byte.
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            after_name
+                .split_whitespace()
+                .next()
+                .map(|state| state == "Z" || state == "X")
+        })
+        .unwrap_or(false)
 }
 
 fn now_ms() -> u64 {

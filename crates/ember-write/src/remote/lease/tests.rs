@@ -242,3 +242,27 @@ fn a_leased_mirror_refuses_a_second_writer_of_its_url_until_it_closes() {
         super::super::RemoteMirror::start_leased(&url, second.path(), interval, lease).unwrap();
     again.close().unwrap();
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_zombie_holder_holds_nothing() {
+    // A child that has exited and is not yet waited for is a zombie: it still answers a
+    // signal test, as a job's rank killed while its parent died does until it is reaped.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !is_zombie(child.id()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never ended"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let holder = LeaseHolder {
+        pid: child.id(),
+        ..LeaseHolder::this_process()
+    };
+    assert_eq!(holder.alive_here(), Some(false));
+    child.wait().unwrap();
+    assert!(!is_zombie(std::process::id()));
+    assert_eq!(LeaseHolder::this_process().alive_here(), Some(true));
+}
