@@ -1,9 +1,9 @@
 //! The binary's logger: the library's `log` warnings and errors (a checkpoint passed over, a
 //! log writer that failed, a file system without locks) reach the user as one stderr line
 //! each, `warning: …` or `error: …`, drawn above the progress bar, with the training step when
-//! one is under way. `RUST_LOG` filters them as it does everywhere in Rust (`warn` when
-//! unset); whatever it shows, every warning and error is counted for `ember train`'s final
-//! report.
+//! one is under way. `RUST_LOG` filters them as it does everywhere in Rust (ember's warnings
+//! when unset, no dependency's); whatever it shows, every warning and error of ember's crates
+//! is counted for `ember train`'s final report.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,9 +32,10 @@ impl Log for Logger {
     }
 
     fn log(&self, record: &Record<'_>) {
+        let ours = is_ember(record.target());
         match record.level() {
-            Level::Error => ERRORS.fetch_add(1, Ordering::Relaxed),
-            Level::Warn => WARNINGS.fetch_add(1, Ordering::Relaxed),
+            Level::Error if ours => ERRORS.fetch_add(1, Ordering::Relaxed),
+            Level::Warn if ours => WARNINGS.fetch_add(1, Ordering::Relaxed),
             _ => 0,
         };
         if record.level() == Level::Error && is_log_writer(record.target()) {
@@ -49,6 +50,18 @@ impl Log for Logger {
 
     fn flush(&self) {}
 }
+
+/// Whether `target` (a module path) is one of ember's crates: what the run's count and its
+/// default filter cover. A dependency's own log (wgpu's Vulkan loader, say) is shown only when
+/// `RUST_LOG` asks for it.
+fn is_ember(target: &str) -> bool {
+    target.starts_with("ember")
+}
+
+/// The filter where `RUST_LOG` is unset: ember's warnings and errors, nothing of dependencies.
+/// (env_logger matches a directive's name as a prefix of the target: `ember` is every
+/// `ember_*` crate too.)
+const DEFAULT_FILTER: &str = "off,ember=warn";
 
 /// Whether `target` (a module path) is where ember's summary writers report their failures:
 /// ember-write's pool, and the Trainer's handling of a summary error.
@@ -72,25 +85,26 @@ impl Write for AboveTheBar {
 
 /// Installs the logger, once, first thing in `main`.
 pub(crate) fn install() {
-    let shown = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format(|line, record| {
-            let level = match record.level() {
-                Level::Error => "error",
-                Level::Warn => "warning",
-                Level::Info => "info",
-                Level::Debug => "debug",
-                Level::Trace => "trace",
-            };
-            // One write per line: env_logger hands the buffer to the target whole.
-            if TRAINING.load(Ordering::Relaxed) {
-                let step = STEP.load(Ordering::Relaxed);
-                writeln!(line, "{level} (step {step}): {}", record.args())
-            } else {
-                writeln!(line, "{level}: {}", record.args())
-            }
-        })
-        .target(env_logger::Target::Pipe(Box::new(AboveTheBar)))
-        .build();
+    let shown =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(DEFAULT_FILTER))
+            .format(|line, record| {
+                let level = match record.level() {
+                    Level::Error => "error",
+                    Level::Warn => "warning",
+                    Level::Info => "info",
+                    Level::Debug => "debug",
+                    Level::Trace => "trace",
+                };
+                // One write per line: env_logger hands the buffer to the target whole.
+                if TRAINING.load(Ordering::Relaxed) {
+                    let step = STEP.load(Ordering::Relaxed);
+                    writeln!(line, "{level} (step {step}): {}", record.args())
+                } else {
+                    writeln!(line, "{level}: {}", record.args())
+                }
+            })
+            .target(env_logger::Target::Pipe(Box::new(AboveTheBar)))
+            .build();
     let max = shown.filter().max(LevelFilter::Warn);
     if log::set_boxed_logger(Box::new(Logger { shown })).is_ok() {
         log::set_max_level(max);
