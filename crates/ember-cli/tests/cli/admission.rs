@@ -139,16 +139,7 @@ fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
         saved.replace(r#""--batch-size","16""#, r#""--batch-size","40""#),
     )
     .unwrap();
-    let before = tree(&dir.path().join("run"));
-
-    let output = ember_in(&["train", "--resume", "run"], dir.path());
-    let printed = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{printed}");
-    assert!(
-        printed.contains("recorded batch_size is 40, its checkpoint's 16"),
-        "{printed}"
-    );
-    assert_eq!(tree(&dir.path().join("run")), before);
+    resume_is_refused_leaving_the_run(dir.path(), "recorded batch_size is 40, its checkpoint's 16");
 
     // Another data set size is refused the same way: 320 training digits of 400, not 240.
     std::fs::write(
@@ -156,15 +147,10 @@ fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
         saved.replace(r#""--subset","300""#, r#""--subset","400""#),
     )
     .unwrap();
-    let before = tree(&dir.path().join("run"));
-    let output = ember_in(&["train", "--resume", "run"], dir.path());
-    let printed = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{printed}");
-    assert!(
-        printed.contains("recorded train_examples is 320, its checkpoint's 240"),
-        "{printed}"
+    resume_is_refused_leaving_the_run(
+        dir.path(),
+        "recorded train_examples is 320, its checkpoint's 240",
     );
-    assert_eq!(tree(&dir.path().join("run")), before);
 
     // As it was recorded, the run goes on.
     std::fs::write(&command, &saved).unwrap();
@@ -205,4 +191,16 @@ fn a_run_whose_command_is_lost_is_restarted_with_the_arguments_given() {
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("has finished"), "{printed}");
+}
+
+/// `ember train --resume run` in `dir` is refused with a line that says `says`, and every file
+/// of the run is as it was.
+fn resume_is_refused_leaving_the_run(dir: &Path, says: &str) {
+    let run = dir.join("run");
+    let before = tree(&run);
+    let output = ember_in(&["train", "--resume", "run"], dir);
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains(says), "{printed}");
+    assert_eq!(tree(&run), before);
 }
