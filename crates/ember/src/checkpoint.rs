@@ -47,6 +47,7 @@ mod file;
 pub(crate) mod log_place;
 
 pub use admission::{Admission, Begin, finished};
+pub(crate) use directory::JOB_STAMP;
 pub use directory::{Checkpoints, Loaded};
 pub use error::CheckpointError;
 pub use file::{Checkpoint, read, write_durably};

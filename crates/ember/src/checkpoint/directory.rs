@@ -261,12 +261,11 @@ impl Checkpoints {
             let whole = self.read_file(&name).and_then(|bytes| {
                 let checkpoint = Checkpoint::decode(&bytes)?;
                 for rank in 1..ranks {
-                    let part = self.part_path(seq, rank);
-                    let bytes = self
-                        .read_file(&part_name(seq, rank))
-                        .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
-                    Checkpoint::decode(&bytes)
-                        .map_err(|e| format!("rank {rank}'s part {}: {e}", part.display()))?;
+                    let path = self.part_path(seq, rank);
+                    let of_part = |e: String| format!("rank {rank}'s part {}: {e}", path.display());
+                    let bytes = self.read_file(&part_name(seq, rank)).map_err(of_part)?;
+                    let part = Checkpoint::decode(&bytes).map_err(of_part)?;
+                    same_step(&checkpoint, &part).map_err(of_part)?;
                 }
                 Ok(checkpoint)
             });
@@ -390,6 +389,25 @@ impl Checkpoints {
     }
 }
 
+/// The section a job's checkpoint and each rank's part carry alike, naming the job's step.
+pub(crate) const JOB_STAMP: &str = "job_step";
+
+/// A part counts toward a checkpoint only when both are of the job's same step (both stamped, or
+/// neither, as written before the stamp).
+fn same_step(checkpoint: &Checkpoint, part: &Checkpoint) -> Result<(), String> {
+    fn stamp(c: &Checkpoint) -> Option<std::borrow::Cow<'_, str>> {
+        c.section(JOB_STAMP).map(String::from_utf8_lossy)
+    }
+    match (stamp(checkpoint), stamp(part)) {
+        (ours, theirs) if ours == theirs => Ok(()),
+        (ours, theirs) => Err(format!(
+            "it is of another step ({}) than the checkpoint ({})",
+            theirs.as_deref().unwrap_or("unstamped"),
+            ours.as_deref().unwrap_or("unstamped")
+        )),
+    }
+}
+
 /// The name of rank `rank`'s part of checkpoint `seq`.
 fn part_name(seq: u64, rank: usize) -> String {
     format!("{PREFIX}{seq:012}.rank{rank}{SUFFIX}")
@@ -446,6 +464,37 @@ mod tests {
         store.write(3, &sample(3)).unwrap();
         assert!(!store.part_path(1, 1).exists());
         assert!(store.part_path(2, 1).exists());
+    }
+
+    /// A part of another step than its checkpoint (the numbers of a job's ranks gone apart)
+    /// does not make it whole; unstamped ones, as written before the stamp, still count.
+    #[test]
+    fn a_part_of_another_step_does_not_make_a_checkpoint_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(dir.path(), 3);
+        let stamped = |steps: u32| sample(0).with(JOB_STAMP, format!("steps={steps}").into_bytes());
+        let part = |seq: u64, part: &Checkpoint| {
+            write_durably(dir.path(), "x", part).unwrap();
+            fs::rename(dir.path().join("x"), store.part_path(seq, 1)).unwrap();
+        };
+        part(1, &sample(1));
+        store.write(1, &sample(1)).unwrap();
+        part(2, &stamped(20));
+        store.write(2, &stamped(20)).unwrap();
+        part(3, &stamped(40));
+        store.write(3, &stamped(30)).unwrap();
+        let loaded = store.latest_of_job(2).unwrap().unwrap();
+        assert_eq!(loaded.seq, 2);
+        assert!(
+            loaded.skipped[0]
+                .1
+                .contains("another step (steps=40) than the checkpoint (steps=30)"),
+            "{:?}",
+            loaded.skipped
+        );
+        fs::remove_file(store.part_path(2, 1)).unwrap();
+        part(2, &sample(2));
+        assert_eq!(store.latest_of_job(2).unwrap().unwrap().seq, 1);
     }
 
     #[test]

@@ -106,7 +106,10 @@ impl Checkpointer {
         self.wait()?;
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
             Some(Taken::Snapshot(place, snapshot)) => Some((place, snapshot)),
-            Some(Taken::Skipped) => return Ok(()),
+            Some(Taken::Skipped) => {
+                self.pass_over(steps, position.epoch_done);
+                return Ok(());
+            }
             None => None,
         };
         // The state is read out here, as it is at this step; turning it into bytes, the larger
@@ -120,6 +123,7 @@ impl Checkpointer {
             .collect();
         let scheduler = scheduler.to_record();
         let meta = encode_meta(position, steps, optimizer_steps, state, identity);
+        let stamp = job_stamp(steps, position.epoch_done);
         let build = move || -> Result<Checkpoint, CheckpointError> {
             // The log's bytes the snapshot counts reach the disk before the checkpoint that
             // relies on them does.
@@ -137,10 +141,13 @@ impl Checkpointer {
                 }
             };
             let bytes = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
-            let mut checkpoint = Checkpoint::new().with("meta", meta.into_bytes()).with(
-                "model",
-                bytes(model.into_bytes().map_err(record_err("save the model"))?),
-            );
+            let mut checkpoint = Checkpoint::new()
+                .with("meta", meta.into_bytes())
+                .with(JOB_STAMP, stamp)
+                .with(
+                    "model",
+                    bytes(model.into_bytes().map_err(record_err("save the model"))?),
+                );
             checkpoint = with_optimizer(checkpoint, optimizer)?;
             Ok(checkpoint
                 .with(
@@ -187,7 +194,8 @@ impl Checkpointer {
     /// several): what rank 0's checkpoint cannot hold, its own log's snapshot and the state of
     /// the optimizer for the parameters this rank steps, with the parameter ids that state is
     /// keyed by. Written in line and durably: rank 0 writes the checkpoint only once every
-    /// rank's part is there.
+    /// rank's part is there. Whether the part was written: a bucket that has not taken the
+    /// rank's log yet passes it over, and then every rank passes the checkpoint over.
     pub(crate) fn save_part<M: Module>(
         &mut self,
         rank: usize,
@@ -196,20 +204,24 @@ impl Checkpointer {
         (model, optimizer): (&M, &OptimizerShards),
         log: Option<(&LogPlace, &mut SummaryRecord)>,
         faults: &mut SummaryFaults,
-    ) -> Result<(), TrainError> {
+    ) -> Result<bool, TrainError> {
         if self.last == Some((steps, epoch_done)) {
-            return Ok(());
+            return Ok(true);
         }
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
             Some(Taken::Snapshot(place, snapshot)) => {
                 snapshot.sync(&place)?;
                 snapshot.encode()
             }
-            Some(Taken::Skipped) => return Ok(()),
+            Some(Taken::Skipped) => {
+                self.pass_over(steps, epoch_done);
+                return Ok(false);
+            }
             None => String::new(),
         };
         let part = Checkpoint::new()
             .with("meta", format!("rank={rank}\nsteps={steps}").into_bytes())
+            .with(JOB_STAMP, job_stamp(steps, epoch_done))
             .with("log", snapshot.into_bytes())
             .with("ids", encode_ids(&param_ids(model)).into_bytes());
         let optimizer: Vec<_> = optimizer
@@ -222,7 +234,16 @@ impl Checkpointer {
         self.next_seq += 1;
         self.last = Some((steps, epoch_done));
         self.written += 1;
-        Ok(())
+        Ok(true)
+    }
+
+    /// Passes the job's checkpoint at `steps` over on this rank: its number is spent all the
+    /// same, and it is not tried again at that step, as on every other rank, so that every
+    /// rank's next part and rank 0's next checkpoint share one number whichever rank passed
+    /// this one over (parts of different steps never make one checkpoint).
+    pub(crate) fn pass_over(&mut self, steps: usize, epoch_done: bool) {
+        self.next_seq += 1;
+        self.last = Some((steps, epoch_done));
     }
 
     /// Waits for the checkpoint being written, if any. A checkpoint a bucket did not take (the
@@ -253,6 +274,14 @@ impl Checkpointer {
         }
         Ok(())
     }
+}
+
+/// The section every rank's part and rank 0's checkpoint carry alike: the job's step, which
+/// [`Checkpoints`] compares before it counts a checkpoint whole.
+const JOB_STAMP: &str = crate::checkpoint::JOB_STAMP;
+
+fn job_stamp(steps: usize, epoch_done: bool) -> Vec<u8> {
+    format!("steps={steps} epoch_done={epoch_done}").into_bytes()
 }
 
 /// Whether `error` is a write the file system had no room for (a full disk, a quota).

@@ -163,35 +163,14 @@ impl<M: Module + Clone> Loop<'_, M> {
         if let Some(lock) = self.lock.as_mut() {
             lock.check().map_err(CheckpointError::from)?;
         }
-        if let Some(ranks) = ranks {
-            // Every rank's part first; then one round without gradients, which every rank
-            // joins only once its part is on the disk (a rank that failed to write announces
-            // its failure in that round instead), and only then rank 0's checkpoint, which
-            // names the job's position.
-            if !self.lead {
-                checkpointer.save_part(
-                    ranks.rank(),
-                    self.state.report.steps,
-                    position.epoch_done,
-                    (&self.stepper.model, &*self.stepper.optimizer),
-                    self.log_place.as_ref().zip(self.summary.as_deref_mut()),
-                    self.faults,
-                )?;
-            }
-            let mut nothing = ember_pool::step::burn::GradientWindow::new(self.config.reduction);
-            ranks
-                .round(
-                    &mut nothing,
-                    &self.stepper.model,
-                    RoundState::default(),
-                    false,
-                )
-                .map_err(|source| TrainError::Ranks {
-                    epoch: position.epoch,
-                    step: 0,
-                    source,
-                })?;
+        if let Some(ranks) = ranks
+            && !self.every_rank_ready(position, ranks)?
+        {
+            return Ok(());
         }
+        let Some(checkpointer) = self.checkpointer.as_mut() else {
+            return Ok(());
+        };
         if !self.lead {
             return Ok(());
         }
@@ -209,6 +188,53 @@ impl<M: Module + Clone> Loop<'_, M> {
             self.log_place.as_ref().zip(self.summary.as_deref_mut()),
             self.faults,
         )
+    }
+
+    /// A job's part of a checkpoint: every rank's part first; then one round without gradients,
+    /// which every rank joins only once its part is on the disk (a rank that failed to write
+    /// announces its failure in that round instead), saying whether it wrote one. Whether every
+    /// rank did, and so rank 0 may write the checkpoint, which names the job's position.
+    fn every_rank_ready(
+        &mut self,
+        position: &Position,
+        ranks: &mut Ranks,
+    ) -> Result<bool, TrainError> {
+        let Some(checkpointer) = self.checkpointer.as_mut() else {
+            return Ok(false);
+        };
+        let mut written = true;
+        if !self.lead {
+            written = checkpointer.save_part(
+                ranks.rank(),
+                self.state.report.steps,
+                position.epoch_done,
+                (&self.stepper.model, &*self.stepper.optimizer),
+                self.log_place.as_ref().zip(self.summary.as_deref_mut()),
+                self.faults,
+            )?;
+        }
+        let mut nothing = ember_pool::step::burn::GradientWindow::new(self.config.reduction);
+        let state = RoundState {
+            done: written,
+            stop: false,
+        };
+        let round = ranks
+            .round(&mut nothing, &self.stepper.model, state, false)
+            .map_err(|source| TrainError::Ranks {
+                epoch: position.epoch,
+                step: 0,
+                source,
+            })?;
+        // A rank that wrote its part, or passed it over, has spent the number already.
+        if !round.all_done && self.lead {
+            log::warn!(
+                "no checkpoint at step {}: a rank's log was not in its store yet; a resume goes \
+                 on from the one before",
+                self.state.report.steps
+            );
+            checkpointer.pass_over(self.state.report.steps, position.epoch_done);
+        }
+        Ok(round.all_done)
     }
 
     /// Whether the caller's stop flag is raised.
