@@ -22,14 +22,15 @@
 //! 8. An endpoint that does not answer: `ember train` fails before training, in one line
 //!    naming the log directory.
 //! 9. A run killed with SIGKILL, then `ember push`: what its staging directory held reaches the
-//!    bucket, every step once, and no staging directory is left.
+//!    bucket, every step once, and no staging directory is left. One killed, resumed to its end,
+//!    then pushed: nothing the resume rolled back comes back.
 //! 10. Two runs into one URL at once, in both formats: both runs' summary files are there.
 //! 11. Runs with their checkpoints, command line and model in the bucket, killed with SIGKILL at
 //!     seeded moments and resumed from it (`ember train --resume s3://…`): each ends with the
 //!     uninterrupted run's model byte for byte (`ember pull`) and its values in `ember inspect`,
 //!     each step once; TensorBoard's S3 reader shows the last as the local run. Then the same
 //!     in MindInsight's format, pulled and read by MindInsight 2.3.1.
-//! 12. The write, read, kill (with `ember push`), two-at-once and refused-key scenarios against
+//! 12. The write, read, kill (with `ember push`, and resumed), two-at-once and refused-key scenarios against
 //!     Azurite, the Azure Storage emulator from the npm registry (`objects_azure.rs`).
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
@@ -41,7 +42,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 
 use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::objects_scenarios::{inspect, killed_then_pushed, resumed_while_running, two_at_once};
+use crate::objects_scenarios::inspect;
 use crate::process::{
     Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
 };
@@ -186,21 +187,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     every_kind(&check, &endpoint)?;
     mindinsight(&check, &target, &endpoint)?;
     killed(&check, &endpoint)?;
-    let tmp = work.join("tmp");
     let s3 = |args: &[&str]| {
         let mut command = check.ember(&endpoint, args);
-        command.env("TMPDIR", &tmp);
+        command.env("TMPDIR", work.join("tmp"));
         command
     };
-    killed_then_pushed(
-        &s3,
-        "s3://ember/pushed",
-        &tmp,
-        &work.join("pushed.log"),
-        TASK,
-    )?;
-    two_at_once(&s3, "s3://ember", TASK)?;
-    resumed_while_running(&s3, "s3://ember/live", TASK)?;
+    crate::objects_scenarios::against(&s3, "s3", &work, TASK)?;
     resumed_in_the_bucket(&check, &endpoint)?;
     resumed_for_mindinsight(&check, &endpoint)?;
     restarted(&check)?;

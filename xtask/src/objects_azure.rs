@@ -22,7 +22,7 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects_scenarios::{inspect, killed_then_pushed, resumed_while_running, two_at_once};
+use crate::objects_scenarios::inspect;
 use crate::process::{expect_success, run_limited, skip_or_fail};
 use crate::server::{Server, free_port, wait_for_port};
 use crate::venv::{VenvError, ensure_venv};
@@ -86,8 +86,7 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
         endpoint: &endpoint,
     };
     azure.every_value()?;
-    azure.killed()?;
-    azure.two_at_once()?;
+    azure.scenarios()?;
     azure.refused()?;
     drop(server);
     Ok(())
@@ -189,19 +188,8 @@ impl Azure<'_> {
         Ok(())
     }
 
-    fn killed(&self) -> anyhow::Result<()> {
-        killed_then_pushed(
-            &self.command(),
-            "az://ember/killed",
-            &self.work.join("tmp"),
-            &self.work.join("az-killed.log"),
-            TASK,
-        )
-    }
-
-    fn two_at_once(&self) -> anyhow::Result<()> {
-        two_at_once(&self.command(), "az://ember", TASK)?;
-        resumed_while_running(&self.command(), "az://ember/live", TASK)
+    fn scenarios(&self) -> anyhow::Result<()> {
+        crate::objects_scenarios::against(&self.command(), "az", self.work, TASK)
     }
 
     /// A key the emulator does not know: one line saying access was refused.

@@ -1,5 +1,5 @@
 //! The object-store scenarios that run alike against every store (moto's S3 and Azurite): a
-//! run killed with SIGKILL then `ember push`ed, two runs into one URL at once, and `ember
+//! run killed with SIGKILL then `ember push`ed (and one resumed first), two runs into one URL at once, and `ember
 //! inspect` of a URL. A module of their own, so that `objects` and its Azure part share them
 //! without either reaching into the other.
 
@@ -10,6 +10,23 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 
 use crate::process::kill_after;
+
+/// Every scenario of this module against the store of `scheme` (`s3`, `az`), its bucket
+/// `ember`: `ember` makes the command (its `TMPDIR` `work/tmp`), logs go under `work`.
+pub(crate) fn against(
+    ember: &dyn Fn(&[&str]) -> Command,
+    scheme: &str,
+    work: &Path,
+    task: &str,
+) -> anyhow::Result<()> {
+    let tmp = work.join("tmp");
+    let url = |run: &str| format!("{scheme}://ember/{run}");
+    let log = |name: &str| work.join(format!("{scheme}-{name}.log"));
+    killed_then_pushed(ember, &url("pushed"), &tmp, &log("pushed"), task)?;
+    resumed_then_pushed(ember, &url("repushed"), &tmp, &log("repushed"), task)?;
+    two_at_once(ember, &format!("{scheme}://ember"), task)?;
+    resumed_while_running(ember, &url("live"), task)
+}
 
 /// The last step of `train/loss` in an `ember inspect --json --values` report, checking that
 /// the steps are 1..N with none missing.
@@ -53,7 +70,7 @@ pub(crate) fn inspect(
 /// A run into `url` killed with SIGKILL mid-run: whole records and no step missing; then
 /// `ember push` (its staging under `tmp`, the `TMPDIR` `ember` gives the runs) ships what the
 /// kill left, no step lost or repeated, and leaves no staging directory.
-pub(crate) fn killed_then_pushed(
+fn killed_then_pushed(
     ember: &dyn Fn(&[&str]) -> Command,
     url: &str,
     tmp: &Path,
@@ -106,16 +123,65 @@ pub(crate) fn killed_then_pushed(
     Ok(())
 }
 
+/// A run into `url` killed with SIGKILL after its first checkpoints, with records it had not
+/// shipped in its staging directory (under `tmp`); resumed to its end; then `ember push`: the
+/// killed run's unshipped records came after the checkpoint the resume went back to, and the
+/// push must not bring them back. Before, it shipped them after the resumed run's own, and the
+/// log held those steps twice.
+fn resumed_then_pushed(
+    ember: &dyn Fn(&[&str]) -> Command,
+    url: &str,
+    tmp: &Path,
+    log: &Path,
+    task: &str,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(tmp)?;
+    let args = [
+        "train",
+        "--epochs",
+        "4",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "100",
+        "--logdir",
+        url,
+    ];
+    kill_after(ember(&args), log, Duration::from_secs(4))?;
+    let resumed = ember(&["train", "--resume", url])
+        .output()
+        .context("starting ember train --resume")?;
+    ensure!(
+        resumed.status.success(),
+        "ember train --resume {url} failed:\n{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let steps = loss_steps(&inspect(ember, url)?)?;
+    let push = ember(&["push"]).output().context("starting ember push")?;
+    ensure!(
+        push.status.success(),
+        "ember push failed:\n{}{}",
+        String::from_utf8_lossy(&push.stdout),
+        String::from_utf8_lossy(&push.stderr)
+    );
+    let after = loss_steps(&inspect(ember, url)?)?;
+    ensure!(
+        after == steps,
+        "ember push after the resume changed the log: train/loss at 1..{after}, 1..{steps} before"
+    );
+    eprintln!(
+        "{task}: a run killed and resumed to its end, then ember push: train/loss at steps \
+         1..{steps}, each once; nothing the resume rolled back shipped again"
+    );
+    Ok(())
+}
+
 /// Two runs into one URL under `base` at the same moment, in both formats: one is let in, and
 /// the other refused (by the first's lease, or, once the first has checkpointed, as another
 /// run's directory), and the store holds the one run's summary file, whole. Before, both were
 /// let in (and, earlier still, two MindInsight-format runs of one host and rank in one second
 /// had one name, and the second's PUTs replaced the first's).
-pub(crate) fn two_at_once(
-    ember: &dyn Fn(&[&str]) -> Command,
-    base: &str,
-    task: &str,
-) -> anyhow::Result<()> {
+fn two_at_once(ember: &dyn Fn(&[&str]) -> Command, base: &str, task: &str) -> anyhow::Result<()> {
     for (format, ending) in [("tensorboard", ""), ("mindinsight", "_MS")] {
         let url = format!("{base}/twice-{format}");
         let args = [
@@ -178,7 +244,7 @@ pub(crate) fn two_at_once(
 /// `ember train --resume URL` while the run in `url` still trains: refused, naming the first
 /// run's process, before it writes anything; the first run then ends with each step once.
 /// Before, a bucket run was never locked: both exited 0, and the log held steps twice.
-pub(crate) fn resumed_while_running(
+fn resumed_while_running(
     ember: &dyn Fn(&[&str]) -> Command,
     url: &str,
     task: &str,

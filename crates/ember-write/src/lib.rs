@@ -32,7 +32,8 @@
 //!    packed records), `worker` (the pool thread), `pool`
 //!    (the handle), and at the top `builder`, whose `build` starts a pool;
 //! 5. beside them, on `framing`, `naming` and `options` alone: `reader`, `rollback` and
-//!    `remote/` (inside it, `store` and `messages` below `download`, `shipper` and the mirror).
+//!    `remote/` (inside it, `store` and `messages` below `download`, `shipper` and the mirror);
+//!    over `remote`, `orphans` (what killed writers left in their staging directories).
 //!
 //! # How the pool batches without busy polling
 //!
@@ -103,6 +104,8 @@ pub mod journal;
 pub mod lock;
 pub mod naming;
 mod options;
+#[cfg(feature = "object-store")]
+pub mod orphans;
 mod pool;
 mod pool_state;
 mod projector;

@@ -45,8 +45,7 @@
 //! it); its free-space guard watches the staging disk, the only disk there is to fill.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -59,7 +58,7 @@ mod bucket;
 mod download;
 pub mod lease;
 mod shipper;
-mod staging;
+pub(crate) mod staging;
 
 pub use bucket::{Bucket, BucketSnapshot, Listed};
 pub use download::{Downloaded, download, download_private};
@@ -142,7 +141,10 @@ impl RemoteMirror {
 
     /// A mirror of the staging directory a writer that was killed left: it goes on from what
     /// `state` says was shipped, under the names it claimed.
-    fn resume_staging(state: &staging::ShipState, staging: &Path) -> Result<Self, String> {
+    pub(crate) fn resume_staging(
+        state: &staging::ShipState,
+        staging: &Path,
+    ) -> Result<Self, String> {
         Self::start_from(state.clone(), staging, DEFAULT_SHIP_INTERVAL, None)
             .map_err(|e| e.to_string())
     }
@@ -324,89 +326,6 @@ impl RemoteMirror {
             .unwrap_or_default();
         result.map(|()| stats)
     }
-}
-
-/// What [`ship_orphans`] did with one staging directory.
-#[derive(Debug)]
-pub struct Orphan {
-    /// The staging directory.
-    pub staging: PathBuf,
-    /// Where it shipped to (when its state said).
-    pub url: Option<String>,
-    /// `Ok(bytes shipped)` when everything is in the store now (and the directory removed),
-    /// or why not (the directory kept).
-    pub outcome: Result<u64, String>,
-}
-
-/// Ships what the writers that were killed left in `stagings` (every staging directory of
-/// this user's parent when empty) to the URL each recorded, from where each had got, and
-/// removes each directory once everything in it is in the store. A directory whose writer is
-/// still alive (it holds its lock) is left alone, as is one without a state to go by; one that
-/// cannot be locked (its lock file cannot be made or locked) is left alone and reported, with
-/// a warning naming it.
-pub fn ship_orphans(stagings: &[PathBuf]) -> Result<Vec<Orphan>, RemoteError> {
-    let stagings = if stagings.is_empty() {
-        let parent = staging::staging_parent()?;
-        let mut found: Vec<PathBuf> = fs::read_dir(&parent)
-            .map_err(|source| RemoteError::Staging {
-                path: parent.clone(),
-                source,
-            })?
-            .filter_map(Result::ok)
-            .map(|entry| entry.path())
-            .filter(|path| path.is_dir())
-            .collect();
-        found.sort();
-        found
-    } else {
-        stagings.to_vec()
-    };
-    let mut orphans = Vec::new();
-    for staging in stagings {
-        let lock = match crate::DirLock::acquire(&staging, 0) {
-            Ok(lock) => lock,
-            // Held by a live writer: its own mirror ships it.
-            Err(crate::LockError::Held { .. }) => continue,
-            // Not known to be live: said, not passed over as if it were.
-            Err(error) => {
-                log::warn!(
-                    "ember-write: cannot lock the staging directory {}: {error}; left alone",
-                    staging.display()
-                );
-                orphans.push(Orphan {
-                    staging,
-                    url: None,
-                    outcome: Err(format!("cannot be locked, left alone: {error}")),
-                });
-                continue;
-            }
-        };
-        let Some(state) = staging::ShipState::read(&staging) else {
-            orphans.push(Orphan {
-                staging,
-                url: None,
-                outcome: Err(format!(
-                    "no {} in it: not a staging directory, or its writer died before \
-                     its first pass",
-                    staging::STATE_FILE
-                )),
-            });
-            continue;
-        };
-        let outcome = RemoteMirror::resume_staging(&state, &staging)
-            .and_then(|mirror| mirror.close().map_err(|e| e.to_string()))
-            .map(|stats| stats.bytes);
-        drop(lock);
-        if outcome.is_ok() {
-            let _ = fs::remove_dir_all(&staging);
-        }
-        orphans.push(Orphan {
-            staging,
-            url: Some(state.url),
-            outcome,
-        });
-    }
-    Ok(orphans)
 }
 
 impl Drop for RemoteMirror {
@@ -815,52 +734,5 @@ mod tests {
 
     fn whole_records_of(bytes: &[u8]) -> usize {
         shipper::whole_records(bytes)
-    }
-
-    /// A writer killed between passes leaves its staging directory with what it had not
-    /// shipped; `ship_orphans` (`ember push`) ships it, from where the writer got and under the
-    /// names it claimed, and removes the directory.
-    #[test]
-    fn a_killed_writer_s_staging_is_shipped_from_where_it_got() {
-        let bucket = tempfile::tempdir().unwrap();
-        let url = format!("file://{}/run", bucket.path().display());
-        std::fs::create_dir_all(bucket.path().join("run")).unwrap();
-        let staging = new_staging().unwrap();
-        let name = "events.out.tfevents.0000000001.h.1.0";
-        let mut stream = Vec::new();
-        crate::framing::frame_into(&mut stream, b"shipped before the kill");
-        std::fs::write(staging.join(name), &stream).unwrap();
-        let mirror = RemoteMirror::start(&url, &staging, Duration::from_secs(3600)).unwrap();
-        mirror.ship().unwrap();
-        // Killed: its thread ships nothing more (SIGKILL runs no close).
-        std::mem::forget(mirror);
-        crate::framing::frame_into(&mut stream, b"written, never shipped");
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(staging.join(name))
-            .unwrap();
-        let tail = &stream[stream.len() - 38..];
-        std::io::Write::write_all(&mut file, tail).unwrap();
-        drop(file);
-        let orphans = ship_orphans(std::slice::from_ref(&staging)).unwrap();
-        assert_eq!(orphans.len(), 1);
-        assert_eq!(orphans[0].outcome.as_ref().unwrap(), &(tail.len() as u64));
-        assert!(!staging.exists(), "a shipped staging directory is removed");
-        let local = download_private(&url).unwrap();
-        assert_eq!(std::fs::read(local.path().join(name)).unwrap(), stream);
-    }
-
-    /// Before: a staging directory that could not be locked was passed over in silence, as if
-    /// a live writer held it.
-    #[test]
-    fn a_staging_directory_that_cannot_be_locked_is_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let not_a_dir = dir.path().join("staging");
-        std::fs::write(&not_a_dir, b"").unwrap();
-        let orphans = ship_orphans(std::slice::from_ref(&not_a_dir)).unwrap();
-        assert_eq!(orphans.len(), 1);
-        assert_eq!(orphans[0].staging, not_a_dir);
-        let why = orphans[0].outcome.as_ref().unwrap_err();
-        assert!(why.starts_with("cannot be locked"), "{why}");
     }
 }

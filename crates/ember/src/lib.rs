@@ -100,6 +100,10 @@ pub use ember_pool::{DevicePool, PoolOptions, SpawnError, StepError};
 /// Replacing a file atomically and durably (ember-write's helper, for the files a caller
 /// rewrites whole beside a run: a command line, a model).
 pub use ember_write::durable;
+/// What killed writers left in their staging directories, shipped to their object store
+/// (`ember push`): see [`ember_write::orphans::ship_orphans`].
+#[cfg(feature = "object-store")]
+pub use ember_write::orphans::{Orphan, ship_orphans};
 /// The summary data model and packing (ember-pack, layer L0), re-exported by ember-write.
 pub use ember_write::pack;
 #[doc(inline)]
@@ -110,10 +114,6 @@ pub use ember_write::pack::{
 /// run's command line and model, when its log directory is a URL).
 #[cfg(feature = "object-store")]
 pub use ember_write::remote::Bucket;
-/// What killed writers left in their staging directories, shipped to their object store
-/// (`ember push`): see [`ember_write::remote::ship_orphans`].
-#[cfg(feature = "object-store")]
-pub use ember_write::remote::{Orphan, ship_orphans};
 #[doc(inline)]
 pub use ember_write::{
     DirLock, Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy,

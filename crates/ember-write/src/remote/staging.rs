@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::store::RemoteError;
 
 /// The file of a staging directory that says where it ships and how far it got.
-pub(super) const STATE_FILE: &str = ".ember-mirror";
+pub(crate) const STATE_FILE: &str = ".ember-mirror";
 
 /// The parent of this user's staging directories, made private when missing and checked when
 /// not.
@@ -94,9 +94,9 @@ fn check_private(path: &Path, meta: &fs::Metadata) -> Result<(), RemoteError> {
 
 /// What the mirror has shipped of a staging directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct ShipState {
+pub(crate) struct ShipState {
     /// The log directory's URL.
-    pub(super) url: String,
+    pub(crate) url: String,
     /// For each event file: bytes shipped, segments shipped.
     pub(super) shipped: BTreeMap<String, (u64, u64)>,
     /// For each staged event file and export directory, the name its objects have.
@@ -144,7 +144,7 @@ impl ShipState {
     }
 
     /// The state kept in `staging`, if any is readable.
-    pub(super) fn read(staging: &Path) -> Option<Self> {
+    pub(crate) fn read(staging: &Path) -> Option<Self> {
         Self::decode(&fs::read_to_string(staging.join(STATE_FILE)).ok()?)
     }
 

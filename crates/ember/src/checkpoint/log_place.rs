@@ -168,6 +168,18 @@ impl LogPlace {
                     self.dir.display(),
                     removed.len()
                 );
+                // What a killed writer of this log had not shipped comes after the checkpoint
+                // too: `ember push` must not ship it after the resumed run's records.
+                let url = self.dir.to_string_lossy();
+                for staging in ember_write::orphans::discard_orphans_of(&url)
+                    .map_err(|e| self.remote_err(e))?
+                {
+                    log::info!(
+                        "removed {}: what the killed run had not shipped to {url} is past the \
+                         checkpoint",
+                        staging.display()
+                    );
+                }
                 return Ok(());
             }
         };
