@@ -118,8 +118,9 @@ impl WriterPool {
         // Counted before it can be settled, so no snapshot shows a fate
         // without its submission.
         self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        let step = record.step();
         if !self.shared.reserve(weight, block, &self.waker) {
-            return self.full();
+            return self.full(step);
         }
         let sent = if block {
             tx.send(Msg::Record(record, weight))
@@ -140,7 +141,7 @@ impl WriterPool {
             }
             Err(TrySendError::Full(())) => {
                 self.shared.release(weight);
-                self.full()
+                self.full(step)
             }
             Err(TrySendError::Disconnected(())) => {
                 self.shared.release(weight);
@@ -152,8 +153,9 @@ impl WriterPool {
 
     /// Counts a record the full queue did not take, and says so under the
     /// error policy.
-    fn full(&self) -> Result<(), WriteError> {
+    fn full(&self, step: i64) -> Result<(), WriteError> {
         self.shared.dropped_full.fetch_add(1, Ordering::SeqCst);
+        self.shared.lost(step);
         // The pool thread may be gathering: have it write now.
         self.waker.unpark();
         if self.full_queue == FullQueuePolicy::Error {
@@ -203,6 +205,13 @@ impl WriterPool {
     /// error, under the raise policy those not yet returned.
     pub fn take_errors(&self) -> Vec<WriteError> {
         self.shared.take_all()
+    }
+
+    /// The smallest step of a record the log lost (a full queue dropped it, a writer dropped
+    /// it, or it was lost to a failed writer), as of the last batch the pool thread finished:
+    /// from there on the log is not whole. `None` while nothing was lost.
+    pub fn first_lost_step(&self) -> Option<i64> {
+        Some(self.shared.first_lost_step.load(Ordering::SeqCst)).filter(|&step| step != i64::MAX)
     }
 
     /// A snapshot of the counters. Per-writer figures are as of the last

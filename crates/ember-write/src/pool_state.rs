@@ -2,7 +2,7 @@
 //! counters, kept errors and the queue's byte budget.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::thread::Thread;
 use std::time::Duration;
@@ -35,6 +35,9 @@ pub(crate) struct PoolState {
     pub(crate) rejected: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) values_rejected: AtomicU64,
+    /// The smallest step of a record the log lost (dropped or lost to a failed writer), or
+    /// `i64::MAX`: where the log stops being whole.
+    pub(crate) first_lost_step: AtomicI64,
     pub(crate) errors: AtomicU64,
     pub(crate) parallel_batches: AtomicU64,
     pub(crate) fsyncs: AtomicU64,
@@ -63,6 +66,7 @@ impl PoolState {
             rejected: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             values_rejected: AtomicU64::new(0),
+            first_lost_step: AtomicI64::new(i64::MAX),
             errors: AtomicU64::new(0),
             parallel_batches: AtomicU64::new(0),
             fsyncs: AtomicU64::new(0),
@@ -128,11 +132,19 @@ impl PoolState {
         self.parallel_batches.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts the fates of a written batch.
-    pub(crate) fn settle(&self, fates: &[Fate]) {
+    /// A record of `step` did not reach the log.
+    pub(crate) fn lost(&self, step: i64) {
+        self.first_lost_step.fetch_min(step, Ordering::SeqCst);
+    }
+
+    /// Counts the fates of a written batch, whose records are of `steps`.
+    pub(crate) fn settle(&self, steps: impl Iterator<Item = i64>, fates: &[Fate]) {
         let mut counts = [0u64; 4];
-        for &fate in fates {
+        for (step, &fate) in steps.zip(fates) {
             counts[fate as usize] += 1;
+            if matches!(fate, Fate::Dropped | Fate::Failed) {
+                self.lost(step);
+            }
         }
         let [written, dropped, failed, rejected] = counts;
         self.written.fetch_add(written, Ordering::SeqCst);

@@ -396,7 +396,10 @@ impl Worker {
                 self.fail(idx, e);
             }
         }
-        self.shared.settle(self.ctx.record_fates.fates());
+        self.shared.settle(
+            batch.iter().map(Record::step),
+            self.ctx.record_fates.fates(),
+        );
     }
 
     fn break_plan(&mut self) {

@@ -34,6 +34,8 @@ mod error;
 mod item;
 mod lineage;
 mod optimizer_shards;
+#[cfg(all(test, feature = "object-store"))]
+mod ranks_in_a_bucket_tests;
 mod report;
 mod run;
 mod run_state;
@@ -50,7 +52,7 @@ pub use error::TrainError;
 pub use item::TrainingItem;
 use lineage::{eval_lineage, train_lineage};
 pub(crate) use optimizer_shards::OptimizerShards;
-pub use report::{EpochReport, StepReport, TrainReport};
+pub use report::{EpochReport, LOG_GAP_TAG, LogGap, StepReport, TrainReport};
 pub(crate) use run_state::RunState;
 
 /// What the [`Trainer`] trains: a burn-train model that steps on batches of its input and

@@ -17,7 +17,6 @@ mod trainer;
 
 // Ranks as threads of this process (`LocalGroup`); under `mpirun`: `cargo xtask mpi`.
 mod ranks;
-mod ranks_bucket;
 mod ranks_resume;
 
 // burn-train's own Learner with ember's logger and pool strategy, and its checkpoints.

@@ -76,6 +76,14 @@ fn decode_tensorboard(event: tensorboard::Event, run: &mut RunReport) {
                     None => ("empty", None),
                 };
                 run.add(kind, &value.tag, step, scalar);
+                if kind == "text"
+                    && value.tag == ember::LOG_GAP_TAG
+                    && let Some(V::Tensor(t)) = &value.value
+                    && let Some(note) = t.string_val.first()
+                {
+                    let note = String::from_utf8_lossy(note).into_owned();
+                    run.log_gaps.push((event.step, note));
+                }
                 match details(&plugin, value.value) {
                     Some(Ok(details)) => {
                         for detail in details {

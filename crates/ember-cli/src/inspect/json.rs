@@ -68,6 +68,11 @@ fn run_json(dir: &Path, run: &RunReport, values: bool) -> Json {
         "files": files,
         "projector": projector,
         "tags": tags,
+        "log_gaps": run
+            .log_gaps
+            .iter()
+            .map(|(step, note)| json!({ "step": step, "note": note }))
+            .collect::<Vec<_>>(),
     })
 }
 

@@ -174,6 +174,9 @@ pub(super) struct RunReport {
     pub(super) value_problems: Vec<(String, ValueProblem)>,
     /// The run's projector config, when it has one.
     pub(super) projector: Option<ProjectorReport>,
+    /// The gaps a resumed Trainer run noted in its log ([`ember::LOG_GAP_TAG`]): the step each
+    /// was noted at and its text.
+    pub(super) log_gaps: Vec<(i64, String)>,
 }
 
 /// The run's `projector_config.pbtxt`: where it is and what is wrong with it or its files.

@@ -1,5 +1,5 @@
 //! The text output: per run, its projector config and files with their problems, then its
-//! tags by kind with counts, steps and each kind's figures, and, for a Trainer's run, where its
+//! tags by kind with counts, steps and each kind's figures, the gaps a resume noted, and, for a Trainer's run, where its
 //! step time went; a last line of totals.
 
 use std::collections::BTreeMap;
@@ -30,6 +30,9 @@ pub(super) fn print_text(runs: &BTreeMap<PathBuf, RunReport>, errors: usize, war
         files += run_files;
         records += run_records;
         print_tags(run);
+        for (step, note) in &run.log_gaps {
+            crate::output::out(format!("  log gap (noted at step {step}): {note}"));
+        }
         if let Some(times) = step_times(run) {
             for line in times.to_string().lines() {
                 crate::output::out(format!("  {line}"));

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
@@ -176,4 +177,93 @@ fn a_checkpoint_directory_without_room_costs_the_checkpoints_not_the_run() {
         .collect();
     assert_eq!(steps, (1..=steps.len() as i64).collect::<Vec<_>>());
     assert_eq!(summaries.scalars["valid/loss"].len(), 4, "{printed}");
+}
+
+/// Before: the run went on past its log writer's failure and checkpointed (its checkpoints on a
+/// disk of their own); the resume after space was freed exited 0 with the log missing the
+/// steps between the failure and the checkpoint, and nothing said so. Now the resume warns with
+/// the steps, notes them in the log, and `ember inspect` shows them.
+#[test]
+fn a_resume_after_the_log_disk_filled_names_the_steps_the_log_lacks() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log_disk = Tmpfs::mount(dir.path().join("m"), "2m");
+    let run = log_disk.0.join("full");
+    let _checkpoint_disk = Tmpfs::mount(run.join("checkpoints"), "64m");
+    let run_arg = run.to_str().unwrap();
+    let mut training = super::Training::past_first_epoch(
+        dir.path(),
+        &[
+            "--epochs",
+            "150",
+            "--keep-checkpoints",
+            "1",
+            "--logdir",
+            run_arg,
+        ],
+    );
+    training.wait_for("writer failed and was removed");
+    // Two epochs on, each ending in a checkpoint the log has no records for.
+    training.wait_for("epoch ");
+    training.wait_for("epoch ");
+    training.signal("-TERM");
+    let stopped = super::exit_within(&mut training.child, Duration::from_secs(60));
+    assert_eq!(stopped.code(), Some(143), "{}", training.printed());
+    let remounted = Command::new("mount")
+        .args(["-o", "remount,size=64m"])
+        .arg(&log_disk.0)
+        .status()
+        .unwrap();
+    assert!(remounted.success());
+
+    let resumed = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(["train", "--resume", run_arg])
+        .output()
+        .unwrap();
+    let printed = text(&resumed.stderr);
+    assert!(resumed.status.success(), "{printed}");
+    let (from, to) = printed
+        .split("lacks records of steps ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|range| range.split_once("..="))
+        .map(|(from, to)| (from.parse::<i64>().unwrap(), to.parse::<i64>().unwrap()))
+        .unwrap_or_else(|| panic!("the resume names no steps the log lacks:\n{printed}"));
+    assert!(from <= to, "{printed}");
+
+    // The log lacks train/loss inside the gap, and from the checkpoint on has each step once.
+    let summaries = Summaries::read_dir(&run).unwrap();
+    let steps: Vec<i64> = summaries.scalars["train/loss"]
+        .iter()
+        .map(|p| p.step)
+        .collect();
+    let in_gap = steps.iter().filter(|s| (from..=to).contains(*s)).count();
+    assert!(
+        in_gap < (to - from + 1) as usize,
+        "nothing missing in {from}..={to}"
+    );
+    let after: Vec<i64> = steps.iter().copied().filter(|s| *s > to).collect();
+    let last = *steps.last().unwrap();
+    assert_eq!(after, (to + 1..=last).collect::<Vec<_>>());
+    let notes = &summaries.texts[ember::LOG_GAP_TAG];
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].step, from);
+    assert!(
+        notes[0].text.contains(&format!("steps {from}..={to}")),
+        "{notes:?}"
+    );
+
+    let inspected = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(["inspect", run_arg])
+        .output()
+        .unwrap();
+    let shown = text(&inspected.stdout);
+    assert!(
+        shown.contains(&format!(
+            "log gap (noted at step {from}): steps {from}..={to} lack records"
+        )),
+        "{shown}"
+    );
 }

@@ -169,6 +169,20 @@ impl Training {
         }
     }
 
+    /// Waits for a line that contains `text` (everything up to it kept in `printed`).
+    fn wait_for(&mut self, text: &str) {
+        loop {
+            let line = (self.lines)
+                .recv_timeout(Duration::from_secs(300))
+                .unwrap_or_else(|_| panic!("no line with `{text}`:\n{}", self.printed));
+            self.printed.push_str(&line);
+            self.printed.push('\n');
+            if line.contains(text) {
+                return;
+            }
+        }
+    }
+
     /// Sends the process `signal` (`kill`'s spelling: `-TERM`).
     fn signal(&self, signal: &str) {
         let pid = self.child.0.id().to_string();

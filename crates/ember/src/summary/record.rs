@@ -122,6 +122,17 @@ impl SummaryRecord {
             .collect()
     }
 
+    /// The smallest step of a record this record's log lost (a full queue, a writer's size cap,
+    /// a failed writer: a full disk), of any sub-run: from there on the log is not whole.
+    /// `None` while nothing was lost.
+    pub fn first_lost_step(&self) -> Option<i64> {
+        self.pool
+            .iter()
+            .chain(self.children.values())
+            .filter_map(WriterPool::first_lost_step)
+            .min()
+    }
+
     /// A handle for model code to record values from inside a step.
     pub fn tap(&self) -> SummaryTap {
         self.tap.clone()

@@ -89,7 +89,7 @@ impl Checkpointer {
     /// is one), the model, optimizer and scheduler turned into bytes, then the file written
     /// on the checkpoint thread.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn save<M: Module>(
+    pub(crate) fn save<M: Module + 'static>(
         &mut self,
         position: &Position,
         steps: usize,
@@ -104,25 +104,28 @@ impl Checkpointer {
             return Ok(());
         }
         self.wait()?;
+        let mut lost_from = None;
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some(Taken::Snapshot(place, snapshot)) => Some((place, snapshot)),
+            Some(Taken::Snapshot(place, snapshot, lost)) => {
+                lost_from = lost;
+                Some((place, snapshot))
+            }
             Some(Taken::Skipped) => {
                 self.pass_over(steps, position.epoch_done);
                 return Ok(());
             }
             None => None,
         };
-        // The state is read out here, as it is at this step; turning it into bytes, the larger
-        // part of the work, is the checkpoint thread's.
+        // The state as it is at this step, taken as Burn shares it (its tensors' storage, one
+        // count more each), not copied: reading it out of Burn (`into_record`, a copy of every
+        // tensor's bytes) and into bytes is the checkpoint thread's. The steps after this one
+        // cannot change what it reads: a backend writes in place only into storage nothing
+        // else holds, and makes new storage otherwise.
         let (model, optimizer, scheduler) = parts;
-        let model = model.clone().into_record();
-        let optimizer: Vec<_> = optimizer
-            .shards()
-            .iter()
-            .map(ModuleOptimizer::to_record)
-            .collect();
+        let model = model.clone();
+        let optimizer: Vec<ModuleOptimizer> = optimizer.shards().to_vec();
         let scheduler = scheduler.to_record();
-        let meta = encode_meta(position, steps, optimizer_steps, state, identity);
+        let meta = encode_meta(position, steps, optimizer_steps, state, identity, lost_from);
         let stamp = job_stamp(steps, position.epoch_done);
         let build = move || -> Result<Checkpoint, CheckpointError> {
             // The log's bytes the snapshot counts reach the disk before the checkpoint that
@@ -141,6 +144,8 @@ impl Checkpointer {
                 }
             };
             let bytes = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
+            let model = model.into_record();
+            let optimizer = optimizer.iter().map(ModuleOptimizer::to_record).collect();
             let mut checkpoint = Checkpoint::new()
                 .with("meta", meta.into_bytes())
                 .with(JOB_STAMP, stamp)
@@ -209,7 +214,7 @@ impl Checkpointer {
             return Ok(true);
         }
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some(Taken::Snapshot(place, snapshot)) => {
+            Some(Taken::Snapshot(place, snapshot, _)) => {
                 snapshot.sync(&place)?;
                 snapshot.encode()
             }
@@ -349,8 +354,10 @@ fn flushed_snapshot(
         );
         return Ok(Taken::Skipped);
     }
+    // Read after the flush: every record up to this step has its fate.
+    let lost_from = summary.first_lost_step();
     match place.take() {
-        Ok(snapshot) => Ok(Taken::Snapshot(place.clone(), snapshot)),
+        Ok(snapshot) => Ok(Taken::Snapshot(place.clone(), snapshot, lost_from)),
         Err(error) if place.remote() => {
             log::warn!("skipping a checkpoint: {error}");
             Ok(Taken::Skipped)
@@ -359,9 +366,37 @@ fn flushed_snapshot(
     }
 }
 
+/// Warns of each gap a resumed run found in its log (records lost while training went on,
+/// before the checkpoint it went on from: a resume cannot write them again), and notes it in the
+/// log at its first step under [`LOG_GAP_TAG`](crate::LOG_GAP_TAG), once: the checkpoints after
+/// this point count it noted.
+pub(crate) fn note_log_gaps(
+    state: &mut RunState,
+    summary: &mut SummaryRecord,
+    faults: &mut SummaryFaults,
+) -> Result<(), TrainError> {
+    for gap in std::mem::take(&mut state.unnoted_log_gaps) {
+        let (from, to) = (gap.from, gap.to);
+        log::warn!(
+            "the log under {} lacks records of steps {from}..={to}: they were lost (a full disk, \
+             a failed writer) while training went on, and this resume goes on from the \
+             checkpoint at step {to}, so they cannot be written again",
+            summary.log_dir().display()
+        );
+        let note = format!(
+            "steps {from}..={to} lack records in this log: they were lost (a full disk, a failed \
+             writer) while training went on, before the checkpoint at step {to} a resume went on \
+             from"
+        );
+        faults.check(summary.add_text(crate::LOG_GAP_TAG, &note, from))?;
+    }
+    Ok(())
+}
+
 /// What [`flushed_snapshot`] took.
 enum Taken {
-    Snapshot(LogPlace, Snapshot),
+    /// The log's place and position, and the first step its record lost, if any.
+    Snapshot(LogPlace, Snapshot, Option<i64>),
     /// No checkpoint now: the log's store is not taking what was written.
     Skipped,
 }
@@ -681,11 +716,17 @@ mod tests {
             reduction: "mean",
             model: "a.weight:6,a.bias:2".into(),
         };
-        let text = encode_meta(&position, 11, 5, &state, &identity);
+        state.report.log_gaps = vec![crate::LogGap { from: 3, to: 7 }];
+        let text = encode_meta(&position, 11, 5, &state, &identity, Some(9));
         let fields = Fields::parse(&text);
         assert_eq!(identity.mismatch(&fields), None);
         let (p, steps, updates, s) = decode_meta(&fields).unwrap();
         assert_eq!((p, steps, updates), (position, 11, 5));
+        // The gap this run had is noted in its log already; the one it has now, from step 9 to
+        // the checkpoint's, is for the resume to note.
+        let lost = crate::LogGap { from: 9, to: 11 };
+        assert_eq!(s.report.log_gaps, [crate::LogGap { from: 3, to: 7 }, lost]);
+        assert_eq!(s.unnoted_log_gaps, [lost]);
         assert_eq!(s.latest_train_loss, Some(0.1 + 0.2));
         assert!(s.learning_rate.unwrap().is_nan());
         assert_eq!(
@@ -715,5 +756,41 @@ mod tests {
                 .unwrap()
                 .contains("the model changed")
         );
+    }
+
+    /// What a checkpoint takes on the training thread is the step's state, shared with Burn:
+    /// the steps after it (Adam's, which the backend may do in place where it can) leave what
+    /// the checkpoint thread reads later as it was.
+    #[test]
+    fn a_snapshot_is_unchanged_by_the_steps_after_it() {
+        use burn::optim::{AdamConfig, GradientsParams};
+        use burn::tensor::{Device, Tensor};
+
+        let device = Device::flex().autodiff();
+        let mut model = ember_tests::seeded_mlp(32, 7, &device);
+        let mut optimizer = AdamConfig::new().init();
+        let x = Tensor::<2>::ones([4, 2], &device);
+        let step = |model: ember_tests::Mlp, optimizer: &mut ModuleOptimizer| {
+            let grads =
+                GradientsParams::from_grads(model.forward(x.clone()).sum().backward(), &model);
+            optimizer.step(1e-2, model, grads)
+        };
+        model = step(model, &mut optimizer);
+        let bytes = |model: ember_tests::Mlp, optimizer: &ModuleOptimizer| {
+            let model = model.into_record().into_bytes().unwrap();
+            let optimizer = optimizer.to_record().into_bytes().unwrap();
+            (model.to_vec(), optimizer.to_vec())
+        };
+        let at_the_step = bytes(model.clone(), &optimizer);
+        let (shared_model, shared_optimizer) = (model.clone(), optimizer.clone());
+        for _ in 0..3 {
+            model = step(model, &mut optimizer);
+        }
+        assert_ne!(
+            bytes(model, &optimizer),
+            at_the_step,
+            "the steps changed nothing"
+        );
+        assert_eq!(bytes(shared_model, &shared_optimizer), at_the_step);
     }
 }

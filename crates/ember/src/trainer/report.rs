@@ -71,7 +71,25 @@ pub struct TrainReport {
     /// Checkpoints a full disk (or a quota) had no room for; the run went on without them,
     /// and the first was logged as an error. A resume goes on from the last one written.
     pub checkpoints_failed: usize,
+    /// Steps the run's log lacks for good: records lost while training went on (a full disk, a
+    /// failed writer) before a checkpoint that a resume then went on from, which cannot write
+    /// them again. Each was logged as a warning at the resume and is noted in the log itself
+    /// ([`LOG_GAP_TAG`]).
+    pub log_gaps: Vec<LogGap>,
 }
+
+/// Steps `from..=to` whose records a run's log lacks for good (see [`TrainReport::log_gaps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogGap {
+    /// The first step a record was lost at.
+    pub from: i64,
+    /// The step of the checkpoint the run went on from: nothing after it is missing.
+    pub to: i64,
+}
+
+/// The text tag a resumed run notes each of its log's gaps under, at the gap's first step
+/// (`ember inspect` lists them; TensorBoard shows them in its text dashboard).
+pub const LOG_GAP_TAG: &str = "ember/log_gap";
 
 impl TrainReport {
     /// The last epoch's figures.

@@ -85,6 +85,7 @@ impl<M: Trainable> Trainer<M> {
         if lead && let Some(summary) = summary.as_deref_mut() {
             let resumed = started.from.is_some();
             self.record_start(&started.model, resumed, valid.is_some(), summary, faults)?;
+            super::checkpointing::note_log_gaps(state, summary, faults)?;
         }
         // A sampler that cannot start costs the run its system/… scalars, nothing else.
         let system = match self.config.system_every {
@@ -138,7 +139,7 @@ impl<M: Trainable> Trainer<M> {
     }
 }
 
-impl<M: Module + Clone> Loop<'_, M> {
+impl<M: Module + Clone + 'static> Loop<'_, M> {
     /// Takes a checkpoint at `position` if `when` calls for one in this run. Across ranks,
     /// only at epoch ends: a rank whose shard is done joins the others' rounds inside the
     /// driver, with no point between them where every rank is, and a stop is not reached by

@@ -18,6 +18,9 @@ pub(crate) struct RunState {
     pub(crate) train_examples: Option<usize>,
     /// Validation examples of the latest validation.
     pub(crate) valid_examples: Option<usize>,
+    /// The gaps of [`TrainReport::log_gaps`](crate::TrainReport::log_gaps) that the log does not
+    /// note yet: found at this resume, noted right after its rollback.
+    pub(crate) unnoted_log_gaps: Vec<crate::LogGap>,
     /// Whether the run got past its start (resume included) and may have written to the log:
     /// a run refused before it has nothing to record the end of.
     pub(crate) began: bool,

@@ -17,6 +17,7 @@ pub(super) fn encode_meta(
     optimizer_steps: usize,
     state: &RunState,
     identity: &Identity,
+    lost_from: Option<i64>,
 ) -> String {
     let float = |x: f64| format!("{:016x}", x.to_bits());
     let opt_f = |x: Option<f64>| x.map_or("-".into(), float);
@@ -45,6 +46,14 @@ pub(super) fn encode_meta(
         format!("valid_examples={}", opt_n(state.valid_examples)),
         format!("summary_errors={}", state.report.summary_errors),
     ];
+    // The gaps this run was resumed with are noted in the log before this checkpoint (right
+    // after the resume's rollback); the one this run's own log has is not yet.
+    for gap in &state.report.log_gaps {
+        lines.push(format!("log_gap={} {} noted", gap.from, gap.to));
+    }
+    if let Some(from) = lost_from.filter(|&from| from <= steps as i64) {
+        lines.push(format!("log_gap={from} {steps} unnoted"));
+    }
     for e in &state.report.epochs {
         lines.push(format!(
             "epoch_report={} {} {} {} {} {}",
@@ -183,6 +192,7 @@ pub(super) fn decode_meta(
             examples_per_second: parse_float(speed).ok_or_else(bad)?,
         });
     }
+    decode_log_gaps(fields, &mut state)?;
     let steps = fields.usize("steps")?;
     let optimizer_steps = fields.usize("optimizer_steps")?;
     if steps > MAX_COUNT || optimizer_steps > MAX_COUNT {
@@ -191,6 +201,28 @@ pub(super) fn decode_meta(
         ));
     }
     Ok((position, steps, optimizer_steps, state))
+}
+
+/// The `log_gap=<from> <to> <noted|unnoted>` lines into `state`'s report, the unnoted ones also
+/// into what the resume notes.
+fn decode_log_gaps(fields: &Fields, state: &mut RunState) -> Result<(), String> {
+    for line in fields.all("log_gap") {
+        let bad = || format!("`log_gap={line}`");
+        let [from, to, noted] = line.split(' ').collect::<Vec<_>>()[..] else {
+            return Err(bad());
+        };
+        let gap = crate::LogGap {
+            from: from.parse().map_err(|_| bad())?,
+            to: to.parse().map_err(|_| bad())?,
+        };
+        match noted {
+            "noted" => {}
+            "unnoted" => state.unnoted_log_gaps.push(gap),
+            _ => return Err(bad()),
+        }
+        state.report.log_gaps.push(gap);
+    }
+    Ok(())
 }
 
 impl Identity {

@@ -1,4 +1,4 @@
-//! A job of 2 ranks (threads, `LocalGroup`) whose log is in an object store (a `file://` one,
+//! (With the `object-store` feature.) A job of 2 ranks (threads, `LocalGroup`) whose log is in an object store (a `file://` one,
 //! each rank in its own directory) and whose store stops taking rank 1's log for an epoch: that
 //! epoch's checkpoint is passed over on every rank, and the next one is whole again, so a
 //! resume after a later failure goes on from parts of one step and ends as a job that never
@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
-use ember::collective::{Communicator, LocalGroup};
-use ember::read::Summaries;
-use ember::{
+use ember_collective::{Communicator, LocalComm, LocalGroup};
+use ember_tests::{PoisonedLoader, parameters, regression_loader, seeded_mlp};
+
+use crate::read::Summaries;
+use crate::{
     CheckpointConfig, RankLayout, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig,
 };
-use ember_tests::{PoisonedLoader, parameters, regression_loader, seeded_mlp};
 
 const EPOCHS: usize = 4;
 
@@ -51,7 +52,7 @@ fn rank_one_store(root: &Path, up: bool) {
 }
 
 fn rank(
-    comm: ember::collective::LocalComm,
+    comm: LocalComm,
     root: &Path,
     trouble: Trouble,
     resume: bool,
