@@ -2,10 +2,12 @@
 //!
 //! 1. One checkpoint of `ember train`'s digits model (a 64-64-10 MLP) and of a 10 M-parameter
 //!    MLP (64-3136-3136-10), each with Adam's state after a step, taken as the Trainer takes
-//!    it: the model, optimizer and scheduler read out into Burn's records on the training
-//!    thread (what holds training up), then turned into bytes, written whole, fsynced and
-//!    renamed, the directory fsynced (what the checkpoint thread does while training goes on).
-//!    Median and range of several rounds, with the file's bytes.
+//!    it: the model and optimizer as Burn shares them and the scheduler's record, on the
+//!    training thread (what holds training up), beside the copy out of Burn the training
+//!    thread made before; the next Adam step with that snapshot held and with none; then read
+//!    out of Burn, into bytes, written whole, fsynced and renamed, the directory fsynced (what
+//!    the checkpoint thread does while training goes on). Median and range of several rounds,
+//!    with the file's bytes.
 //! 2. The Trainer's step time with a checkpoint every 50 optimizer steps (`ember train`'s
 //!    default) and at the epoch's end, against none: the run of `overhead_paired` (200 steps on
 //!    2 workers), in pairs whose order alternates; the median ratio with its quartiles.
@@ -26,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::lr_scheduler::LrSchedulerRecord;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Bytes, Device, Tensor};
 use ember::checkpoint::{Checkpoint, write_durably};
 use ember::{CheckpointConfig, SummaryRecord};
@@ -67,75 +71,183 @@ fn median(mut xs: Vec<f64>) -> (f64, f64, f64) {
     (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
 }
 
-/// Checkpoint rounds of `model` after one Adam step: its stall on the training thread and its
-/// write to the local disk and, given one, into `bucket`.
-fn checkpoint_cost(name: &str, model: Mlp, rounds: usize, bucket: Option<&Store>) {
-    let device = Device::flex().autodiff();
-    let mut optimizer = AdamConfig::new().init();
-    let mut scheduler =
-        burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler::from(1e-3);
-    let x = Tensor::<2>::ones([8, 64], &device);
+/// One Adam step of `model` on a batch of ones.
+fn adam_step(model: Mlp, optimizer: &mut ModuleOptimizer, device: &Device) -> Mlp {
+    let x = Tensor::<2>::ones([8, 64], device);
     let loss = model.forward(x).sum();
     let grads = GradientsParams::from_grads(loss.backward(), &model);
-    let lr = scheduler.step();
-    let model = optimizer.step(lr, model, grads);
+    optimizer.step(1e-3, model, grads)
+}
+
+/// [`adam_step`], its time pushed onto `times`.
+fn timed_step(
+    model: Mlp,
+    optimizer: &mut ModuleOptimizer,
+    device: &Device,
+    times: &mut Vec<f64>,
+) -> Mlp {
+    let started = Instant::now();
+    let model = adam_step(model, optimizer, device);
+    times.push(ms(started));
+    model
+}
+
+/// Milliseconds since `started`.
+fn ms(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+/// Checkpoint rounds of `model`, each after an Adam step, side by side in each round:
+///
+/// - *snapshot*: what the Trainer's training thread does now: the model and the optimizer
+///   taken as Burn shares them (clones of their tensors), the scheduler's record;
+/// - *copy*: what it did before, and what the checkpoint thread now does first: the state read
+///   out of Burn into records (`into_record`, `to_record`: a copy of every tensor's bytes);
+/// - the next Adam step with the snapshot still held (the checkpoint thread still reading it)
+///   against one with none held, in alternating order: what sharing costs the steps after it;
+/// - the checkpoint thread's whole part: the records, into bytes, written, fsynced, renamed;
+///   and, given one, the same bytes whole into `bucket`.
+fn checkpoint_cost(name: &str, mut model: Mlp, rounds: usize, bucket: Option<&Store>) {
+    let device = Device::flex().autodiff();
+    let mut optimizer = AdamConfig::new().init();
+    let mut scheduler = ModuleLrScheduler::from(1e-3);
+    model = adam_step(model, &mut optimizer, &device);
+    let _ = scheduler.step();
     let parameters = model.num_params();
     let dir = tempfile::tempdir().expect("temp dir");
-    let (mut stalls, mut writes, mut puts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut figures: [Vec<f64>; 8] = Default::default();
+    let [
+        snapshots,
+        copies,
+        held,
+        beside,
+        free,
+        writes,
+        beside_writes,
+        puts,
+    ] = &mut figures;
     let mut bytes = 0;
     for round in 0..rounds {
-        // What the Trainer does on the training thread: the state read out at this step.
         let started = Instant::now();
-        let model_record = model.clone().into_record();
-        let optimizer_record = optimizer.to_record();
-        let scheduler_record = scheduler.to_record();
-        let stalled = started.elapsed();
-        // And on the checkpoint thread: into bytes, written whole, fsynced, renamed.
-        let started = Instant::now();
-        let vec = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
-        let checkpoint = Checkpoint::new()
-            .with(
-                "model",
-                vec(model_record.into_bytes().expect("model bytes")),
-            )
-            .with(
-                "optimizer",
-                vec(optimizer_record.into_bytes().expect("optimizer bytes")),
-            )
-            .with(
-                "scheduler",
-                vec(scheduler_record.into_bytes().expect("scheduler bytes")),
-            );
-        let serialized = started.elapsed();
-        let path = write_durably(dir.path(), &format!("ckpt-{round}.ember"), &checkpoint)
-            .expect("checkpoint written");
-        let written = started.elapsed();
-        if let Some(bucket) = bucket {
-            // Into bytes as for the disk, then written whole into the bucket.
-            let whole = serialized.as_secs_f64() + put_whole(bucket, round, &checkpoint);
-            puts.push(whole * 1e3);
+        let copied = (model.clone().into_record(), optimizer.to_record());
+        copies.push(ms(started));
+        drop(copied);
+
+        // The next step three ways, in rotating order: with the snapshot held all through it
+        // (the checkpoint thread's part after it, on this thread), with the checkpoint thread
+        // reading and writing the snapshot beside it (as in the Trainer), and with none.
+        for way in 0..3 {
+            match (round + way) % 3 {
+                0 => {
+                    let snapshot = snapshot_of(&model, &optimizer, &scheduler, snapshots);
+                    model = timed_step(model, &mut optimizer, &device, held);
+                    let (checkpoint, converted) = checkpoint_of(snapshot);
+                    let written = (&checkpoint, converted);
+                    bytes = write_one(dir.path(), round, written, bucket, (writes, puts));
+                }
+                1 => {
+                    let snapshot = snapshot_of(&model, &optimizer, &scheduler, snapshots);
+                    let path = dir.path().to_path_buf();
+                    let thread = std::thread::spawn(move || {
+                        let started = Instant::now();
+                        let (checkpoint, _) = checkpoint_of(snapshot);
+                        let file =
+                            write_durably(&path, &format!("beside-{round}.ember"), &checkpoint)
+                                .expect("checkpoint written");
+                        std::fs::remove_file(file).expect("checkpoint removed");
+                        ms(started)
+                    });
+                    model = timed_step(model, &mut optimizer, &device, beside);
+                    beside_writes.push(thread.join().expect("checkpoint thread"));
+                }
+                _ => model = timed_step(model, &mut optimizer, &device, free),
+            }
         }
-        bytes = std::fs::metadata(&path).expect("checkpoint size").len();
-        std::fs::remove_file(&path).expect("checkpoint removed");
-        stalls.push(stalled.as_secs_f64() * 1e3);
-        writes.push(written.as_secs_f64() * 1e3);
     }
-    let (stall, stall_min, stall_max) = median(stalls);
-    let (write, write_min, write_max) = median(writes);
+    let figure = |xs: &[f64]| {
+        let (median, min, max) = median(xs.to_vec());
+        format!("{median:.2} ms ({min:.2}-{max:.2})")
+    };
     println!(
-        "{name}: {parameters} parameters, checkpoint {bytes} bytes; on the training thread \
-         {stall:.2} ms ({stall_min:.2}-{stall_max:.2}), written and fsynced on the checkpoint \
-         thread {write:.2} ms ({write_min:.2}-{write_max:.2}); median (min-max) of {rounds}"
+        "{name}: {parameters} parameters, checkpoint {bytes} bytes; training thread: snapshot \
+         {}, copy as before {}; the next Adam step: with the checkpoint thread beside it {}, \
+         with the snapshot held all through it {}, with no checkpoint {}; checkpoint thread \
+         (read out, into bytes, written and fsynced) alone {}, beside the step {}; median \
+         (min-max) of {rounds}",
+        figure(snapshots),
+        figure(copies),
+        figure(beside),
+        figure(held),
+        figure(free),
+        figure(writes),
+        figure(beside_writes),
     );
     if !puts.is_empty() {
-        let (put, put_min, put_max) = median(puts);
         println!(
             "{name}: the same checkpoint into bytes and whole in the bucket (one PUT returned) \
-             {put:.2} ms ({put_min:.2}-{put_max:.2}), {:.1}x the local disk; median (min-max) of \
-             {rounds}",
-            put / write
+             {}, {:.1}x the local disk; median (min-max) of {rounds}",
+            figure(puts),
+            median(puts.clone()).0 / median(writes.clone()).0
         );
     }
+}
+
+/// What the Trainer's training thread takes at a checkpoint: the model and the optimizer as
+/// Burn shares them, the scheduler's record; its time pushed onto `times`.
+fn snapshot_of(
+    model: &Mlp,
+    optimizer: &ModuleOptimizer,
+    scheduler: &ModuleLrScheduler,
+    times: &mut Vec<f64>,
+) -> Snapshot {
+    let started = Instant::now();
+    let snapshot = (model.clone(), optimizer.clone(), scheduler.to_record());
+    times.push(ms(started));
+    snapshot
+}
+
+/// A checkpoint's state as the training thread takes it.
+type Snapshot = (Mlp, ModuleOptimizer, LrSchedulerRecord);
+
+/// The checkpoint thread's first part: the snapshot read out of Burn and into bytes; with its
+/// milliseconds.
+fn checkpoint_of((model, optimizer, scheduler): Snapshot) -> (Checkpoint, f64) {
+    let started = Instant::now();
+    let vec = |b: Bytes| b.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
+    let model = model.into_record();
+    let optimizer = optimizer.to_record();
+    let checkpoint = Checkpoint::new()
+        .with("model", vec(model.into_bytes().expect("model bytes")))
+        .with(
+            "optimizer",
+            vec(optimizer.into_bytes().expect("optimizer bytes")),
+        )
+        .with(
+            "scheduler",
+            vec(scheduler.into_bytes().expect("scheduler bytes")),
+        );
+    (checkpoint, ms(started))
+}
+
+/// Writes `checkpoint` durably and, given a bucket, whole into it; each time, with the
+/// `converted` milliseconds it took to make, pushed onto `writes` and `puts`.
+fn write_one(
+    dir: &std::path::Path,
+    round: usize,
+    (checkpoint, converted): (&Checkpoint, f64),
+    bucket: Option<&Store>,
+    (writes, puts): (&mut Vec<f64>, &mut Vec<f64>),
+) -> u64 {
+    let started = Instant::now();
+    let path =
+        write_durably(dir, &format!("ckpt-{round}.ember"), checkpoint).expect("checkpoint written");
+    writes.push(converted + ms(started));
+    if let Some(bucket) = bucket {
+        puts.push(converted + put_whole(bucket, round, checkpoint) * 1e3);
+    }
+    let bytes = std::fs::metadata(&path).expect("checkpoint size").len();
+    std::fs::remove_file(&path).expect("checkpoint removed");
+    bytes
 }
 
 fn main() {
