@@ -39,7 +39,9 @@
 //! instead, an object in the run's prefix that a second writer finds live and is refused by,
 //! renewed while the mirror lives and taken over once stale; see [`lease`] for its timing and
 //! takeover rule, and [`check_lease`] for the check an admission makes before anything is
-//! written.
+//! written. Nor has it a journal of the files its writers made: before a file's first object,
+//! the mirror puts an empty marker (`markers`), and a rollback ([`BucketSnapshot`]) removes
+//! only objects of marked files.
 //!
 //! The pool's size cap keeps its meaning (a file's bytes, which are the bytes uploaded for
 //! it); its free-space guard watches the staging disk, the only disk there is to fill.
@@ -57,6 +59,7 @@ use crate::FullQueuePolicy;
 mod bucket;
 mod download;
 pub mod lease;
+mod markers;
 mod shipper;
 pub(crate) mod staging;
 
@@ -188,6 +191,7 @@ impl RemoteMirror {
             shipped: state.shipped,
             whole: BTreeMap::new(),
             claimed: state.claimed,
+            marked: std::collections::BTreeSet::new(),
             stats: Arc::clone(&stats),
             backlog: Arc::clone(&backlog),
             lease,
@@ -390,9 +394,15 @@ mod tests {
         }
         let stats = mirror.close().unwrap();
         assert_eq!((stats.segments, stats.bytes), (3, ends[5] as u64));
+        // The segments, beside the marker that says the file is the run's.
+        let marker = bucket
+            .path()
+            .join("run/.ember-run/objects/events.out.tfevents.0000000001.h.1.0");
+        assert_eq!(std::fs::read(marker).unwrap(), b"");
         let mut segments: Vec<PathBuf> = std::fs::read_dir(bucket.path().join("run"))
             .unwrap()
             .map(|e| e.unwrap().path())
+            .filter(|path| !path.ends_with(".ember-run"))
             .collect();
         segments.sort();
         let names: Vec<String> = segments

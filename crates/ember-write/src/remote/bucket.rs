@@ -6,6 +6,7 @@
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use super::markers::{marked_file, marked_files};
 use super::store::{RemoteError, in_short, open_store, outside_any_runtime};
 
 /// A prefix of an object store (`s3://bucket/run/checkpoints`), its objects read and written
@@ -167,30 +168,39 @@ impl Bucket {
 /// (segment objects and whole files, by name and size) and the projector config's text. Taken
 /// right after a flush, which ships everything written, so that a segment never straddles the
 /// checkpoint: what came after it is in objects of its own, which [`restore`](Self::restore)
-/// removes.
+/// removes. An object is this writer's when its file is marked as made by ember's writers (see
+/// [`markers`](super::markers)) and its rank owns it by name: another tool's object, or a copy
+/// of the run's file under another name, is never the run's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BucketSnapshot {
     objects: std::collections::BTreeMap<String, u64>,
     projector_config: Option<Vec<u8>>,
+    /// Taken before ember marked its files (`bucket-snapshot 1`): the run's objects are told
+    /// by their names alone, as then.
+    by_name_alone: bool,
 }
 
 /// The projector config, rewritten whole: its text is kept, not its size.
 const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
 
-/// The line a [`BucketSnapshot`]'s text starts with.
-const BUCKET_SNAPSHOT: &str = "bucket-snapshot 1";
+/// The line a [`BucketSnapshot`]'s text starts with: the version that tells the run's objects by
+/// their markers, and the one before, by their names alone.
+const BUCKET_SNAPSHOT: &str = "bucket-snapshot 2";
+const BUCKET_SNAPSHOT_BY_NAME: &str = "bucket-snapshot 1";
 
 impl BucketSnapshot {
-    /// The objects of `bucket` that `ownership` says are this writer's (what ember's writers
-    /// make, of its rank), those under `exclude` (the checkpoints) left out.
+    /// The objects of `bucket` that are this writer's (marked as made by ember's writers, and
+    /// of its rank by `ownership`), those under `exclude` (the checkpoints) left out.
     pub fn take(
         bucket: &Bucket,
         exclude: &[String],
         ownership: crate::Ownership,
     ) -> Result<Self, RemoteError> {
         let mut snapshot = Self::default();
-        for listed in bucket.list()? {
-            if !owned(&listed.name, exclude, ownership) {
+        let listed = bucket.list()?;
+        let marked = marked_files(listed.iter().map(|l| l.name.as_str()));
+        for listed in listed {
+            if !snapshot.ours(&listed.name, &marked, exclude, ownership) {
                 continue;
             }
             if listed.name == PROJECTOR_CONFIG {
@@ -200,6 +210,19 @@ impl BucketSnapshot {
             }
         }
         Ok(snapshot)
+    }
+
+    /// Whether the object `name` is this writer's, `marked` the files the bucket's markers
+    /// name.
+    fn ours(
+        &self,
+        name: &str,
+        marked: &std::collections::BTreeSet<String>,
+        exclude: &[String],
+        ownership: crate::Ownership,
+    ) -> bool {
+        owned(name, exclude, ownership)
+            && (self.by_name_alone || marked.contains(&marked_file(name)))
     }
 
     /// Rolls `bucket` back to this snapshot: every object this writer owns that the snapshot
@@ -214,10 +237,11 @@ impl BucketSnapshot {
         exclude: &[String],
         ownership: crate::Ownership,
     ) -> Result<Vec<String>, RemoteError> {
-        let mut later: Vec<String> = bucket
-            .list()?
+        let listed = bucket.list()?;
+        let marked = marked_files(listed.iter().map(|l| l.name.as_str()));
+        let mut later: Vec<String> = listed
             .into_iter()
-            .filter(|listed| owned(&listed.name, exclude, ownership))
+            .filter(|listed| self.ours(&listed.name, &marked, exclude, ownership))
             .filter(|listed| listed.name != PROJECTOR_CONFIG)
             .filter(|listed| !self.objects.contains_key(&listed.name))
             .map(|listed| listed.name)
@@ -226,7 +250,9 @@ impl BucketSnapshot {
         for name in later.iter().rev() {
             bucket.delete(name)?;
         }
-        if ownership.owns(std::path::Path::new(PROJECTOR_CONFIG)) {
+        let config_ours = self.projector_config.is_some()
+            || self.ours(PROJECTOR_CONFIG, &marked, exclude, ownership);
+        if config_ours && ownership.owns(std::path::Path::new(PROJECTOR_CONFIG)) {
             match &self.projector_config {
                 Some(text) => {
                     if bucket.get(PROJECTOR_CONFIG)?.as_ref() != Some(text) {
@@ -239,10 +265,16 @@ impl BucketSnapshot {
         Ok(later)
     }
 
-    /// The snapshot as text: its first line says it is a bucket's; names hex-encoded.
+    /// The snapshot as text: its first line says it is a bucket's, and its version; names
+    /// hex-encoded.
     pub fn encode(&self) -> String {
         let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        let mut lines = vec![BUCKET_SNAPSHOT.to_owned()];
+        let version = if self.by_name_alone {
+            BUCKET_SNAPSHOT_BY_NAME
+        } else {
+            BUCKET_SNAPSHOT
+        };
+        let mut lines = vec![version.to_owned()];
         for (name, size) in &self.objects {
             lines.push(format!("o {} {size}", hex(name.as_bytes())));
         }
@@ -254,7 +286,10 @@ impl BucketSnapshot {
 
     /// Whether `text` is a bucket snapshot's.
     pub fn is_one(text: &str) -> bool {
-        text.lines().next() == Some(BUCKET_SNAPSHOT)
+        matches!(
+            text.lines().next(),
+            Some(BUCKET_SNAPSHOT | BUCKET_SNAPSHOT_BY_NAME)
+        )
     }
 
     /// Reads what [`encode`](Self::encode) wrote.
@@ -269,10 +304,15 @@ impl BucketSnapshot {
                 .collect()
         };
         let mut lines = text.lines();
-        if lines.next() != Some(BUCKET_SNAPSHOT) {
-            return None;
-        }
-        let mut snapshot = Self::default();
+        let by_name_alone = match lines.next() {
+            Some(BUCKET_SNAPSHOT) => false,
+            Some(BUCKET_SNAPSHOT_BY_NAME) => true,
+            _ => return None,
+        };
+        let mut snapshot = Self {
+            by_name_alone,
+            ..Self::default()
+        };
         for line in lines {
             let fields: Vec<&str> = line.split(' ').collect();
             match fields.as_slice() {
@@ -334,6 +374,20 @@ mod tests {
         assert_eq!(bucket.list().unwrap().len(), 1);
     }
 
+    /// Puts `name` as ember's shipper does: its file's marker first, then the object.
+    fn ours(bucket: &Bucket, name: &str, bytes: &[u8]) {
+        bucket
+            .put(&super::super::markers::marker_of(name), Vec::new())
+            .unwrap();
+        bucket.put(name, bytes.to_vec()).unwrap();
+    }
+
+    /// The objects of `bucket` but the markers.
+    fn names(bucket: &Bucket) -> Vec<String> {
+        let names = bucket.list().unwrap().into_iter().map(|l| l.name);
+        names.filter(|n| !n.starts_with(".ember-run/")).collect()
+    }
+
     #[test]
     fn a_bucket_rolls_back_to_its_snapshot_and_a_second_rollback_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
@@ -342,10 +396,8 @@ mod tests {
         let tb = "events.out.tfevents.0000000001.h.7.0";
         let alone = crate::Ownership::ALONE;
         let exclude = ["checkpoints".to_owned()];
-        bucket
-            .put(&format!("{tb}.00000001"), b"one".to_vec())
-            .unwrap();
-        bucket.put(PROJECTOR_CONFIG, b"config a".to_vec()).unwrap();
+        ours(&bucket, &format!("{tb}.00000001"), b"one");
+        ours(&bucket, PROJECTOR_CONFIG, b"config a");
         bucket
             .put("checkpoints/ckpt-000000000001.ember", b"c".to_vec())
             .unwrap();
@@ -355,34 +407,39 @@ mod tests {
             BucketSnapshot::decode(&snapshot.encode()),
             Some(snapshot.clone())
         );
-        // What came after the checkpoint.
-        bucket
-            .put(&format!("{tb}.00000002"), b"two".to_vec())
-            .unwrap();
-        bucket.put("export_1/w.npy", b"x".to_vec()).unwrap();
-        bucket.put(PROJECTOR_CONFIG, b"config b".to_vec()).unwrap();
+        // What came after the checkpoint, and another tool's event file and a copy of one of
+        // the run's segments, which are not the run's, whatever their names.
+        write_after_the_checkpoint(&bucket, tb);
         bucket
             .put("checkpoints/ckpt-000000000002.ember", b"c".to_vec())
             .unwrap();
+        let evaluator = "eval/events.out.tfevents.1700000000.h.1.0";
+        let copy = format!("backup/{tb}.00000002");
+        bucket.put(evaluator, vec![7; 6000]).unwrap();
+        bucket.put(&copy, b"two".to_vec()).unwrap();
         let removed = snapshot.restore(&bucket, &exclude, alone).unwrap();
         assert_eq!(
             removed,
             [
                 "events.out.tfevents.0000000001.h.7.0.00000002",
+                "events.out.tfevents.0000000001.h.7.0.00000003",
                 "export_1/w.npy"
             ]
         );
-        let names: Vec<String> = bucket.list().unwrap().into_iter().map(|l| l.name).collect();
         assert_eq!(
-            names,
+            names(&bucket),
             [
+                copy.as_str(),
                 "checkpoints/ckpt-000000000001.ember",
                 "checkpoints/ckpt-000000000002.ember",
+                evaluator,
                 "events.out.tfevents.0000000001.h.7.0.00000001",
                 "notes.txt",
                 PROJECTOR_CONFIG,
             ]
         );
+        assert_eq!(bucket.get(evaluator).unwrap().unwrap(), vec![7; 6000]);
+        assert_eq!(bucket.get(&copy).unwrap().unwrap(), b"two");
         assert_eq!(bucket.get(PROJECTOR_CONFIG).unwrap().unwrap(), b"config a");
         assert!(
             snapshot
@@ -414,14 +471,36 @@ mod tests {
 
     /// What a run writes after its checkpoint: two more segments, an export and a new config.
     fn write_after_the_checkpoint(bucket: &Bucket, tb: &str) {
+        ours(bucket, &format!("{tb}.00000002"), b"two");
+        ours(bucket, &format!("{tb}.00000003"), b"three");
+        ours(bucket, "export_1/w.npy", b"x");
+        ours(bucket, PROJECTOR_CONFIG, b"config b");
+    }
+
+    /// A snapshot from before the markers (`bucket-snapshot 1`) still tells the run's objects by
+    /// their names, as it was taken to: a resume of such a run goes on as it did.
+    #[test]
+    fn a_snapshot_from_before_the_markers_tells_the_run_s_objects_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        let bucket = Bucket::open(&format!("file://{}/run", dir.path().display())).unwrap();
+        let tb = "events.out.tfevents.0000000001.h.7.0";
+        let hex: String = format!("{tb}.00000001")
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let snapshot = BucketSnapshot::decode(&format!("bucket-snapshot 1\no {hex} 3\n")).unwrap();
+        bucket
+            .put(&format!("{tb}.00000001"), b"one".to_vec())
+            .unwrap();
         bucket
             .put(&format!("{tb}.00000002"), b"two".to_vec())
             .unwrap();
-        bucket
-            .put(&format!("{tb}.00000003"), b"three".to_vec())
+        let removed = snapshot
+            .restore(&bucket, &[], crate::Ownership::ALONE)
             .unwrap();
-        bucket.put("export_1/w.npy", b"x".to_vec()).unwrap();
-        bucket.put(PROJECTOR_CONFIG, b"config b".to_vec()).unwrap();
+        assert_eq!(removed, [format!("{tb}.00000002")]);
+        assert!(snapshot.encode().starts_with("bucket-snapshot 1\n"));
     }
 
     /// Every object of `bucket` with its bytes, in name order.

@@ -12,7 +12,7 @@ use super::store::{RemoteError, in_short, open_store};
 /// keeping their names relative to the prefix and joining each event file's segments back
 /// into the file, in order: an object-store log directory as the local directory it was
 /// written as, which every local reader (MindInsight too) reads. Returns how many objects
-/// there were.
+/// of the log there were (a run's lease and its markers are not).
 pub fn download(url: &str, into: &Path) -> Result<usize, RemoteError> {
     super::store::outside_any_runtime(|| download_here(url, into))
 }
@@ -37,6 +37,7 @@ fn download_here(url: &str, into: &Path) -> Result<usize, RemoteError> {
             .map_err(unreachable)?;
         // A file's segments in order, so that appending them gives the file back.
         listed.sort_by(|a, b| a.location.cmp(&b.location));
+        let mut downloaded = 0;
         for meta in &listed {
             let relative: Vec<String> = meta
                 .location
@@ -47,11 +48,12 @@ fn download_here(url: &str, into: &Path) -> Result<usize, RemoteError> {
                 continue;
             };
             // Object names are the store's: only plain path parts become local names. A run's
-            // lease is no part of its log.
+            // lease and the markers of its files are no part of its log.
             if relative
                 .iter()
                 .any(|p| p.is_empty() || p == "." || p == "..")
                 || name.starts_with(".ember-lease")
+                || relative.first().is_some_and(|top| top == ".ember-run")
             {
                 continue;
             }
@@ -74,8 +76,9 @@ fn download_here(url: &str, into: &Path) -> Result<usize, RemoteError> {
                 .open(&path)
                 .and_then(|mut file| std::io::Write::write_all(&mut file, &bytes));
             written.map_err(|source| RemoteError::Staging { path, source })?;
+            downloaded += 1;
         }
-        Ok(listed.len())
+        Ok(downloaded)
     })
 }
 

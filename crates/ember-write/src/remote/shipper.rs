@@ -10,7 +10,7 @@
 //!   it is whole), and on a timed pass once it has stayed the same since the previous pass. The
 //!   projector's files are replaced by a rename, whole at any moment; an export is written once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
+use super::markers::{marked_file, marker_of};
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
 
 /// The most bytes of records one segment object holds: far under the 5 GiB a single PUT may
@@ -53,6 +54,8 @@ pub(super) struct Shipper {
     /// objects have in the store: its own, or, where another writer had taken that, the first
     /// later second free (see [`Shipper::claim`]).
     pub(super) claimed: BTreeMap<String, String>,
+    /// The files this mirror has marked as its writers' in the store (see [`super::markers`]).
+    pub(super) marked: BTreeSet<String>,
     pub(super) stats: Arc<std::sync::Mutex<MirrorStats>>,
     /// Bytes written to the staging directory and not in the store yet, as last measured.
     pub(super) backlog: Arc<AtomicU64>,
@@ -192,7 +195,9 @@ impl Shipper {
                     .await?;
             } else {
                 let name = self.claimed_name(&file.relative);
-                let object = self.object(&format!("{name}.{:08}", segment + 1));
+                let relative = format!("{name}.{:08}", segment + 1);
+                self.mark(&relative).await?;
+                let object = self.object(&relative);
                 self.store
                     .put(&object, payload.into())
                     .await
@@ -240,7 +245,9 @@ impl Shipper {
             self.claim(&top, |name| format!("{name}{rest}"), &bytes)
                 .await?;
         } else {
-            let object = self.object(&self.object_relative(&file.relative));
+            let relative = self.object_relative(&file.relative);
+            self.mark(&relative).await?;
+            let object = self.object(&relative);
             self.store
                 .put(&object, bytes.into())
                 .await
@@ -269,6 +276,7 @@ impl Shipper {
     ) -> Result<(), String> {
         let mut name = staged.to_owned();
         for _ in 0..CLAIM_TRIES {
+            self.mark(&object_of(&name)).await?;
             let object = self.object(&object_of(&name));
             let put = self
                 .store
@@ -309,6 +317,22 @@ impl Shipper {
         Err(format!(
             "uploading {staged}: the next {CLAIM_TRIES} seconds' names are all taken"
         ))
+    }
+
+    /// Marks the file the object `relative` is part of as this run's, before the object is
+    /// put (see [`super::markers`]); once a file for this mirror.
+    async fn mark(&mut self, relative: &str) -> Result<(), String> {
+        let file = marked_file(relative);
+        if self.marked.contains(&file) {
+            return Ok(());
+        }
+        let marker = self.object(&marker_of(relative));
+        self.store
+            .put(&marker, Vec::new().into())
+            .await
+            .map_err(|e| format!("uploading {marker}: {e}"))?;
+        self.marked.insert(file);
+        Ok(())
     }
 
     /// Whether the store's `object` holds exactly `payload`.

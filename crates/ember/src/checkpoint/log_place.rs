@@ -3,7 +3,8 @@
 //! [`Journal`](ember_write::Journal) lists, so that a rollback touches only what the run
 //! wrote, never another tool's file, a copy or an empty directory) or, with the `object-store`
 //! feature, a URL (its [`BucketSnapshot`](ember_write::remote::BucketSnapshot): every object's
-//! name, told the run's by its name).
+//! name, told the run's by the marker its writers put before a file's first object, so that
+//! another tool's object or a copy beside the run's is never rolled back).
 //!
 //! A checkpoint taken with no summary record holds an empty `log` section: no position of the
 //! log ([`Snapshot::Unrecorded`]). Resumed with a record whose log holds files the run wrote,
