@@ -169,7 +169,7 @@ impl Bucket {
 /// right after a flush, which ships everything written, so that a segment never straddles the
 /// checkpoint: what came after it is in objects of its own, which [`restore`](Self::restore)
 /// removes. An object is this writer's when its file is marked as made by ember's writers (see
-/// [`markers`](super::markers)) and its rank owns it by name: another tool's object, or a copy
+/// `.ember-run/objects/`) and its rank owns it by name: another tool's object, or a copy
 /// of the run's file under another name, is never the run's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BucketSnapshot {

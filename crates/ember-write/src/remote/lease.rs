@@ -460,7 +460,7 @@ async fn watch(
 }
 
 /// Refuses `url`'s lease of `rank` while another process holds it (waiting, as
-/// [`Lease`]s do, at most [`LeaseTiming::stale_after`] to tell a live holder from a dead one);
+/// leases do, at most [`LeaseTiming::stale_after`] to tell a live holder from a dead one);
 /// reads only, takes nothing.
 pub fn check_lease(url: &str, rank: u32, timing: LeaseTiming) -> Result<(), RemoteError> {
     let (store, prefix) = super::store::open_store(url)?;
