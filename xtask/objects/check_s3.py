@@ -141,10 +141,11 @@ def main():
         segments = {key: data for key, data in stored.items() if segment(key)}
         broken = [key for key, data in segments.items() if whole_records(data) is None]
         prefix = urllib.parse.urlparse(url).path.strip("/") + "/"
-        # The run's checkpoints and model are beside its log in the bucket, as on a local disk:
-        # not logs.
+        # The run's checkpoints and model are beside its log in the bucket, as on a local disk,
+        # and the markers of its files (`.ember-run/`), as its journal is: not logs.
         whole = {key[len(prefix):]: data for key, data in stored.items() if not segment(key)
                  and not key[len(prefix):].startswith("checkpoints/")
+                 and not key[len(prefix):].startswith(".ember-run/")
                  and key[len(prefix):] != "model.bpk"}
         files = other_files(local)
         failures += [f"file {name}: not in the bucket as written"

@@ -395,10 +395,8 @@ mod tests {
         let stats = mirror.close().unwrap();
         assert_eq!((stats.segments, stats.bytes), (3, ends[5] as u64));
         // The segments, beside the marker that says the file is the run's.
-        let marker = bucket
-            .path()
-            .join("run/.ember-run/objects/events.out.tfevents.0000000001.h.1.0");
-        assert_eq!(std::fs::read(marker).unwrap(), b"");
+        let marker = markers::marker_of("events.out.tfevents.0000000001.h.1.0.00000001");
+        assert_eq!(std::fs::read(bucket.path().join("run").join(marker)).unwrap(), b"");
         let mut segments: Vec<PathBuf> = std::fs::read_dir(bucket.path().join("run"))
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -1,7 +1,8 @@
 //! What tells a log in a bucket which objects ember's writers made there, as the journal does
 //! for a local directory: before a writer puts the first object of a file (an event file's
 //! first segment, any other file whole), it puts an empty *marker* object,
-//! `.ember-run/objects/<file>`. A rollback (a resume, a restart) removes only objects whose
+//! `.ember-run/objects/<the file's name, hex>` (hex, so that no reader takes a marker for an
+//! event file by its name). A rollback (a resume, a restart) removes only objects whose
 //! file is marked (and that its rank owns by name): another tool's object beside the run's, a
 //! copy of one of the run's files under another name, stay as they are. A marker is put before
 //! its object, so no object of a writer killed between the two is left unmarked; a marker whose
