@@ -14,6 +14,7 @@ mod summary_record;
 // The Trainer: summaries, failures and stops, then killed runs resumed.
 mod resume;
 mod trainer;
+mod trainer_failures;
 
 // Ranks as threads of this process (`LocalGroup`); under `mpirun`: `cargo xtask mpi`.
 mod ranks;

@@ -12,12 +12,12 @@
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
-use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::store::ModuleRecord;
-use burn::tensor::{Bytes, Tensor};
+use burn::tensor::Bytes;
 use ember_write::durable;
 
 use super::{CheckpointConfig, OptimizerShards, RunState, TrainError};
@@ -28,9 +28,13 @@ use crate::faults::SummaryFaults;
 
 mod meta;
 mod position;
+mod sections;
 
 use meta::{Fields, decode_meta, encode_meta};
 pub(crate) use position::{EpochTotals, Identity, Position};
+use sections::{
+    decode_ids, encode_ids, optimizer_section, param_ids, with_optimizer, with_param_ids,
+};
 
 /// A resumed run's starting point, read from a checkpoint.
 pub(crate) struct Resumed<M> {
@@ -600,197 +604,5 @@ pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<Snapshot, Chec
     Snapshot::decode(text)
 }
 
-/// `checkpoint` with one section per optimizer shard's record.
-fn with_optimizer(
-    mut checkpoint: Checkpoint,
-    shards: Vec<OptimizerRecord>,
-) -> Result<Checkpoint, CheckpointError> {
-    for (shard, record) in shards.into_iter().enumerate() {
-        let bytes = record.into_bytes().map_err(|e| CheckpointError::Record {
-            what: "save the optimizer state",
-            reason: e.to_string(),
-        })?;
-        checkpoint = checkpoint.with(
-            &optimizer_section(shard),
-            bytes.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec()),
-        );
-    }
-    Ok(checkpoint)
-}
-
-/// Every float parameter's id, in visit order.
-fn param_ids<M: Module>(model: &M) -> Vec<u64> {
-    struct Ids(Vec<u64>);
-    impl ModuleVisitor for Ids {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            self.0.push(param.id.val());
-        }
-    }
-    let mut ids = Ids(Vec::new());
-    model.visit(&mut ids);
-    ids.0
-}
-
-/// `model` with its float parameters' ids replaced by `ids` (in visit order); `None` when
-/// the model has a different number of them.
-fn with_param_ids<M: Module>(model: M, ids: &[u64]) -> Option<M> {
-    if param_ids(&model).len() != ids.len() {
-        return None;
-    }
-    struct Rename<'a> {
-        ids: &'a [u64],
-        at: usize,
-    }
-    impl ModuleMapper for Rename<'_> {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            let id = ParamId::from(self.ids[self.at]);
-            self.at += 1;
-            let (_, value, mapper) = param.consume();
-            Param::from_mapped_value(id, value, mapper)
-        }
-    }
-    Some(model.map(&mut Rename { ids, at: 0 }))
-}
-
-fn encode_ids(ids: &[u64]) -> String {
-    ids.iter().map(|id| format!("{id}\n")).collect()
-}
-
-fn decode_ids(bytes: &[u8]) -> Option<Vec<u64>> {
-    std::str::from_utf8(bytes)
-        .ok()?
-        .lines()
-        .map(|line| line.parse().ok())
-        .collect()
-}
-
-/// The checkpoint section of optimizer shard `shard`: `optimizer` for the first (and for a
-/// single optimizer, as before shards), `optimizer.<shard>` for the others.
-fn optimizer_section(shard: usize) -> String {
-    match shard {
-        0 => "optimizer".to_owned(),
-        shard => format!("optimizer.{shard}"),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::EpochReport;
-
-    #[test]
-    fn the_meta_section_reads_back_exactly() {
-        let mut state = RunState {
-            latest_train_loss: Some(0.1 + 0.2),
-            learning_rate: Some(f64::NAN),
-            batch_size: Some(8),
-            train_examples: None,
-            valid_examples: Some(3),
-            ..RunState::default()
-        };
-        state.report.summary_errors = 4;
-        state.report.epochs.push(EpochReport {
-            epoch: 1,
-            train_loss: 1.0 / 3.0,
-            train_accuracy: None,
-            valid_loss: Some(f64::INFINITY),
-            valid_accuracy: Some(0.5),
-            examples_per_second: 1e9,
-        });
-        let position = Position {
-            epoch: 2,
-            epoch_done: false,
-            step_in_epoch: 3,
-            totals: EpochTotals {
-                loss_sum: 2.5e-300,
-                loss_count: 6,
-                examples: 48,
-                correct: 7,
-                judged: 9,
-            },
-        };
-        let identity = Identity {
-            devices: 2,
-            ranks: 1,
-            grad_accumulation: 2,
-            reduction: "mean",
-            model: "a.weight:6,a.bias:2".into(),
-        };
-        state.report.log_gaps = vec![crate::LogGap { from: 3, to: 7 }];
-        let text = encode_meta(&position, 11, 5, &state, &identity, Some(9));
-        let fields = Fields::parse(&text);
-        assert_eq!(identity.mismatch(&fields), None);
-        let (p, steps, updates, s) = decode_meta(&fields).unwrap();
-        assert_eq!((p, steps, updates), (position, 11, 5));
-        // The gap this run had is noted in its log already; the one it has now, from step 9 to
-        // the checkpoint's, is for the resume to note.
-        let lost = crate::LogGap { from: 9, to: 11 };
-        assert_eq!(s.report.log_gaps, [crate::LogGap { from: 3, to: 7 }, lost]);
-        assert_eq!(s.unnoted_log_gaps, [lost]);
-        assert_eq!(s.latest_train_loss, Some(0.1 + 0.2));
-        assert!(s.learning_rate.unwrap().is_nan());
-        assert_eq!(
-            (s.batch_size, s.train_examples, s.valid_examples),
-            (Some(8), None, Some(3))
-        );
-        assert_eq!(s.report.epochs, state.report.epochs);
-        assert_eq!(s.report.summary_errors, 4);
-
-        let other = Identity {
-            devices: 3,
-            ..identity.clone()
-        };
-        assert!(
-            other
-                .mismatch(&fields)
-                .unwrap()
-                .contains("2 device(s), this run has 3")
-        );
-        let other = Identity {
-            model: "a.weight:8".into(),
-            ..identity
-        };
-        assert!(
-            other
-                .mismatch(&fields)
-                .unwrap()
-                .contains("the model changed")
-        );
-    }
-
-    /// What a checkpoint takes on the training thread is the step's state, shared with Burn:
-    /// the steps after it (Adam's, which the backend may do in place where it can) leave what
-    /// the checkpoint thread reads later as it was.
-    #[test]
-    fn a_snapshot_is_unchanged_by_the_steps_after_it() {
-        use burn::optim::{AdamConfig, GradientsParams};
-        use burn::tensor::{Device, Tensor};
-
-        let device = Device::flex().autodiff();
-        let mut model = ember_tests::seeded_mlp(32, 7, &device);
-        let mut optimizer = AdamConfig::new().init();
-        let x = Tensor::<2>::ones([4, 2], &device);
-        let step = |model: ember_tests::Mlp, optimizer: &mut ModuleOptimizer| {
-            let grads =
-                GradientsParams::from_grads(model.forward(x.clone()).sum().backward(), &model);
-            optimizer.step(1e-2, model, grads)
-        };
-        model = step(model, &mut optimizer);
-        let bytes = |model: ember_tests::Mlp, optimizer: &ModuleOptimizer| {
-            let model = model.into_record().into_bytes().unwrap();
-            let optimizer = optimizer.to_record().into_bytes().unwrap();
-            (model.to_vec(), optimizer.to_vec())
-        };
-        let at_the_step = bytes(model.clone(), &optimizer);
-        let (shared_model, shared_optimizer) = (model.clone(), optimizer.clone());
-        for _ in 0..3 {
-            model = step(model, &mut optimizer);
-        }
-        assert_ne!(
-            bytes(model, &optimizer),
-            at_the_step,
-            "the steps changed nothing"
-        );
-        assert_eq!(bytes(shared_model, &shared_optimizer), at_the_step);
-    }
-}
+mod tests;

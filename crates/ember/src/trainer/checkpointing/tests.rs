@@ -1,0 +1,117 @@
+use super::*;
+use crate::EpochReport;
+
+#[test]
+fn the_meta_section_reads_back_exactly() {
+    let mut state = RunState {
+        latest_train_loss: Some(0.1 + 0.2),
+        learning_rate: Some(f64::NAN),
+        batch_size: Some(8),
+        train_examples: None,
+        valid_examples: Some(3),
+        ..RunState::default()
+    };
+    state.report.summary_errors = 4;
+    state.report.epochs.push(EpochReport {
+        epoch: 1,
+        train_loss: 1.0 / 3.0,
+        train_accuracy: None,
+        valid_loss: Some(f64::INFINITY),
+        valid_accuracy: Some(0.5),
+        examples_per_second: 1e9,
+    });
+    let position = Position {
+        epoch: 2,
+        epoch_done: false,
+        step_in_epoch: 3,
+        totals: EpochTotals {
+            loss_sum: 2.5e-300,
+            loss_count: 6,
+            examples: 48,
+            correct: 7,
+            judged: 9,
+        },
+    };
+    let identity = Identity {
+        devices: 2,
+        ranks: 1,
+        grad_accumulation: 2,
+        reduction: "mean",
+        model: "a.weight:6,a.bias:2".into(),
+    };
+    state.report.log_gaps = vec![crate::LogGap { from: 3, to: 7 }];
+    let text = encode_meta(&position, 11, 5, &state, &identity, Some(9));
+    let fields = Fields::parse(&text);
+    assert_eq!(identity.mismatch(&fields), None);
+    let (p, steps, updates, s) = decode_meta(&fields).unwrap();
+    assert_eq!((p, steps, updates), (position, 11, 5));
+    // The gap this run had is noted in its log already; the one it has now, from step 9 to
+    // the checkpoint's, is for the resume to note.
+    let lost = crate::LogGap { from: 9, to: 11 };
+    assert_eq!(s.report.log_gaps, [crate::LogGap { from: 3, to: 7 }, lost]);
+    assert_eq!(s.unnoted_log_gaps, [lost]);
+    assert_eq!(s.latest_train_loss, Some(0.1 + 0.2));
+    assert!(s.learning_rate.unwrap().is_nan());
+    assert_eq!(
+        (s.batch_size, s.train_examples, s.valid_examples),
+        (Some(8), None, Some(3))
+    );
+    assert_eq!(s.report.epochs, state.report.epochs);
+    assert_eq!(s.report.summary_errors, 4);
+
+    let other = Identity {
+        devices: 3,
+        ..identity.clone()
+    };
+    assert!(
+        other
+            .mismatch(&fields)
+            .unwrap()
+            .contains("2 device(s), this run has 3")
+    );
+    let other = Identity {
+        model: "a.weight:8".into(),
+        ..identity
+    };
+    assert!(
+        other
+            .mismatch(&fields)
+            .unwrap()
+            .contains("the model changed")
+    );
+}
+
+/// What a checkpoint takes on the training thread is the step's state, shared with Burn:
+/// the steps after it (Adam's, which the backend may do in place where it can) leave what
+/// the checkpoint thread reads later as it was.
+#[test]
+fn a_snapshot_is_unchanged_by_the_steps_after_it() {
+    use burn::optim::{AdamConfig, GradientsParams};
+    use burn::tensor::{Device, Tensor};
+
+    let device = Device::flex().autodiff();
+    let mut model = ember_tests::seeded_mlp(32, 7, &device);
+    let mut optimizer = AdamConfig::new().init();
+    let x = Tensor::<2>::ones([4, 2], &device);
+    let step = |model: ember_tests::Mlp, optimizer: &mut ModuleOptimizer| {
+        let grads = GradientsParams::from_grads(model.forward(x.clone()).sum().backward(), &model);
+        optimizer.step(1e-2, model, grads)
+    };
+    model = step(model, &mut optimizer);
+    let bytes = |model: ember_tests::Mlp, optimizer: &ModuleOptimizer| {
+        let model = model.into_record().into_bytes().unwrap();
+        let optimizer = optimizer.to_record().into_bytes().unwrap();
+        (model.to_vec(), optimizer.to_vec())
+    };
+    let at_the_step = bytes(model.clone(), &optimizer);
+    let (shared_model, shared_optimizer) = (model.clone(), optimizer.clone());
+    for _ in 0..3 {
+        model = step(model, &mut optimizer);
+    }
+    assert_ne!(
+        bytes(model, &optimizer),
+        at_the_step,
+        "the steps changed nothing"
+    );
+    assert_eq!(bytes(shared_model, &shared_optimizer), at_the_step);
+}
