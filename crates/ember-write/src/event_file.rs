@@ -17,17 +17,16 @@
 //! batch. It lives on the pool thread only.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ember_pack::FileKind;
 
 use crate::batch_context::{BatchContext, Fate};
 use crate::error::{FileError, kind_name};
-use crate::framing::{self, MAX_RECORD_LEN};
+use crate::framing::{self, MAX_RECORD_LEN, write_vectored_all};
 use crate::journal::Journal;
-use crate::naming::{self, Naming};
+use crate::naming::{self, Naming, unix_secs, unix_time};
 use crate::options::{Durability, SizePolicy};
 use crate::stats::WriterStats;
 
@@ -43,22 +42,6 @@ pub(crate) const HOLD_MIN: usize = 64 * 1024;
 
 /// How many names a writer tries when a file of the same name already exists.
 const NAME_TRIES: u64 = 64;
-
-/// Seconds since the Unix epoch, now.
-pub(crate) fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// Seconds since the Unix epoch as a float, now.
-pub(crate) fn unix_time() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
 
 /// Settings shared by all writers of a pool.
 #[derive(Debug, Clone)]
@@ -631,27 +614,4 @@ impl EventFileWriter {
         self.stats.records_dropped += events as u64;
         ctx.record_fates.mark(idx, Fate::Dropped);
     }
-}
-
-/// Writes `slices` (`total` bytes) to `out` whole, retrying on interruption: how many bytes
-/// went out, and the error that stopped it short.
-fn write_vectored_all(
-    out: &mut impl Write,
-    slices: &mut [IoSlice<'_>],
-    total: usize,
-) -> (usize, Option<io::Error>) {
-    let mut rest = slices;
-    let mut written = 0;
-    while written < total {
-        match out.write_vectored(rest) {
-            Ok(0) => return (written, Some(io::Error::from(io::ErrorKind::WriteZero))),
-            Ok(n) => {
-                written += n;
-                IoSlice::advance_slices(&mut rest, n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return (written, Some(e)),
-        }
-    }
-    (written, None)
 }

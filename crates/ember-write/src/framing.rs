@@ -4,6 +4,8 @@
 //! bytes, the data, and the masked CRC-32C of the data. TensorBoard, TensorFlow,
 //! MindSpore's C++ `EventWriter` and MindInsight all share this layout.
 
+use std::io::{self, IoSlice, Write};
+
 /// Bytes of framing around each record's data: 8 (length) + 4 + 4 (two CRCs).
 pub const FRAMING_OVERHEAD: usize = 16;
 
@@ -61,6 +63,29 @@ pub fn frame(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + FRAMING_OVERHEAD);
     frame_into(&mut out, data);
     out
+}
+
+/// Writes `slices` (`total` bytes) to `out` whole, retrying on interruption: how many bytes
+/// went out, and the error that stopped it short.
+pub(crate) fn write_vectored_all(
+    out: &mut impl Write,
+    slices: &mut [IoSlice<'_>],
+    total: usize,
+) -> (usize, Option<io::Error>) {
+    let mut rest = slices;
+    let mut written = 0;
+    while written < total {
+        match out.write_vectored(rest) {
+            Ok(0) => return (written, Some(io::Error::from(io::ErrorKind::WriteZero))),
+            Ok(n) => {
+                written += n;
+                IoSlice::advance_slices(&mut rest, n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (written, Some(e)),
+        }
+    }
+    (written, None)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use ember_pack::{FileKind, Format};
 
@@ -237,6 +238,22 @@ impl Naming {
             FileKind::Projector => String::from("embeddings"),
         }
     }
+}
+
+/// Seconds since the Unix epoch, now.
+pub(crate) fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Seconds since the Unix epoch as a float, now.
+pub(crate) fn unix_time() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ impl Worker {
         let settings = FileSettings {
             log_dir: options.log_dir.clone(),
             naming: options.naming(),
-            start_secs: event_file::unix_secs(),
+            start_secs: crate::naming::unix_secs(),
             max_file_size: options.max_file_size,
             size_policy: options.size_policy,
             durability: options.durability,
