@@ -10,12 +10,14 @@
 //!    with the file's bytes.
 //! 2. The Trainer's step time with a checkpoint every 50 optimizer steps (`ember train`'s
 //!    default) and at the epoch's end, against none: the run of `overhead_paired` (200 steps on
-//!    2 workers), in pairs whose order alternates; the median ratio with its quartiles.
+//!    2 workers), in pairs whose order alternates; the median ratio with its quartiles. And a
+//!    checkpoint after every step of a run whose steps take 10 ms or more, against none
+//!    (CheckFreq's measure: at most 3.5% for checkpoints every iteration).
 //! 3. With the `object-store` feature and `EMBER_BENCH_URL=s3://bucket/prefix` (and the store's
 //!    `AWS_*` settings): each checkpoint of 1. also PUT into the bucket, the time until the
 //!    PUT returns, when the object is whole; and 2. with the log and the checkpoints in the
-//!    bucket, where a checkpoint also waits until every record before it is in the bucket.
-//!    `cargo xtask objects --bench` starts a loopback S3 server (moto) and runs it so.
+//!    bucket, where a checkpoint also waits until every record before it is in the bucket; and
+//!    the every-step run with its checkpoints in the bucket. `cargo xtask objects --bench` starts a loopback S3 server (moto) and runs it so.
 //!
 //! `cargo bench -p ember --bench checkpoint [-- PAIRS]`
 
@@ -35,7 +37,7 @@ use burn::tensor::{Bytes, Device, Tensor};
 use ember::checkpoint::{Checkpoint, write_durably};
 use ember::{CheckpointConfig, SummaryRecord};
 use stats::quantile;
-use trainer_run::run_with;
+use trainer_run::{SMALL, Size, run_sized};
 
 /// An MLP of the given widths, ReLU between layers.
 #[derive(Module, Debug)]
@@ -274,60 +276,96 @@ fn main() {
     }
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let every_50 = || fresh_checkpoints(dir.path().join("checkpoints"));
-    paired(pairs, "no summaries", None, every_50);
+    let checkpoints = dir.path().join("checkpoints");
+    let every = |n| {
+        let checkpoints = checkpoints.clone();
+        move || fresh_checkpoints(checkpoints.clone(), n)
+    };
+    paired(pairs, "no summaries", None, (SMALL, 50), every(50));
     let mut summary = SummaryRecord::new(dir.path().join("log")).expect("summary record");
-    paired(pairs, "summaries recorded", Some(&mut summary), every_50);
+    paired(
+        pairs,
+        "summaries recorded",
+        Some(&mut summary),
+        (SMALL, 50),
+        every(50),
+    );
     summary.close().expect("summaries close");
+    paired(pairs, "no summaries", None, (EVERY_STEP, 1), every(1));
+    if let Some(bucket) = &bucket {
+        every_step_in_the_bucket(pairs, bucket);
+    }
 }
 
-/// Checkpoints every 50 optimizer steps in `dir`, emptied first: a fresh run is not admitted
-/// where another run left its checkpoints.
-fn fresh_checkpoints(dir: std::path::PathBuf) -> Option<CheckpointConfig> {
+/// Checkpoints every `every` optimizer steps in `dir`, emptied first: a fresh run is not
+/// admitted where another run left its checkpoints.
+fn fresh_checkpoints(dir: std::path::PathBuf, every: usize) -> Option<CheckpointConfig> {
     ember::checkpoint::Checkpoints::new(&dir, 1)
         .remove_all()
         .expect("the last run's checkpoints removed");
-    Some(CheckpointConfig::new(dir, 50))
+    Some(CheckpointConfig::new(dir, every))
 }
 
-/// The Trainer run with checkpoints every 50 optimizer steps against none, `pairs` times in
-/// alternating order; prints the median ratio, its quartiles and the totals.
+/// Steps of 10 ms or more (2 devices of 1,024 rows through a 2-1024-1 MLP, SGD's state of 3,073
+/// parameters): the run CheckFreq's figure is for, a checkpoint after every step.
+const EVERY_STEP: Size = Size {
+    steps: 100,
+    batch: 1024,
+    hidden: 1024,
+};
+
+/// The Trainer run of `size` with `checkpoints` (made fresh for each run) against none,
+/// `pairs` times in alternating order after 2 pairs to warm up; prints the median ratio, its
+/// quartiles, the totals and the cost a checkpoint.
 fn paired(
     pairs: usize,
     what: &str,
     mut summary: Option<&mut SummaryRecord>,
-    every_50: impl Fn() -> Option<CheckpointConfig>,
+    (size, every): (Size, usize),
+    checkpoints: impl Fn() -> Option<CheckpointConfig>,
 ) {
-    for _ in 0..3 {
-        run_with(summary.as_deref_mut(), None);
-        run_with(summary.as_deref_mut(), every_50());
+    let mut run = |on: bool| {
+        run_sized(
+            summary.as_deref_mut(),
+            on.then(&checkpoints).flatten(),
+            size,
+        )
+    };
+    for _ in 0..2 {
+        run(false);
+        run(true);
     }
     let mut ratios = Vec::with_capacity(pairs);
     let (mut off_total, mut on_total) = (Duration::ZERO, Duration::ZERO);
     for pair in 0..pairs {
         let (off, on) = if pair % 2 == 0 {
-            let off = run_with(summary.as_deref_mut(), None);
-            (off, run_with(summary.as_deref_mut(), every_50()))
+            let off = run(false);
+            (off, run(true))
         } else {
-            let on = run_with(summary.as_deref_mut(), every_50());
-            (run_with(summary.as_deref_mut(), None), on)
+            let on = run(true);
+            (run(false), on)
         };
         off_total += off;
         on_total += on;
         ratios.push(on.as_secs_f64() / off.as_secs_f64());
     }
     ratios.sort_by(f64::total_cmp);
+    // Every `every` steps, and at the epoch's end unless a step's checkpoint is there already.
+    let per_run = size.steps / every + usize::from(size.steps % every != 0) + 1;
     println!(
-        "Trainer, 200 steps on 2 workers, {what}, checkpoints every 50 optimizer steps and at \
-         the epoch's end (5 a run) vs none, {pairs} pairs: on/off median {:.3} (quartiles \
-         {:.3}-{:.3}); totals off {:.1} ms, on {:.1} ms ({:.3}), {:.2} ms a checkpoint",
+        "Trainer, {} steps on 2 workers, {what}, checkpoints every {every} optimizer step(s) \
+         and at the epoch's end ({per_run} a run) vs none, {pairs} pairs: on/off median {:.3} \
+         (quartiles {:.3}-{:.3}); totals off {:.1} ms ({:.2} ms a step), on {:.1} ms ({:.3}), \
+         {:.2} ms a checkpoint",
+        size.steps,
         quantile(&ratios, 0.5),
         quantile(&ratios, 0.25),
         quantile(&ratios, 0.75),
         off_total.as_secs_f64() * 1e3,
+        off_total.as_secs_f64() * 1e3 / (pairs * size.steps) as f64,
         on_total.as_secs_f64() * 1e3,
         on_total.as_secs_f64() / off_total.as_secs_f64(),
-        (on_total.as_secs_f64() - off_total.as_secs_f64()) * 1e3 / (pairs * 5) as f64
+        (on_total.as_secs_f64() - off_total.as_secs_f64()) * 1e3 / (pairs * per_run) as f64
     );
 }
 
@@ -386,14 +424,32 @@ fn in_the_bucket(pairs: usize, bucket: &Store) {
     {
         let mut summary = SummaryRecord::new(format!("{}/log", bucket.url))
             .expect("summary record in the bucket");
-        let every_50 = || fresh_checkpoints(format!("{}/checkpoints", bucket.url).into());
+        let every_50 = || fresh_checkpoints(format!("{}/checkpoints", bucket.url).into(), 50);
         paired(
             pairs,
             "summaries and checkpoints in the bucket",
             Some(&mut summary),
+            (SMALL, 50),
             every_50,
         );
         summary.close().expect("summaries close");
+    }
+    #[cfg(not(feature = "object-store"))]
+    let _ = (pairs, bucket);
+}
+
+/// [`EVERY_STEP`]'s run with its checkpoints in the bucket, beside the local figure.
+fn every_step_in_the_bucket(pairs: usize, bucket: &Store) {
+    #[cfg(feature = "object-store")]
+    {
+        let every_step = || fresh_checkpoints(format!("{}/every-step", bucket.url).into(), 1);
+        paired(
+            pairs,
+            "checkpoints in the bucket",
+            None,
+            (EVERY_STEP, 1),
+            every_step,
+        );
     }
     #[cfg(not(feature = "object-store"))]
     let _ = (pairs, bucket);

@@ -21,13 +21,37 @@ pub(crate) fn run(summary: Option<&mut SummaryRecord>) -> Duration {
     run_with(summary, None)
 }
 
+/// The size of a benchmark run: steps of `batch` rows a device through a 2-`hidden`-1 MLP.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Size {
+    pub(crate) steps: usize,
+    pub(crate) batch: usize,
+    pub(crate) hidden: usize,
+}
+
+/// The logging-overhead benchmarks' run: 200 steps of about a millisecond.
+pub(crate) const SMALL: Size = Size {
+    steps: ROWS / (2 * BATCH),
+    batch: BATCH,
+    hidden: HIDDEN,
+};
+
 /// [`run`], writing checkpoints as `checkpoints` says.
 pub(crate) fn run_with(
     summary: Option<&mut SummaryRecord>,
     checkpoints: Option<CheckpointConfig>,
 ) -> Duration {
+    run_sized(summary, checkpoints, SMALL)
+}
+
+/// [`run_with`] of `size`.
+pub(crate) fn run_sized(
+    summary: Option<&mut SummaryRecord>,
+    checkpoints: Option<CheckpointConfig>,
+    size: Size,
+) -> Duration {
     let device = Device::flex().autodiff();
-    let train = regression_loader(11, ROWS, BATCH, &device);
+    let train = regression_loader(11, size.steps * 2 * size.batch, size.batch, &device);
     let trainer = Trainer::<Mlp>::new(
         vec![device.clone(), device.clone()],
         SgdConfig::new().init(),
@@ -39,7 +63,7 @@ pub(crate) fn run_with(
             ..TrainerConfig::default()
         },
     );
-    let model = Mlp::new(HIDDEN, &device);
+    let model = Mlp::new(size.hidden, &device);
     let started = Instant::now();
     trainer
         .fit(model, train, None, summary)

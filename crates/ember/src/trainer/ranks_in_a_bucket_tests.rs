@@ -78,7 +78,12 @@ fn rank(
         TrainerConfig {
             epochs: EPOCHS,
             histogram_every: None,
-            checkpoints: Some(CheckpointConfig::new(&checkpoints, EPOCHS)),
+            // Across ranks, a checkpoint at each epoch's end; every one kept.
+            checkpoints: Some(CheckpointConfig {
+                dir: checkpoints.clone(),
+                every: None,
+                keep: EPOCHS,
+            }),
             ..TrainerConfig::default()
         },
     )
