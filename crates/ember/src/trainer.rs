@@ -33,6 +33,8 @@ mod epoch;
 mod error;
 mod item;
 mod lineage;
+#[cfg(test)]
+mod live_reader_tests;
 mod optimizer_shards;
 mod report;
 mod run;

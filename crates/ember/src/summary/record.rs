@@ -64,6 +64,9 @@ pub struct SummaryRecord {
     pub(super) children: std::collections::BTreeMap<String, WriterPool>,
     /// The options their writers start from.
     pub(super) child_options: WriterOptions,
+    /// Where [`start_session`](Self::start_session) last started the session: the first
+    /// record of each `add_scalars` run made after it.
+    pub(super) session_start: Option<i64>,
     /// The object store the log directory is in, when it is a URL.
     #[cfg(feature = "object-store")]
     pub(super) remote: Option<remote::Remote>,
@@ -137,7 +140,7 @@ impl SummaryRecord {
         self.mode
     }
 
-    fn ensure_open(&self) -> Result<(), SummaryError> {
+    pub(super) fn ensure_open(&self) -> Result<(), SummaryError> {
         if self.closed {
             Err(SummaryError::Closed)
         } else {
@@ -216,7 +219,7 @@ impl SummaryRecord {
         self.submit(record)
     }
 
-    fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
+    pub(super) fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
         #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote
             && !remote.admit()?
@@ -299,6 +302,7 @@ impl SummaryRecord {
             return Ok(());
         }
         let wall_time = self.wall_time.unwrap_or_else(wall_time);
+        let session_start = self.session_start;
         let mut first_error = None;
         for (name, value) in values {
             let run = format!("{}_{name}", main_tag.replace('/', "_"));
@@ -307,7 +311,11 @@ impl SummaryRecord {
                 std::collections::btree_map::Entry::Vacant(e) => {
                     let mut options = self.child_options.clone();
                     options.log_dir = self.log_dir.join(e.key());
-                    e.insert(WriterPool::with_journal(options, self.journal.clone())?)
+                    let pool = WriterPool::with_journal(options, self.journal.clone())?;
+                    if let Some(start) = session_start {
+                        pool.write(super::session::session_record(start, self.wall_time)?)?;
+                    }
+                    e.insert(pool)
                 }
             };
             let record = Record::new(step, wall_time).with(tag.clone(), *value);
@@ -629,7 +637,7 @@ impl Drop for SummaryRecord {
     }
 }
 
-fn wall_time() -> f64 {
+pub(super) fn wall_time() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_secs_f64())

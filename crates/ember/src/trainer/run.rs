@@ -24,6 +24,18 @@ use crate::checkpoint::log_place::LogPlace;
 use crate::collective::{Ranks, RoundState};
 use crate::faults::SummaryFaults;
 
+/// The step a run starts its log's session at ([`SummaryRecord::start_session`]): a fresh run
+/// at its first record's (0), a resumed one at the first step it writes again, the one after
+/// its checkpoint's: nothing at the checkpoint's step or before is written again, since no
+/// checkpoint is taken before records of its step still to come (an epoch's last step waits
+/// for the epoch's end, `epoch.rs`).
+fn session_step(resumed: bool, state: &RunState) -> i64 {
+    match resumed {
+        true => i64::try_from(state.report.steps).map_or(i64::MAX, |steps| steps.saturating_add(1)),
+        false => 0,
+    }
+}
+
 /// What calls for a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum When {
@@ -82,9 +94,12 @@ impl<M: Trainable> Trainer<M> {
             .map(Checkpointer::new)
             .transpose()?;
         let lead = self.lead();
-        if lead && let Some(summary) = summary.as_deref_mut() {
+        if let Some(summary) = summary.as_deref_mut() {
             let resumed = started.from.is_some();
-            self.record_start(&started.model, resumed, valid.is_some(), summary, faults)?;
+            faults.check(summary.start_session(session_step(resumed, state)))?;
+            if lead {
+                self.record_start(&started.model, resumed, valid.is_some(), summary, faults)?;
+            }
         }
         // A sampler that cannot start costs the run its system/… scalars, nothing else.
         let system = match self.config.system_every {
@@ -149,17 +164,12 @@ impl<M: Module + Clone> Loop<'_, M> {
         position: &Position,
         ranks: Option<&mut Ranks>,
     ) -> Result<(), TrainError> {
+        if !self.checkpoint_due(when) {
+            return Ok(());
+        }
         let Some(checkpointer) = self.checkpointer.as_mut() else {
             return Ok(());
         };
-        let due = match when {
-            When::Stopped => self.world == 1,
-            When::Updated => self.world == 1 && checkpointer.due(self.stepper.updates),
-            When::EpochEnd => true,
-        };
-        if !due {
-            return Ok(());
-        }
         if let Some(lock) = self.lock.as_mut() {
             lock.check().map_err(CheckpointError::from)?;
         }
@@ -209,6 +219,17 @@ impl<M: Module + Clone> Loop<'_, M> {
             self.log_place.as_ref().zip(self.summary.as_deref_mut()),
             self.faults,
         )
+    }
+
+    /// Whether `when` calls for a checkpoint in this run now.
+    pub(super) fn checkpoint_due(&self, when: When) -> bool {
+        self.checkpointer
+            .as_ref()
+            .is_some_and(|checkpointer| match when {
+                When::Stopped => self.world == 1,
+                When::Updated => self.world == 1 && checkpointer.due(self.stepper.updates),
+                When::EpochEnd => true,
+            })
     }
 
     /// Whether the caller's stop flag is raised.
