@@ -165,10 +165,7 @@ pub(crate) fn pack<'a>(
         }
         Plan::HParams(h) => sink.parts.extend(hparams(h, wall_time)),
         Plan::Graph(g) => sink.item(FileKind::Summary, graph_event(g, wall_time)),
-        Plan::SessionStart => {
-            let event = session_start_event(sink.step(), wall_time);
-            sink.item(FileKind::Summary, event);
-        }
+        Plan::SessionStart => sink.item(FileKind::Summary, session_event(sink.step(), wall_time)),
         Plan::Export(t, layout) => sink.export(tag, npy::encode(t, layout)),
         Plan::Embedding(e, shape) => {
             let files = crate::projector::encode(tag, sink.step(), e, shape)?;
@@ -233,7 +230,7 @@ fn graph_event(g: &Graph, wall_time: f64) -> Vec<u8> {
 }
 
 /// The event of a session (re)start at `step`: what TensorBoard's loaders purge by.
-fn session_start_event(step: i64, wall_time: f64) -> Vec<u8> {
+fn session_event(step: i64, wall_time: f64) -> Vec<u8> {
     tbp::Event {
         wall_time,
         step,

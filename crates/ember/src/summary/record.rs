@@ -21,6 +21,9 @@ use super::remote;
 use super::tap::{SummaryTap, checked};
 use crate::{SummaryError, ToScalar, ToTensorValue};
 
+/// The tag a session start is recorded under (TensorBoard's event has none; inspect lists it).
+pub(super) const SESSION_TAG: &str = "session_log";
+
 /// Records training summaries for TensorBoard or MindInsight.
 ///
 /// Values added with [`add_value`](Self::add_value) wait until [`record`](Self::record) turns
@@ -64,8 +67,7 @@ pub struct SummaryRecord {
     pub(super) children: std::collections::BTreeMap<String, WriterPool>,
     /// The options their writers start from.
     pub(super) child_options: WriterOptions,
-    /// Where [`start_session`](Self::start_session) last started the session: the first
-    /// record of each `add_scalars` run made after it.
+    /// Where [`start_session`](Self::start_session) started the session, for `add_scalars` runs.
     pub(super) session_start: Option<i64>,
     /// The object store the log directory is in, when it is a URL.
     #[cfg(feature = "object-store")]
@@ -313,7 +315,8 @@ impl SummaryRecord {
                     options.log_dir = self.log_dir.join(e.key());
                     let pool = WriterPool::with_journal(options, self.journal.clone())?;
                     if let Some(start) = session_start {
-                        pool.write(super::session::session_record(start, self.wall_time)?)?;
+                        let tag = Tag::new(SESSION_TAG)?;
+                        pool.write(Record::new(start, wall_time).with(tag, Value::SessionStart))?;
                     }
                     e.insert(pool)
                 }

@@ -3,11 +3,8 @@
 
 use ember_write::pack::{Format, Record, Tag, Value};
 
-use super::record::{SummaryRecord, wall_time};
+use super::record::{SESSION_TAG, SummaryRecord, wall_time};
 use crate::SummaryError;
-
-/// The tag a session start is recorded under (TensorBoard's event has none; inspect lists it).
-const SESSION_TAG: &str = "session_log";
 
 impl SummaryRecord {
     /// Starts the run's session at `step`, or starts it again there in a resumed run: a
@@ -41,8 +38,8 @@ impl SummaryRecord {
     }
 }
 
-/// The record of a session start at `step`, at `wall_time` (the clock's when `None`).
-pub(super) fn session_record(step: i64, at: Option<f64>) -> Result<Record, SummaryError> {
+/// The record of a session start at `step`, at `at` (the clock's when `None`).
+fn session_record(step: i64, at: Option<f64>) -> Result<Record, SummaryError> {
     let tag = Tag::new(SESSION_TAG)?;
     Ok(Record::new(step, at.unwrap_or_else(wall_time)).with(tag, Value::SessionStart))
 }
