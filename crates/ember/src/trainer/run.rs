@@ -26,9 +26,10 @@ use crate::faults::SummaryFaults;
 
 /// The step a run starts its log's session at ([`SummaryRecord::start_session`]): a fresh run
 /// at its first record's (0), a resumed one at the first step it writes again, the one after
-/// its checkpoint's: nothing at the checkpoint's step or before is written again, since no
-/// checkpoint is taken before records of its step still to come (an epoch's last step waits
-/// for the epoch's end, `epoch.rs`).
+/// its checkpoint's. Nothing the killed run wrote at the checkpoint's step is written again:
+/// an optimizer step's checkpoint is not taken at an epoch's last step, before the epoch's
+/// records (`epoch.rs`); a stop's there comes before them too, but a stopped run never writes
+/// them.
 fn session_step(resumed: bool, state: &RunState) -> i64 {
     match resumed {
         true => i64::try_from(state.report.steps).map_or(i64::MAX, |steps| steps.saturating_add(1)),
