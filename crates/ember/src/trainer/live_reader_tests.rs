@@ -102,7 +102,7 @@ fn config(checkpoints: &Path) -> TrainerConfig {
     }
 }
 
-/// Trains (or resumes, from `resume`) the test's run, its log in `log`.
+/// Trains the test's run, its log in `log`; from its newest checkpoint when `resume`.
 fn train(log: &Path, checkpoints: &Path, resume: bool) {
     let device = Device::flex().autodiff();
     let mut trainer = Trainer::new(
