@@ -51,6 +51,9 @@ class Server:
 
     def __init__(self, name, base, load_fast):
         self.name = name
+        # rustboard reads no SessionLog and keeps what it read of a file cut back: a tag the
+        # resumed run has not yet written again holds the killed run's values past the files'.
+        self.keeps_past_the_files = load_fast
         self.port = free_port()
         tensorboard = os.path.join(os.path.dirname(sys.executable), "tensorboard")
         self.process = subprocess.Popen(
@@ -83,7 +86,10 @@ class Server:
                 raise RuntimeError(f"{self.name} exited: " + self.process.stderr.read().decode()[-2000:])
             try:
                 now = self.series(run)
-                if {tag: points[-1][0] for tag, points in now.items() if points} == last_steps:
+                served = {tag: points[-1][0] for tag, points in now.items() if points}
+                if served == last_steps or self.keeps_past_the_files and all(
+                    served.get(tag, -1) >= step for tag, step in last_steps.items()
+                ):
                     return now
             except (OSError, ValueError):
                 pass
