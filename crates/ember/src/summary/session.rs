@@ -36,6 +36,12 @@ impl SummaryRecord {
             None => self.submit(record),
         }
     }
+
+    /// The step [`start_session`](Self::start_session) last started the session at; `None`
+    /// before it is called (and always for MindInsight).
+    pub fn session_start(&self) -> Option<i64> {
+        self.session_start
+    }
 }
 
 /// The record of a session start at `step`, at `at` (the clock's when `None`).

@@ -217,3 +217,33 @@ fn a_live_tensorboard_forgets_what_a_resumed_run_writes_again() {
     };
     killed_and_resumed(&reference, mid_epoch, "mid-epoch");
 }
+
+/// Two fresh runs into one record (a first phase, then a second): the second goes on in the
+/// session the first started, so a TensorBoard keeps the first's values.
+#[test]
+fn a_second_fresh_run_into_the_same_record_goes_on_in_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex().autodiff();
+    let mut summary = SummaryRecord::new(dir.path()).unwrap();
+    for _ in 0..2 {
+        let config = TrainerConfig {
+            epochs: 1,
+            histogram_every: None,
+            ..TrainerConfig::default()
+        };
+        Trainer::new(vec![device.clone()], SgdConfig::new().init(), 0.05, config)
+            .fit(
+                seeded_mlp(4, 11, &device),
+                regression_loader(1, 16, 8, &device),
+                None,
+                Some(&mut summary),
+            )
+            .unwrap();
+    }
+    summary.close().unwrap();
+    let mut live = LiveLoader::default();
+    live.reload(dir.path());
+    assert!(live.seen_session_start);
+    // Each run's two steps, both kept.
+    assert_eq!(live.series()["train/loss"].len(), 4);
+}

@@ -97,7 +97,10 @@ impl<M: Trainable> Trainer<M> {
         let lead = self.lead();
         if let Some(summary) = summary.as_deref_mut() {
             let resumed = started.from.is_some();
-            faults.check(summary.start_session(session_step(resumed, state)))?;
+            // A second fresh run into one record goes on in the session the first started.
+            if resumed || summary.session_start().is_none() {
+                faults.check(summary.start_session(session_step(resumed, state)))?;
+            }
             if lead {
                 self.record_start(&started.model, resumed, valid.is_some(), summary, faults)?;
             }
