@@ -35,6 +35,7 @@ use anyhow::{Context, bail, ensure};
 
 use crate::process::{Ran, build, expect_success, inspect_json, run_limited, target_dir};
 
+pub(crate) mod live;
 mod readers;
 
 /// Kills of TensorBoard-format runs.
@@ -528,6 +529,11 @@ pub(crate) fn same_values(
                 // reads alone (its newest); inspect counts every file's. MindInsight's lineage
                 // query is compared instead.
                 if tag["kind"] == "lineage" {
+                    continue;
+                }
+                // A resumed run starts its session again where it goes on (`cargo xtask live`
+                // shows what that does for a live TensorBoard); no reader counts it as a value.
+                if tag["kind"] == "session_log" {
                     continue;
                 }
                 let mut tag = tag.clone();

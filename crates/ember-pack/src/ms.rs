@@ -115,7 +115,8 @@ pub(crate) fn check(value: &Value) -> Result<Plan<'_>, PackErrorKind> {
         | Value::PrCurve(_)
         | Value::Audio(_)
         | Value::CustomScalars(_)
-        | Value::Embedding(_) => {
+        | Value::Embedding(_)
+        | Value::SessionStart => {
             return Err(PackErrorKind::Unsupported {
                 format: Format::MindInsight,
                 kind: value.kind_name(),

@@ -64,6 +64,7 @@ pub(crate) enum Plan<'a> {
     Audio(&'a Audio),
     CustomScalars(&'a CustomScalarLayout),
     Embedding(&'a crate::Embedding, crate::projector::Shape),
+    SessionStart,
 }
 
 /// Checks one value for TensorBoard: every test packing makes before it encodes, in O(rank)
@@ -110,6 +111,7 @@ pub(crate) fn check<'a>(
         }
         Value::CustomScalars(layout) => Plan::CustomScalars(layout),
         Value::Embedding(e) => Plan::Embedding(e, e.check()?),
+        Value::SessionStart => Plan::SessionStart,
         Value::Lineage(_) | Value::Explain(_) => {
             return Err(PackErrorKind::Unsupported {
                 format: Format::TensorBoard,
@@ -163,6 +165,7 @@ pub(crate) fn pack<'a>(
         }
         Plan::HParams(h) => sink.parts.extend(hparams(h, wall_time)),
         Plan::Graph(g) => sink.item(FileKind::Summary, graph_event(g, wall_time)),
+        Plan::SessionStart => sink.item(FileKind::Summary, session_event(sink.step(), wall_time)),
         Plan::Export(t, layout) => sink.export(tag, npy::encode(t, layout)),
         Plan::Embedding(e, shape) => {
             let files = crate::projector::encode(tag, sink.step(), e, shape)?;
@@ -221,6 +224,20 @@ fn graph_event(g: &Graph, wall_time: f64) -> Vec<u8> {
         wall_time,
         step: 0,
         what: Some(tbp::event::What::GraphDef(graph_def(g).encode_to_vec())),
+        source_metadata: None,
+    }
+    .encode_to_vec()
+}
+
+/// The event of a session (re)start at `step`: what TensorBoard's loaders purge by.
+fn session_event(step: i64, wall_time: f64) -> Vec<u8> {
+    tbp::Event {
+        wall_time,
+        step,
+        what: Some(tbp::event::What::SessionLog(tbp::SessionLog {
+            status: tbp::session_log::SessionStatus::Start as i32,
+            ..Default::default()
+        })),
         source_metadata: None,
     }
     .encode_to_vec()

@@ -42,6 +42,12 @@ pub enum Value {
     /// An embedding for TensorBoard's projector (TensorBoard only), written as files beside
     /// the event files; boxed to keep [`Value`] small.
     Embedding(Box<Embedding>),
+    /// A `SessionLog` START event at the record's step (TensorBoard only; the record tag is
+    /// not used): a resumed run writes one before anything else, at the first step it writes
+    /// again, and TensorBoard's Python loaders then forget every value they had read at that
+    /// step or later. The first START a loader reads of a run only begins its session, so a run
+    /// writes one at its start as well.
+    SessionStart,
 }
 
 impl From<Embedding> for Value {
@@ -160,6 +166,7 @@ impl Value {
             Value::Audio(_) => "audio",
             Value::CustomScalars(_) => "custom scalars layout",
             Value::Embedding(_) => "embedding",
+            Value::SessionStart => "session start",
         }
     }
 }

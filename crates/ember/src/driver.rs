@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
+use burn::data::dataset::DatasetError;
 use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
@@ -217,7 +218,11 @@ where
         // The pool skips sources it saw run dry; a run that left the last epoch early (a stop)
         // must not carry that over.
         self.pool.new_epoch();
-        let sources = self.loaders.iter().map(|loader| loader.iter()).collect();
+        let sources = self
+            .loaders
+            .iter()
+            .map(|loader| Lookahead::new(loader.iter()))
+            .collect();
         let mut window = GradientWindow::new(self.reduction);
         // A round across ranks sums each rank's window as it is, on its main device.
         if ranks.is_none() {
@@ -246,7 +251,7 @@ where
     TrainOutput<M::Output>: Send,
 {
     pool: &'d mut DevicePool<BurnStep<M>>,
-    sources: Vec<Box<dyn DataLoaderIterator<M::Input> + 'd>>,
+    sources: Vec<Lookahead<'d, M::Input>>,
     main: &'d Device,
     window: GradientWindow<M>,
     window_steps: usize,
@@ -295,6 +300,12 @@ where
     /// Pool steps of this epoch taken so far (skipped ones included).
     pub(crate) fn steps_taken(&self) -> usize {
         self.step
+    }
+
+    /// Whether a device's slice holds another batch: whether the step just taken was not the
+    /// epoch's last. The next batch is drawn for this, and kept for the step that trains on it.
+    pub(crate) fn has_next(&mut self) -> bool {
+        self.sources.iter_mut().any(Lookahead::has_next)
     }
 
     /// Whether no gradients wait in the accumulation window: a checkpoint may be taken.
@@ -447,6 +458,63 @@ where
         }
         let model = optimizer.model();
         Ok(Some(optimizer.step(self.window.take(&model))))
+    }
+}
+
+/// A device's slice of an epoch that can say whether it holds another batch before the step
+/// that trains on it: the batch is drawn then, and given to that step. Its progress counts a
+/// batch drawn so as taken.
+struct Lookahead<'d, I> {
+    batches: Box<dyn DataLoaderIterator<I> + 'd>,
+    drawn: Option<Option<Result<I, DatasetError>>>,
+    ended: bool,
+}
+
+impl<'d, I> Lookahead<'d, I> {
+    fn new(batches: Box<dyn DataLoaderIterator<I> + 'd>) -> Self {
+        Self {
+            batches,
+            drawn: None,
+            ended: false,
+        }
+    }
+
+    fn has_next(&mut self) -> bool {
+        if self.ended {
+            return false;
+        }
+        let batches = &mut self.batches;
+        self.drawn.get_or_insert_with(|| batches.next()).is_some()
+    }
+}
+
+impl<I> Iterator for Lookahead<'_, I> {
+    type Item = Result<I, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.ended {
+            return None;
+        }
+        let next = match self.drawn.take() {
+            Some(drawn) => drawn,
+            None => self.batches.next(),
+        };
+        // The pool polls a slice no more once it ran dry; neither does this (Burn's iterators
+        // need not be fused).
+        self.ended = next.is_none();
+        next
+    }
+}
+
+impl<I> DataLoaderIterator<I> for Lookahead<'_, I> {
+    fn progress(&self) -> Progress {
+        DataLoaderIterator::progress(&*self.batches)
+    }
+}
+
+impl<I> ember_pool::step::BatchSource<I, DatasetError> for Lookahead<'_, I> {
+    fn progress(&self) -> ember_pool::step::Progress {
+        ember_pool::step::BatchSource::progress(&*self.batches)
     }
 }
 

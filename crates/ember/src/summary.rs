@@ -1,14 +1,17 @@
 //! `SummaryRecord`: MindSpore's summary API with tensorboardX's one-call convenience.
 //!
 //! `record.rs` holds the record, `builder.rs` how one is made, `plugin.rs` the plugins, modes
-//! and rank layouts, `tap.rs` the tap model code records through, and `remote.rs` the mirror of
+//! and rank layouts, `tap.rs` the tap model code records through, `losses.rs` what a log lost,
+//! `session.rs` the session starts a resumed run is told apart by, and `remote.rs` the mirror of
 //! a log directory in an object store.
 
 mod builder;
+mod losses;
 mod plugin;
 mod record;
 #[cfg(feature = "object-store")]
 mod remote;
+mod session;
 mod tap;
 
 pub use builder::SummaryRecordBuilder;

@@ -33,6 +33,8 @@ mod epoch;
 mod error;
 mod item;
 mod lineage;
+#[cfg(test)]
+mod live_reader_tests;
 mod optimizer_shards;
 #[cfg(all(test, feature = "object-store"))]
 mod ranks_in_a_bucket_tests;

@@ -12,7 +12,7 @@ use crate::venv::{VenvError, ensure_venv};
 
 /// The readers' packages: the compat checker's TensorBoard, and tbparse with the pandas it
 /// resolved to.
-const READER_REQUIREMENTS: &[&str] = &[
+pub(super) const READER_REQUIREMENTS: &[&str] = &[
     "tensorboard==2.21.0",
     "protobuf==7.36.2",
     "numpy==2.4.6",

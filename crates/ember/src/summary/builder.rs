@@ -252,6 +252,7 @@ impl SummaryRecordBuilder {
             journal,
             children: std::collections::BTreeMap::new(),
             child_options,
+            session_start: None,
             #[cfg(feature = "object-store")]
             remote,
         })

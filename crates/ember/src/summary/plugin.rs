@@ -41,6 +41,9 @@ pub enum Plugin {
     CustomScalars,
     /// An embedding for TensorBoard's projector.
     Embedding,
+    /// A session (re)start, TensorBoard's `SessionLog` START
+    /// ([`SummaryRecord::start_session`](crate::SummaryRecord::start_session)).
+    SessionStart,
 }
 
 impl Plugin {
@@ -65,6 +68,7 @@ impl Plugin {
             Value::Audio(_) => Plugin::Audio,
             Value::CustomScalars(_) => Plugin::CustomScalars,
             Value::Embedding(_) => Plugin::Embedding,
+            Value::SessionStart => Plugin::SessionStart,
         }
     }
 }

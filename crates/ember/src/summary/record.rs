@@ -11,15 +11,16 @@ use ember_write::pack::{
     Audio, CustomScalarLayout, Embedding, Format, Graph, HParams, Histogram, HistogramRule, Image,
     ImageLayout, PackError, Packer, PrCurve, Record, Tag, Value,
 };
-use ember_write::{
-    ErrorPolicy, WriteError, WriteErrors, WriterOptions, WriterPool, WriterPoolStats,
-};
+use ember_write::{ErrorPolicy, WriteErrors, WriterOptions, WriterPool, WriterPoolStats};
 
 use super::plugin::{Mode, Plugin};
 #[cfg(feature = "object-store")]
 use super::remote;
 use super::tap::{SummaryTap, checked};
 use crate::{SummaryError, ToScalar, ToTensorValue};
+
+/// The tag a session start is recorded under (TensorBoard's event has none; inspect lists it).
+pub(super) const SESSION_TAG: &str = "session_log";
 
 /// Records training summaries for TensorBoard or MindInsight.
 ///
@@ -64,6 +65,8 @@ pub struct SummaryRecord {
     pub(super) children: std::collections::BTreeMap<String, WriterPool>,
     /// The options their writers start from.
     pub(super) child_options: WriterOptions,
+    /// Where [`start_session`](Self::start_session) started the session, for `add_scalars` runs.
+    pub(super) session_start: Option<i64>,
     /// The object store the log directory is in, when it is a URL.
     #[cfg(feature = "object-store")]
     pub(super) remote: Option<remote::Remote>,
@@ -111,28 +114,6 @@ impl SummaryRecord {
         self.error_policy
     }
 
-    /// Takes the write errors kept so far (under [`ErrorPolicy::Log`], every error; under
-    /// [`ErrorPolicy::Raise`], those not yet returned), oldest first, at most
-    /// [`MAX_KEPT_ERRORS`](ember_write::MAX_KEPT_ERRORS) of them.
-    pub fn take_errors(&self) -> Vec<WriteError> {
-        self.pool
-            .iter()
-            .chain(self.children.values())
-            .flat_map(WriterPool::take_errors)
-            .collect()
-    }
-
-    /// The smallest step of a record this record's log lost (a full queue, a writer's size cap,
-    /// a failed writer: a full disk), of any sub-run: from there on the log is not whole.
-    /// `None` while nothing was lost.
-    pub fn first_lost_step(&self) -> Option<i64> {
-        self.pool
-            .iter()
-            .chain(self.children.values())
-            .filter_map(WriterPool::first_lost_step)
-            .min()
-    }
-
     /// A handle for model code to record values from inside a step.
     pub fn tap(&self) -> SummaryTap {
         self.tap.clone()
@@ -148,7 +129,7 @@ impl SummaryRecord {
         self.mode
     }
 
-    fn ensure_open(&self) -> Result<(), SummaryError> {
+    pub(super) fn ensure_open(&self) -> Result<(), SummaryError> {
         if self.closed {
             Err(SummaryError::Closed)
         } else {
@@ -227,7 +208,7 @@ impl SummaryRecord {
         self.submit(record)
     }
 
-    fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
+    pub(super) fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
         #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote
             && !remote.admit()?
@@ -310,6 +291,7 @@ impl SummaryRecord {
             return Ok(());
         }
         let wall_time = self.wall_time.unwrap_or_else(wall_time);
+        let session_start = self.session_start;
         let mut first_error = None;
         for (name, value) in values {
             let run = format!("{}_{name}", main_tag.replace('/', "_"));
@@ -318,7 +300,12 @@ impl SummaryRecord {
                 std::collections::btree_map::Entry::Vacant(e) => {
                     let mut options = self.child_options.clone();
                     options.log_dir = self.log_dir.join(e.key());
-                    e.insert(WriterPool::with_journal(options, self.journal.clone())?)
+                    let pool = WriterPool::with_journal(options, self.journal.clone())?;
+                    if let Some(start) = session_start {
+                        let tag = Tag::new(SESSION_TAG)?;
+                        pool.write(Record::new(start, wall_time).with(tag, Value::SessionStart))?;
+                    }
+                    e.insert(pool)
                 }
             };
             let record = Record::new(step, wall_time).with(tag.clone(), *value);
@@ -640,7 +627,7 @@ impl Drop for SummaryRecord {
     }
 }
 
-fn wall_time() -> f64 {
+pub(super) fn wall_time() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_secs_f64())

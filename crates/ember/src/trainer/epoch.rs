@@ -74,7 +74,13 @@ impl<M: Trainable> Loop<'_, M> {
                 Err(failure) => return Err(step_error(epoch, failure)),
             };
             self.record_step(epoch, &done, &mut totals, started.elapsed())?;
-            if done.learning_rate.is_some() {
+            // Not at the epoch's last step: the epoch's records of that step (validation,
+            // accuracy) come after it, which a resume from it would write again beside the
+            // step's train/loss it keeps, and no session start can make a live TensorBoard
+            // forget the one and not the other. The epoch's end checkpoint, taken after those
+            // records, stands for it.
+            if done.learning_rate.is_some() && self.checkpoint_due(When::Updated) && run.has_next()
+            {
                 let position = Position::within(epoch, done.step, totals);
                 self.maybe_checkpoint(When::Updated, &position, None)?;
             }

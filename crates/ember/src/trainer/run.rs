@@ -24,6 +24,19 @@ use crate::checkpoint::log_place::LogPlace;
 use crate::collective::{Ranks, RoundState};
 use crate::faults::SummaryFaults;
 
+/// The step a run starts its log's session at ([`SummaryRecord::start_session`]): a fresh run
+/// at its first record's (0), a resumed one at the first step it writes again, the one after
+/// its checkpoint's. Nothing the killed run wrote at the checkpoint's step is written again:
+/// an optimizer step's checkpoint is not taken at an epoch's last step, before the epoch's
+/// records (`epoch.rs`); a stop's there comes before them too, but a stopped run never writes
+/// them.
+fn session_step(resumed: bool, state: &RunState) -> i64 {
+    match resumed {
+        true => i64::try_from(state.report.steps).map_or(i64::MAX, |steps| steps.saturating_add(1)),
+        false => 0,
+    }
+}
+
 /// What calls for a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum When {
@@ -82,10 +95,16 @@ impl<M: Trainable> Trainer<M> {
             .map(Checkpointer::new)
             .transpose()?;
         let lead = self.lead();
-        if lead && let Some(summary) = summary.as_deref_mut() {
+        if let Some(summary) = summary.as_deref_mut() {
             let resumed = started.from.is_some();
-            self.record_start(&started.model, resumed, valid.is_some(), summary, faults)?;
-            super::checkpointing::note_log_gaps(state, summary, faults)?;
+            // A second fresh run into one record goes on in the session the first started.
+            if resumed || summary.session_start().is_none() {
+                faults.check(summary.start_session(session_step(resumed, state)))?;
+            }
+            if lead {
+                self.record_start(&started.model, resumed, valid.is_some(), summary, faults)?;
+                super::checkpointing::note_log_gaps(state, summary, faults)?;
+            }
         }
         // A sampler that cannot start costs the run its system/… scalars, nothing else.
         let system = match self.config.system_every {
@@ -150,15 +169,7 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
         position: &Position,
         ranks: Option<&mut Ranks>,
     ) -> Result<(), TrainError> {
-        let Some(checkpointer) = self.checkpointer.as_mut() else {
-            return Ok(());
-        };
-        let due = match when {
-            When::Stopped => self.world == 1,
-            When::Updated => self.world == 1 && checkpointer.due(self.stepper.updates),
-            When::EpochEnd => true,
-        };
-        if !due {
+        if !self.checkpoint_due(when) {
             return Ok(());
         }
         if let Some(lock) = self.lock.as_mut() {
@@ -236,6 +247,17 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
             checkpointer.pass_over(self.state.report.steps, position.epoch_done);
         }
         Ok(round.all_done)
+    }
+
+    /// Whether `when` calls for a checkpoint in this run now.
+    pub(super) fn checkpoint_due(&self, when: When) -> bool {
+        self.checkpointer
+            .as_ref()
+            .is_some_and(|checkpointer| match when {
+                When::Stopped => self.world == 1,
+                When::Updated => self.world == 1 && checkpointer.due(self.stepper.updates),
+                When::EpochEnd => true,
+            })
     }
 
     /// Whether the caller's stop flag is raised.
