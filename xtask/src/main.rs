@@ -32,6 +32,8 @@
 //!   the uninterrupted run.
 //! - `objects`: `ember train --logdir s3://…` against a loopback S3 server (moto), read back by
 //!   TensorBoard's own S3 reader, killed mid-run, and against an endpoint that does not answer.
+//! - `recovery [--rounds R]`: how long a killed `ember train` takes to train again, part by
+//!   part, for the digits model and a 10.1 M-parameter one, into `target/bench/recovery.md`.
 //! - `resume`: kills `ember train` with SIGKILL at seeded random moments, resumes each run, and
 //!   checks its model and its log (in ember inspect, TensorBoard's loaders, tbparse, rustboard
 //!   and MindInsight) against an uninterrupted run's.
@@ -56,6 +58,7 @@ mod objects_azure;
 mod objects_bench;
 mod objects_scenarios;
 mod process;
+mod recovery;
 mod resume;
 mod scaling;
 mod server;
@@ -79,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         Some("layers") => layers::run(&root),
         Some("mpi") => mpi::run(&root, &args[1..]),
         Some("objects") => objects::run(&root, &args[1..]),
+        Some("recovery") => recovery::run(&root, &args[1..]),
         Some("resume") => resume::run(&root),
         Some("live") => resume::live::run(&root),
         Some("scaling") => scaling::run(&root, &args[1..]),

@@ -427,7 +427,7 @@ fn train(
     bar: &ProgressBar,
 ) -> Result<(DigitMlp, TrainReport, Option<DirLock>), ember::TrainError> {
     let batch_size = usize::from(plan.args.batch_size);
-    let model = DigitMlp::new(usize::from(plan.args.hidden), main);
+    let model = DigitMlp::new(plan.args.hidden as usize, main);
     let train_loader = loader(data.train, batch_size, Some(SPLIT_SEED), main);
     let test_loader = loader(data.test, batch_size, None, main);
     // The checkpoint directory's lock comes back to be held until the model is saved: no

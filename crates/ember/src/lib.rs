@@ -71,8 +71,8 @@ pub use step_times::StepTimes;
 pub use summary::{Mode, Plugin, RankLayout, SummaryRecord, SummaryRecordBuilder, SummaryTap};
 #[cfg(feature = "burn")]
 pub use trainer::{
-    CheckpointConfig, EpochReport, LOG_GAP_TAG, LogGap, StepReport, TrainError, TrainReport,
-    Trainable, Trainer, TrainerConfig, TrainingItem,
+    CheckpointConfig, EpochReport, LOG_GAP_TAG, LogGap, Recovery, StepReport, TrainError,
+    TrainReport, Trainable, Trainer, TrainerConfig, TrainingItem,
 };
 
 /// Training across processes and hosts (ember-collective, layer L1): communicators and the

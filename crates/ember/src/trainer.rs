@@ -54,7 +54,7 @@ pub use error::TrainError;
 pub use item::TrainingItem;
 use lineage::{eval_lineage, train_lineage};
 pub(crate) use optimizer_shards::OptimizerShards;
-pub use report::{EpochReport, LOG_GAP_TAG, LogGap, StepReport, TrainReport};
+pub use report::{EpochReport, LOG_GAP_TAG, LogGap, Recovery, StepReport, TrainReport};
 pub(crate) use run_state::RunState;
 
 /// What the [`Trainer`] trains: a burn-train model that steps on batches of its input and

@@ -40,9 +40,9 @@ pub(crate) struct TrainArgs {
     /// Examples per batch on each worker.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub(super) batch_size: u16,
-    /// Hidden units of the MLP.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
-    pub(super) hidden: u16,
+    /// Hidden units of the MLP (up to 1,048,576: 78 M parameters).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub(super) hidden: u32,
     /// Adam's learning rate.
     #[arg(long, default_value_t = 0.01)]
     pub(super) lr: f64,

@@ -6,9 +6,10 @@ use ember_write::{WriteError, WriterPool};
 use super::record::SummaryRecord;
 
 impl SummaryRecord {
-    /// Takes the write errors kept so far (under [`ErrorPolicy::Log`], every error; under
-    /// [`ErrorPolicy::Raise`], those not yet returned), oldest first, at most
-    /// [`MAX_KEPT_ERRORS`](ember_write::MAX_KEPT_ERRORS) of them.
+    /// Takes the write errors kept so far (under [`ErrorPolicy::Log`](crate::ErrorPolicy::Log),
+    /// every error; under [`ErrorPolicy::Raise`](crate::ErrorPolicy::Raise), those not yet
+    /// returned), oldest first, at most [`MAX_KEPT_ERRORS`](ember_write::MAX_KEPT_ERRORS) of
+    /// them.
     pub fn take_errors(&self) -> Vec<WriteError> {
         self.pool
             .iter()

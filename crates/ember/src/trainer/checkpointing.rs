@@ -47,6 +47,9 @@ pub(crate) struct Resumed<M> {
     pub(crate) state: RunState,
     pub(crate) path: PathBuf,
     pub(crate) seq: u64,
+    /// How long choosing and reading the checkpoint took, and its state into Burn's.
+    pub(crate) read: std::time::Duration,
+    pub(crate) restore: std::time::Duration,
 }
 
 /// Writes a run's checkpoints: the state is taken on the training thread (it must be this
@@ -416,8 +419,10 @@ pub(crate) fn load<M: Module>(
     mut optimizer: OptimizerShards,
     scheduler: ModuleLrScheduler,
 ) -> Result<(Resumed<M>, Loaded), CheckpointError> {
+    let started = std::time::Instant::now();
     let store = Checkpoints::new(dir, 1);
     let loaded = newest_of_this_job(&store, identity)?;
+    let read = started.elapsed();
     let path = loaded.path.clone();
     let meta = std::str::from_utf8(section(&loaded.checkpoint, &path, "meta")?).map_err(|e| {
         CheckpointError::Section {
@@ -476,6 +481,8 @@ pub(crate) fn load<M: Module>(
         state,
         path: loaded.path.clone(),
         seq: loaded.seq,
+        read,
+        restore: started.elapsed() - read,
     };
     Ok((resumed, loaded))
 }

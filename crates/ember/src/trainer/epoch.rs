@@ -65,6 +65,7 @@ impl<M: Trainable> Loop<'_, M> {
                     .histogram_every
                     .filter(|every| *every > 0)
                     .is_some_and(|every| (self.stepper.updates + 1).is_multiple_of(every));
+            let step_started = Instant::now();
             let done = match run.step(&mut self.stepper) {
                 Ok(Some(done)) => done,
                 Ok(None) => {
@@ -73,6 +74,9 @@ impl<M: Trainable> Loop<'_, M> {
                 }
                 Err(failure) => return Err(step_error(epoch, failure)),
             };
+            if done.learning_rate.is_some() {
+                self.state.trained_again(step_started);
+            }
             self.record_step(epoch, &done, &mut totals, started.elapsed())?;
             // Not at the epoch's last step: the epoch's records of that step (validation,
             // accuracy) come after it, which a resume from it would write again beside the

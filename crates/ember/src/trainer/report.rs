@@ -76,6 +76,34 @@ pub struct TrainReport {
     /// them again. Each was logged as a warning at the resume and is noted in the log itself
     /// ([`LOG_GAP_TAG`]).
     pub log_gaps: Vec<LogGap>,
+    /// For a resumed run, how long each part of going on took, up to its first optimizer step.
+    pub recovery: Option<Recovery>,
+}
+
+/// How long a resumed run took to train again, part by part (see [`TrainReport::recovery`]):
+/// from the Trainer's start to the end of its first optimizer step. What comes before the
+/// Trainer (the process starting, the command's admission, the summary record opening) is the
+/// caller's to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Recovery {
+    /// Choosing the newest whole checkpoint and reading it (and its ranks' parts).
+    pub read: std::time::Duration,
+    /// Its state into the model, the optimizer and the scheduler.
+    pub restore: std::time::Duration,
+    /// The log rolled back to the checkpoint.
+    pub rollback: std::time::Duration,
+    /// From there to the first step: the loaders' earlier epochs begun, the run's first records,
+    /// the batches the killed run had trained on drawn and dropped.
+    pub data_position: std::time::Duration,
+    /// The first step, to the end of its optimizer step.
+    pub first_step: std::time::Duration,
+}
+
+impl Recovery {
+    /// Every part together.
+    pub fn total(&self) -> std::time::Duration {
+        self.read + self.restore + self.rollback + self.data_position + self.first_step
+    }
 }
 
 /// Steps `from..=to` whose records a run's log lacks for good (see [`TrainReport::log_gaps`]).

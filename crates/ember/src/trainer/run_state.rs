@@ -21,12 +21,39 @@ pub(crate) struct RunState {
     /// The gaps of [`TrainReport::log_gaps`](crate::TrainReport::log_gaps) that the log does not
     /// note yet: found at this resume, noted right after its rollback.
     pub(crate) unnoted_log_gaps: Vec<crate::LogGap>,
+    /// A resumed run's recovery so far, and when its last part ended: until its first
+    /// optimizer step, which completes it into the report.
+    pub(crate) recovering: Option<(crate::Recovery, std::time::Instant)>,
     /// Whether the run got past its start (resume included) and may have written to the log:
     /// a run refused before it has nothing to record the end of.
     pub(crate) began: bool,
 }
 
 impl RunState {
+    /// A resumed run's first optimizer step is done, begun at `step_started`: its recovery is
+    /// complete, into the report and the log (`ember::recovery`, at info level).
+    pub(crate) fn trained_again(&mut self, step_started: std::time::Instant) {
+        let Some((mut recovery, since)) = self.recovering.take() else {
+            return;
+        };
+        recovery.data_position = step_started.saturating_duration_since(since);
+        recovery.first_step = step_started.elapsed();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        log::info!(
+            target: "ember::recovery",
+            "training again {:.1} ms after the resume began: checkpoint chosen and read {:.1} \
+             ms, state restored {:.1} ms, log rolled back {:.1} ms, data position {:.1} ms, \
+             first optimizer step {:.1} ms",
+            ms(recovery.total()),
+            ms(recovery.read),
+            ms(recovery.restore),
+            ms(recovery.rollback),
+            ms(recovery.data_position),
+            ms(recovery.first_step),
+        );
+        self.report.recovery = Some(recovery);
+    }
+
     /// The tags of the metrics a run records: those [`final_metrics`](Self::final_metrics)
     /// can give, and the per-step loss and per-epoch validation loss.
     pub(crate) fn metric_tags(validates: bool, classifies: bool) -> Vec<&'static str> {

@@ -198,12 +198,20 @@ impl<M: Trainable> Trainer<M> {
                 format!("{items} training item(s) an epoch"),
             ));
         }
+        let rolling_back = std::time::Instant::now();
         if let Some((place, summary)) = log {
             place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
         }
+        let recovery = crate::Recovery {
+            read: resumed.read,
+            restore: resumed.restore,
+            rollback: rolling_back.elapsed(),
+            ..crate::Recovery::default()
+        };
         self.optimizer = resumed.optimizer;
         self.scheduler = resumed.scheduler;
         *state = resumed.state;
+        state.recovering = Some((recovery, std::time::Instant::now()));
         state.report.steps = resumed.steps;
         state.report.optimizer_steps = resumed.optimizer_steps;
         state.report.resumed_from = Some(resumed.path);
