@@ -1,5 +1,6 @@
 //! `cargo xtask docs`: keeps README.md and docs/*.md true to the repository.
 //!
+//! 0. README.md stays short: at most 120 lines, no table cell over 200 characters.
 //! 1. Every markdown link to a relative path names a file or directory that exists; a link's
 //!    `#anchor` into a markdown file names one of its headings (GitHub's slugs).
 //! 2. Every `pip install` line of a shell block installs exactly one of the pinned lists that CI
@@ -24,6 +25,10 @@ const TASK: &str = "docs";
 
 /// Fence info strings that mark a block of shell commands.
 const SHELL_FENCES: &[&str] = &["sh", "bash", "shell"];
+
+/// What a newcomer reads in five minutes: the README's length, and its longest table cell.
+const README_MAX_LINES: usize = 120;
+const README_MAX_CELL: usize = 200;
 
 /// A fenced shell block: where it starts (the line after its fence, 1-based) and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,17 +67,12 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
             .unwrap_or(file)
             .display()
             .to_string();
-        problems.extend(
-            broken_links(file, &text)
-                .into_iter()
-                .map(|p| format!("{shown}:{p}")),
-        );
+        let mut found = broken_links(file, &text);
+        if shown == "README.md" {
+            found.extend(readme_too_long(&text));
+        }
         for block in shell_blocks(&text) {
-            problems.extend(
-                untested_installs(&block)
-                    .into_iter()
-                    .map(|p| format!("{shown}:{p}")),
-            );
+            found.extend(untested_installs(&block));
             match plan(&block) {
                 Plan::Run => runnable.push((shown.clone(), block)),
                 Plan::Skip(why) => {
@@ -86,12 +86,13 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
                     );
                     skipped += 1;
                 }
-                Plan::CiStep(step) => problems.push(format!(
-                    "{shown}:{}: `# ci: {step}` is not a step of cargo xtask ci",
+                Plan::CiStep(step) => found.push(format!(
+                    "{}: `# ci: {step}` is not a step of cargo xtask ci",
                     block.line
                 )),
             }
         }
+        problems.extend(found.into_iter().map(|p| format!("{shown}:{p}")));
     }
     if !problems.is_empty() {
         bail!(
@@ -160,6 +161,34 @@ fn run_blocks(root: &Path, blocks: &[(String, ShellBlock)]) -> anyhow::Result<()
         }
     }
     Ok(())
+}
+
+/// Where the README outgrows five minutes: more than [`README_MAX_LINES`] lines, or a table
+/// cell longer than [`README_MAX_CELL`] characters (its content belongs on a docs page).
+pub(crate) fn readme_too_long(markdown: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let lines = markdown.lines().count();
+    if lines > README_MAX_LINES {
+        problems.push(format!(
+            "{lines}: {lines} lines, over {README_MAX_LINES}: move a section to docs/"
+        ));
+    }
+    for (index, line) in markdown.lines().enumerate() {
+        if !line.trim_start().starts_with('|') {
+            continue;
+        }
+        if let Some(cell) = line
+            .split('|')
+            .find(|c| c.trim().chars().count() > README_MAX_CELL)
+        {
+            problems.push(format!(
+                "{}: a table cell of {} characters, over {README_MAX_CELL}",
+                index + 1,
+                cell.trim().chars().count()
+            ));
+        }
+    }
+    problems
 }
 
 /// Every fenced block whose info string names a shell, outside any other fence.
@@ -420,6 +449,21 @@ mod tests {
     }
 
     #[test]
+    fn a_readme_over_its_length_or_with_a_long_table_cell_is_reported() {
+        let short = "# ember\n\n| a | b |\n|---|---|\n| yes | no |\n";
+        assert!(readme_too_long(short).is_empty());
+        let long = "line\n".repeat(README_MAX_LINES + 1);
+        assert_eq!(readme_too_long(&long).len(), 1);
+        let wide = format!("# ember\n| row | {} |\n", "x".repeat(README_MAX_CELL + 1));
+        let problems = readme_too_long(&wide);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("2: a table cell of 201"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn links_are_found_outside_code_with_their_lines() {
         let markdown = "see [a](docs/a.md) and [`b`](b.md#part)\n```sh\n[x](nope.md)\n```\n\
                         `[y](code.md)` and <https://example.com> and [w](https://x.org/a)\n";
@@ -470,7 +514,7 @@ mod tests {
     }
 
     #[test]
-    fn the_repositorys_readme_and_docs_have_no_broken_link_or_untested_install() {
+    fn the_repositorys_readme_is_short_and_its_docs_have_no_broken_link_or_untested_install() {
         let root = crate::workspace_root();
         for file in markdown_files(&root).unwrap() {
             let text = std::fs::read_to_string(&file).unwrap();
