@@ -19,6 +19,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask resume",
     "cargo xtask live",
     "cargo xtask scaling --quick",
+    "cargo xtask docs",
     "cargo clippy -p ember-write -p ember -p ember-cli --all-targets --features ember-write/object-store,ember/object-store,ember-cli/object-store -- -D warnings",
     "cargo test -p ember-write -p ember --lib --features ember-write/object-store,ember/object-store",
     "cargo xtask objects",

@@ -16,6 +16,9 @@
 //!   is no GPU), against one device, burn-train's own summary and the flex build.
 //! - `gpu [--epochs E]`: on a machine with CUDA GPUs, the two-device suite and `ember train` on
 //!   1..N GPUs with its throughput and memory, into `target/bench/gpu.md`.
+//! - `docs`: checks README.md and docs/*.md: every relative link exists, every `pip install`
+//!   line is a list CI tests, and every fenced `sh` block runs (with `ember` the release binary)
+//!   unless its first line marks it as needing what CI lacks (`# needs: gpu`, …).
 //! - `features`: checks that `ember` without its `burn` feature builds no Burn, that the logging
 //!   example builds and runs that way in a crate of its own, and that the docs of both feature
 //!   sets build without warnings.
@@ -47,6 +50,7 @@ mod ci;
 mod codegen;
 mod compat;
 mod devices;
+mod docs;
 mod features;
 mod gpu;
 mod hosts;
@@ -76,6 +80,7 @@ fn main() -> anyhow::Result<()> {
         Some("compat") => compat::run(&root),
         Some("codegen") => codegen::run(&root, args.iter().any(|a| a == "--check")),
         Some("devices") => devices::run(&root),
+        Some("docs") => docs::run(&root),
         Some("features") => features::run(&root),
         Some("gpu") => gpu::run(&root, &args[1..]),
         Some("hosts") => hosts::run(&root),
@@ -88,7 +93,7 @@ fn main() -> anyhow::Result<()> {
         Some("scaling") => scaling::run(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, ember train on 1..N GPUs (--epochs E), and the scaling table against burn-train's strategies (--rounds R)\n  hosts    ranks on hosts of their own (network namespaces, as root): equivalence, a cut link, slow links into target/bench/hosts.md\n  live     kill and resume ember train 10 times under a live TensorBoard (Python loader and rustboard), which must show each step once, as an uninterrupted run\n  layers   check the crate layering against docs/architecture.md, no module cycle in any crate, the doc's paths, and no function over 80 lines without a `// length: <why>`\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader\n  scaling  examples/s of 1 and 2 workers, ember against burn-train's own strategies, into target/bench/scaling.md (--rounds R; --mpi: ember as mpirun ranks too; --wgpu: on two wgpu devices too; --quick: one small round, as CI runs it)"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  docs     run the README's and docs/'s sh blocks (those not marked `# needs: …`) and check their links and pip lines\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, ember train on 1..N GPUs (--epochs E), and the scaling table against burn-train's strategies (--rounds R)\n  hosts    ranks on hosts of their own (network namespaces, as root): equivalence, a cut link, slow links into target/bench/hosts.md\n  live     kill and resume ember train 10 times under a live TensorBoard (Python loader and rustboard), which must show each step once, as an uninterrupted run\n  layers   check the crate layering against docs/architecture.md, no module cycle in any crate, the doc's paths, and no function over 80 lines without a `// length: <why>`\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  recovery how long a killed ember train takes to train again, part by part, into target/bench/recovery.md (--rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader\n  scaling  examples/s of 1 and 2 workers, ember against burn-train's own strategies, into target/bench/scaling.md (--rounds R; --mpi: ember as mpirun ranks too; --wgpu: on two wgpu devices too; --quick: one small round, as CI runs it)"
             );
             Ok(())
         }
