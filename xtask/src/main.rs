@@ -64,6 +64,7 @@ mod objects_scenarios;
 mod process;
 mod recovery;
 mod resume;
+mod runs;
 mod scaling;
 mod server;
 mod venv;

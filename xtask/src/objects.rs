@@ -98,7 +98,7 @@ impl Check<'_> {
     ) -> anyhow::Result<bool> {
         let mut train = self.ember(endpoint, args);
         train.args(["--logdir", url]);
-        crate::resume::start_and_kill(train, run, at)?;
+        crate::runs::start_and_kill(train, run, at)?;
         let mut ran = run_limited(
             self.ember(endpoint, &["train", "--resume", url]),
             "ember train --resume s3://",
@@ -222,7 +222,7 @@ fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         "TensorBoard's S3 reader against the local run",
     )?;
     let remote = inspect(&|args| check.ember(endpoint, args), "s3://ember/run")?;
-    crate::resume::same_values(
+    crate::runs::same_values(
         &crate::process::inspect_json(check.ember, &local)?,
         &remote,
         Path::new("s3://ember/run"),
@@ -362,12 +362,12 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
     )?;
     expect_success(&ran, "the uninterrupted run into the bucket")?;
     let duration = ran.elapsed;
-    let reference_model = crate::resume::model_without_ids(&local.join("model.bpk"))?;
+    let reference_model = crate::runs::model_without_ids(&local.join("model.bpk"))?;
     let seed = std::env::var("EMBER_RESUME_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_261_205u64);
-    let mut rng = crate::resume::XorShift(seed);
+    let mut rng = crate::runs::XorShift(seed);
     let mut refused = 0;
     let mut last = String::new();
     for kill in 0..BUCKET_KILLS {
@@ -378,11 +378,11 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
         let pulled = check.work.join(format!("resumed-{kill:02}-pulled"));
         check.pull(endpoint, &url, &pulled)?;
         ensure!(
-            crate::resume::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
+            crate::runs::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
             "{url}: the resumed run's parameters differ from the uninterrupted run's"
         );
         let inspected = inspect(&|args| check.ember(endpoint, args), &url)?;
-        crate::resume::same_values(&reference, &inspected, Path::new(&url))?;
+        crate::runs::same_values(&reference, &inspected, Path::new(&url))?;
         last = url;
     }
     let local_str = local.to_str().context("a path that is not UTF-8")?;
@@ -428,7 +428,7 @@ fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> 
         &check.work.join("mi-reference.log"),
     )?;
     expect_success(&ran, "the uninterrupted MindInsight run into the bucket")?;
-    let mut rng = crate::resume::XorShift(20_261_206);
+    let mut rng = crate::runs::XorShift(20_261_206);
     let mut jobs = Vec::new();
     for kill in 0..MI_BUCKET_KILLS {
         let job = format!("resumed-{kill:02}");

@@ -175,7 +175,7 @@ impl Azure<'_> {
             &self.work.join("az.log"),
         )?;
         expect_success(&ran, "ember train --logdir az://ember/run")?;
-        crate::resume::same_values(
+        crate::runs::same_values(
             &crate::process::inspect_json(self.ember, &local)?,
             &self.inspect("az://ember/run")?,
             Path::new("az://ember/run"),

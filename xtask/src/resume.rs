@@ -29,11 +29,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
 use crate::process::{Ran, build, expect_success, inspect_json, run_limited, target_dir};
+use crate::runs::{XorShift, model_without_ids, same_values, start_and_time};
 
 pub(crate) mod live;
 mod readers;
@@ -333,38 +333,6 @@ fn resume_or_restart(
     }
 }
 
-/// Starts `command` (its output to `<run>.log`) and kills it with SIGKILL after `at`;
-/// whether it was still running then.
-pub(crate) fn start_and_kill(command: Command, run: &Path, at: Duration) -> anyhow::Result<bool> {
-    Ok(start_and_time(command, run, at)?.is_none())
-}
-
-/// [`start_and_kill`], returning how long the run took when it finished before `at` (`None`:
-/// killed).
-fn start_and_time(
-    mut command: Command,
-    run: &Path,
-    at: Duration,
-) -> anyhow::Result<Option<Duration>> {
-    let log = std::fs::File::create(run.with_extension("log"))?;
-    let mut child = command
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting a run to kill")?;
-    let started = Instant::now();
-    while started.elapsed() < at {
-        if child.try_wait()?.is_some() {
-            return Ok(Some(started.elapsed()));
-        }
-        std::thread::sleep(Duration::from_millis(1).min(at.saturating_sub(started.elapsed())));
-    }
-    // `Child::kill` is SIGKILL on Unix: no handler runs, nothing is flushed.
-    child.kill().context("killing the run")?;
-    child.wait()?;
-    Ok(None)
-}
-
 /// What the kills hit, from what they left.
 #[derive(Debug, Default)]
 struct Hits {
@@ -490,112 +458,6 @@ fn summary_tail_torn(run: &Path) -> anyhow::Result<bool> {
         }
     }
     Ok(false)
-}
-
-/// A `model.bpk`'s bytes with Burn's parameter ids (random per process) zeroed: each is the
-/// CBOR key `param_id` and a 64-bit integer.
-pub(crate) fn model_without_ids(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let mut bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let key = b"hparam_id\x1b";
-    let mut at = 0;
-    while let Some(found) = bytes[at..].windows(key.len()).position(|w| w == key) {
-        let start = at + found + key.len();
-        let end = (start + 8).min(bytes.len());
-        bytes[start..end].fill(0);
-        at = end;
-    }
-    Ok(bytes)
-}
-
-/// The runs' `ember inspect --json --values` equal, but for paths, byte counts, wall times
-/// and the wall-time-derived series.
-pub(crate) fn same_values(
-    reference: &serde_json::Value,
-    run: &serde_json::Value,
-    dir: &Path,
-) -> anyhow::Result<()> {
-    let tags = |v: &serde_json::Value| -> Vec<serde_json::Value> {
-        let mut out = Vec::new();
-        for run in v["runs"].as_array().into_iter().flatten() {
-            for tag in run["tags"].as_array().into_iter().flatten() {
-                let name = tag["tag"].as_str().unwrap_or_default();
-                if name.ends_with("_seconds")
-                    || name.ends_with("examples_per_second")
-                    || name.starts_with("system/")
-                {
-                    continue;
-                }
-                // A resumed MindInsight run starts a lineage file of its own, which MindInsight
-                // reads alone (its newest); inspect counts every file's. MindInsight's lineage
-                // query is compared instead.
-                if tag["kind"] == "lineage" {
-                    continue;
-                }
-                // A resumed run starts its session again where it goes on (`cargo xtask live`
-                // shows what that does for a live TensorBoard); no reader counts it as a value.
-                if tag["kind"] == "session_log" {
-                    continue;
-                }
-                let mut tag = tag.clone();
-                strip_wall_times(&mut tag);
-                out.push(tag);
-            }
-        }
-        out
-    };
-    let (want, got) = (tags(reference), tags(run));
-    if want != got {
-        for (w, g) in want.iter().zip(&got) {
-            if w != g {
-                bail!(
-                    "{}: ember inspect shows {} where the uninterrupted run has {}",
-                    dir.display(),
-                    truncate(g),
-                    truncate(w)
-                );
-            }
-        }
-        bail!(
-            "{}: ember inspect lists {} tags, the uninterrupted run {}",
-            dir.display(),
-            got.len(),
-            want.len()
-        );
-    }
-    Ok(())
-}
-
-fn truncate(v: &serde_json::Value) -> String {
-    let text = v.to_string();
-    text.chars().take(400).collect()
-}
-
-/// Drops the wall times: `--values` gives each scalar as a `[step, wall_time, value]` triple.
-fn strip_wall_times(tag: &mut serde_json::Value) {
-    if let Some(values) = tag.get_mut("values").and_then(|v| v.as_array_mut()) {
-        for triple in values {
-            if let Some(items) = triple.as_array_mut()
-                && items.len() == 3
-            {
-                items.remove(1);
-            }
-        }
-    }
-}
-
-/// Marsaglia's xorshift64: the kill moments, reproducible from the seed.
-pub(crate) struct XorShift(pub(crate) u64);
-
-impl XorShift {
-    /// Uniform in [0.12, 0.85): after the process has started and saved its command line (a
-    /// run killed before that has nothing to resume), and before a run that goes faster than
-    /// the reference did (a cold start) has ended.
-    pub(crate) fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        0.12 + 0.73 * (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 /// Every file under `dir` with its bytes, the lock files aside (they hold the pid of their

@@ -20,7 +20,7 @@ use super::check::{Check, Running};
 use super::equivalence::TRAIN;
 use super::launch::TASK;
 use super::store::keys;
-use crate::resume::{model_without_ids, same_values};
+use crate::runs::{model_without_ids, same_values};
 
 /// The run in the bucket whose host loses its link.
 const URL: &str = "s3://ember/cut";

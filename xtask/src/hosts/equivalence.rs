@@ -17,7 +17,7 @@ use anyhow::{Context, ensure};
 use super::check::Check;
 use super::launch::TASK;
 use crate::process::{inspect_json, is_root};
-use crate::resume::{model_without_ids, same_values};
+use crate::runs::{model_without_ids, same_values};
 
 /// The job every scenario trains: one worker per rank, a checkpoint every few steps, and the
 /// collective timeout of the cut-link scenario (which resumes it with these arguments). About

@@ -291,11 +291,11 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<()> {
         ran.output
     );
     ensure!(
-        crate::resume::model_without_ids(&run.join("model.bpk"))?
-            == crate::resume::model_without_ids(&reference.join("model.bpk"))?,
+        crate::runs::model_without_ids(&run.join("model.bpk"))?
+            == crate::runs::model_without_ids(&reference.join("model.bpk"))?,
         "the resumed job's parameters differ from the uninterrupted job's"
     );
-    crate::resume::same_values(
+    crate::runs::same_values(
         &inspect_json(ember, &reference)?,
         &inspect_json(ember, &run)?,
         &run,
