@@ -76,7 +76,6 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
-    allocator::keep_freed_memory();
     quiet_vulkan_device_select();
     logger::install();
     let cli = Cli::parse();
