@@ -381,13 +381,27 @@ fn build_trainer(
     }
 }
 
+/// Each worker's share of the cores when several workers share the CPU backend and the user
+/// did not say (`--worker-threads`): the cores this process may run on, divided among them, at
+/// least one each. Otherwise every worker would run its products over every core of the
+/// process's one pool, and the workers would fight for the same cores. One worker keeps the
+/// pool over every core; workers on GPUs have no compute pool to share.
+fn cpu_share(specs: &[ember::devices::DeviceSpec]) -> Option<std::num::NonZeroUsize> {
+    let all_cpu = specs.iter().all(|s| *s == ember::devices::DeviceSpec::Cpu);
+    if specs.len() < 2 || !all_cpu {
+        return None;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    std::num::NonZeroUsize::new((cores / specs.len()).max(1))
+}
+
 fn trainer_config(plan: &Plan) -> TrainerConfig {
     let args = &plan.args;
     TrainerConfig {
         epochs: plan.epochs(),
         histogram_every: Some(50),
         step_timeout: args.step_timeout,
-        worker_threads: args.worker_threads,
+        worker_threads: args.worker_threads.or_else(|| cpu_share(&plan.specs)),
         system_every: Some(args.system_every),
         checkpoints: plan.checkpointing().then(|| CheckpointConfig {
             dir: plan.checkpoints(),

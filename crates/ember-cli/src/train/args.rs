@@ -51,9 +51,10 @@ pub(crate) struct TrainArgs {
     /// since a first step on a GPU may compile kernels for long.
     #[arg(long, value_parser = parse_seconds)]
     pub(super) step_timeout: Option<std::time::Duration>,
-    /// Threads of each worker's own compute pool (CPU backends). By default every worker uses
-    /// the process's one pool over all cores; `1` gives each worker a core of its own, the CPU
-    /// stand-in for one device each.
+    /// Threads of each worker's own compute pool (CPU backends). By default, workers that share
+    /// the CPU each get their share of the cores this process may use (cores / workers, at
+    /// least 1), and a single worker uses every core; `1` gives each worker a core of its own,
+    /// the CPU stand-in for one device each.
     #[arg(long, value_name = "N")]
     pub(super) worker_threads: Option<std::num::NonZeroUsize>,
     /// Sample the process's CPU use and memory (and each device's, where the backend counts
