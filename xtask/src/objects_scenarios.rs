@@ -28,6 +28,18 @@ pub(crate) fn against(
     resumed_while_running(ember, &url("live"), task)
 }
 
+/// `ember push` of every staging directory the runs' `TMPDIR` holds, which must succeed.
+fn push(ember: &dyn Fn(&[&str]) -> Command) -> anyhow::Result<()> {
+    let push = ember(&["push"]).output().context("starting ember push")?;
+    ensure!(
+        push.status.success(),
+        "ember push failed:\n{}{}",
+        String::from_utf8_lossy(&push.stdout),
+        String::from_utf8_lossy(&push.stderr)
+    );
+    Ok(())
+}
+
 /// The last step of `train/loss` in an `ember inspect --json --values` report, checking that
 /// the steps are 1..N with none missing.
 fn loss_steps(inspected: &serde_json::Value) -> anyhow::Result<i64> {
@@ -91,13 +103,7 @@ fn killed_then_pushed(
     ]);
     kill_after(train, log, Duration::from_secs(6))?;
     let before = loss_steps(&inspect(ember, url)?)?;
-    let push = ember(&["push"]).output().context("starting ember push")?;
-    ensure!(
-        push.status.success(),
-        "ember push failed:\n{}{}",
-        String::from_utf8_lossy(&push.stdout),
-        String::from_utf8_lossy(&push.stderr)
-    );
+    push(ember)?;
     let after = loss_steps(&inspect(ember, url)?)?;
     ensure!(
         after >= before,
@@ -157,13 +163,7 @@ fn resumed_then_pushed(
         String::from_utf8_lossy(&resumed.stderr)
     );
     let steps = loss_steps(&inspect(ember, url)?)?;
-    let push = ember(&["push"]).output().context("starting ember push")?;
-    ensure!(
-        push.status.success(),
-        "ember push failed:\n{}{}",
-        String::from_utf8_lossy(&push.stdout),
-        String::from_utf8_lossy(&push.stderr)
-    );
+    push(ember)?;
     let after = loss_steps(&inspect(ember, url)?)?;
     ensure!(
         after == steps,
