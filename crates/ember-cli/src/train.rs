@@ -533,6 +533,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn workers_sharing_the_cpu_split_its_cores_and_nothing_else_is_limited() {
+        use ember::devices::DeviceSpec::{Cpu, Wgpu};
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert_eq!(cpu_share(&[Cpu]), None);
+        assert_eq!(cpu_share(&[Cpu, Wgpu(0)]), None);
+        assert_eq!(cpu_share(&[Wgpu(0), Wgpu(1)]), None);
+        let share =
+            |workers: usize| cpu_share(&vec![Cpu; workers]).map(std::num::NonZeroUsize::get);
+        assert_eq!(share(2), Some((cores / 2).max(1)));
+        // More workers than cores: one thread each, never none.
+        assert_eq!(share(cores + 1), Some(1));
+    }
+
+    #[test]
     fn steps_per_epoch_follows_the_split() {
         // 1438 examples on 2 workers: 719 each, batches of 32: 23 steps.
         assert_eq!(steps_per_epoch(1438, 2, 32), 23);

@@ -566,3 +566,31 @@ fn a_write_error_met_at_a_checkpoint_is_raised_under_raise_and_no_checkpoint_is_
     );
     drop(summary);
 }
+
+/// A resumed run reports how long each part of going on took, up to its first optimizer step;
+/// a fresh run reports none.
+#[test]
+fn a_resumed_run_reports_its_recovery_part_by_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let crashed = catch_unwind(AssertUnwindSafe(|| fit(&run, Some(6), false, 1)));
+    assert!(crashed.is_err());
+    let (_, report) = fit(&run, None, true, 1).unwrap();
+    let recovery = report.recovery.expect("a resumed run reports its recovery");
+    assert!(recovery.read > std::time::Duration::ZERO, "{recovery:?}");
+    assert!(recovery.restore > std::time::Duration::ZERO, "{recovery:?}");
+    assert!(
+        recovery.first_step > std::time::Duration::ZERO,
+        "{recovery:?}"
+    );
+    assert_eq!(
+        recovery.total(),
+        recovery.read
+            + recovery.restore
+            + recovery.rollback
+            + recovery.data_position
+            + recovery.first_step
+    );
+    let (_, fresh) = fit(&dir.path().join("fresh"), None, false, 1).unwrap();
+    assert_eq!(fresh.recovery, None);
+}
