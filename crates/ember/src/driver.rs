@@ -240,6 +240,7 @@ where
             shard_done: false,
             ended: false,
             stopped_by_peer: false,
+            stop_asked: false,
         }
     }
 }
@@ -264,6 +265,8 @@ where
     ended: bool,
     /// Another rank was asked to stop.
     stopped_by_peer: bool,
+    /// This rank was asked to stop: its next round tells every rank.
+    stop_asked: bool,
 }
 
 impl<M> Epoch<'_, M>
@@ -318,9 +321,34 @@ where
         self.stopped_by_peer
     }
 
+    /// Across ranks: whether a round ended the epoch on every rank (every shard done, or a
+    /// stop); no round follows it in this epoch.
+    pub(crate) fn rounds_over(&self) -> bool {
+        self.ended
+    }
+
+    /// Across ranks: asks every rank to stop. The rank goes on to the end of its window (the
+    /// others are computing theirs), and that window's round, which carries the stop, is the
+    /// epoch's last on every rank: all end at the same optimizer step, with nothing left in a
+    /// window, where each may checkpoint.
+    pub(crate) fn ask_stop(&mut self) {
+        self.stop_asked = true;
+    }
+
+    /// The rounds across ranks this epoch runs, for a round of the job's own (a checkpoint's).
+    pub(crate) fn ranks(&mut self) -> Option<&mut Ranks> {
+        self.ranks.as_deref_mut()
+    }
+
     /// Runs the next step on every device that still has a batch, adds their gradients to the
     /// window and steps the model when the window is full. `None` when every slice is done
     /// (on every rank).
+    ///
+    /// Across ranks, a window's round says whether it held this rank's last batch (drawn
+    /// ahead), so the round that uses up the last shard ends the epoch on every rank at once.
+    /// A rank whose shard is done joins the others' rounds with nothing; each round that steps
+    /// the model comes back as a step without items, so that every rank sees every optimizer
+    /// step of the job and all can checkpoint at the same one.
     pub(crate) fn step(
         &mut self,
         optimizer: &mut impl Optimize<M>,
@@ -329,17 +357,7 @@ where
             return Ok(None);
         }
         if self.shard_done {
-            // This rank's shard is done; the others' rounds go on until theirs are.
-            while !self.ended {
-                self.round(
-                    optimizer,
-                    RoundState {
-                        done: true,
-                        stop: false,
-                    },
-                )?;
-            }
-            return Ok(None);
+            return self.empty_rounds(optimizer);
         }
         self.step += 1;
         let model = optimizer.model();
@@ -376,13 +394,18 @@ where
         }
         self.window_steps += 1;
         let reduced = Instant::now();
-        let learning_rate = if self.window_steps >= self.accumulation {
-            self.window_steps = 0;
-            if self.ranks.is_some() {
-                self.round(optimizer, RoundState::default())?
+        let learning_rate = if self.ranks.is_some() {
+            let last = !self.has_next();
+            self.shard_done = last;
+            if self.window_steps >= self.accumulation || last {
+                let stop = self.stop_asked;
+                self.round(optimizer, RoundState { done: last, stop })?
             } else {
-                Some(optimizer.step(self.window.take(&model)))
+                None
             }
+        } else if self.window_steps >= self.accumulation {
+            self.window_steps = 0;
+            Some(optimizer.step(self.window.take(&model)))
         } else {
             None
         };
@@ -396,6 +419,33 @@ where
                 optimize: reduced.elapsed(),
             },
         }))
+    }
+
+    /// Rounds with nothing of this rank's, its shard done, until one steps the model (a step
+    /// without items) or the epoch ends on every rank (`None`).
+    fn empty_rounds(
+        &mut self,
+        optimizer: &mut impl Optimize<M>,
+    ) -> Result<Option<StepDone<M::Output>>, StepFailure> {
+        while !self.ended {
+            let started = Instant::now();
+            let state = RoundState {
+                done: true,
+                stop: self.stop_asked,
+            };
+            if let Some(learning_rate) = self.round(optimizer, state)? {
+                return Ok(Some(StepDone {
+                    step: self.step,
+                    items: Vec::new(),
+                    learning_rate: Some(learning_rate),
+                    timing: StepTiming {
+                        optimize: started.elapsed(),
+                        ..StepTiming::default()
+                    },
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// One round across ranks with this rank's window and `state`; steps the model when any

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -18,15 +20,41 @@ use ember::{
 };
 use ember_tests::{PoisonedLoader, files_under, parameters, regression_loader, seeded_mlp};
 
-/// One rank's part of the job in `dir`: 3 epochs on 2 workers; `fail_in` poisons a batch of
-/// rank 1's shard in that epoch; `resume` goes on from the checkpoints.
+/// How a job trains: `rows` training rows in batches of 4 on 2 workers a rank, 3 epochs; a
+/// checkpoint every `every` optimizer steps (and at epoch ends and stops); `fail_in` poisons
+/// row 40 (rank 1's shard) in that epoch; `stop_at` raises the stop flag of one rank after one
+/// of its steps (rank, global step); `resume` goes on from the checkpoints.
+#[derive(Clone, Copy)]
+struct Plan {
+    rows: usize,
+    accumulation: usize,
+    every: Option<usize>,
+    fail_in: Option<usize>,
+    stop_at: Option<(usize, i64)>,
+    resume: bool,
+}
+
+impl Plan {
+    const PLAIN: Plan = Plan {
+        rows: 64,
+        accumulation: 1,
+        every: Some(1),
+        fail_in: None,
+        stop_at: None,
+        resume: false,
+    };
+}
+
+/// What a rank ends with: its parameters, its report, and the first step it trained.
+type RankResult = Result<(Vec<f32>, TrainReport, Option<i64>), TrainError>;
+
+/// One rank's part of the job in `dir`.
 fn rank(
     comm: ember::collective::LocalComm,
     dir: &Path,
     layout: RankLayout,
-    fail_in: Option<usize>,
-    resume: bool,
-) -> Result<(Vec<f32>, TrainReport), TrainError> {
+    plan: Plan,
+) -> RankResult {
     let device = Device::flex().autodiff();
     let rank = comm.rank();
     let world = comm.size();
@@ -36,12 +64,19 @@ fn rank(
         .rank_layout(layout)
         .build()
         .unwrap();
-    let rows = regression_loader(1, 64, 4, &device);
+    let rows = regression_loader(1, plan.rows, 4, &device);
     // Rows 32..64 are rank 1's shard.
-    let train = match fail_in {
+    let train = match plan.fail_in {
         Some(epoch) => PoisonedLoader::in_epoch(rows, 40, epoch, "the node went down"),
         None => rows,
     };
+    let stop = Arc::new(AtomicBool::new(false));
+    let first_step = Arc::new(Mutex::new(None));
+    let (raise, first) = (stop.clone(), first_step.clone());
+    let stop_at = plan
+        .stop_at
+        .filter(|(at, _)| *at == rank)
+        .map(|(_, step)| step);
     let mut trainer = Trainer::new(
         vec![device.clone(), device.clone()],
         AdamConfig::new().init(),
@@ -49,12 +84,23 @@ fn rank(
         TrainerConfig {
             epochs: 3,
             histogram_every: None,
-            checkpoints: Some(CheckpointConfig::new(&checkpoints, 1)),
+            grad_accumulation: plan.accumulation,
+            checkpoints: Some(CheckpointConfig {
+                every: plan.every,
+                ..CheckpointConfig::new(&checkpoints, 1)
+            }),
             ..TrainerConfig::default()
         },
     )
-    .communicator(comm);
-    if resume {
+    .communicator(comm)
+    .stop_when(stop)
+    .on_step(move |step| {
+        first.lock().unwrap().get_or_insert(step.step);
+        if Some(step.step) == stop_at {
+            raise.store(true, Ordering::Release);
+        }
+    });
+    if plan.resume {
         trainer = trainer.resume_from(&checkpoints);
     }
     let result = trainer.fit(
@@ -64,31 +110,21 @@ fn rank(
         Some(&mut summary),
     );
     summary.close().unwrap();
-    result.map(|(model, report)| (parameters(&model), report))
+    let first = *first_step.lock().unwrap();
+    result.map(|(model, report)| (parameters(&model), report, first))
 }
 
-fn job(
-    dir: PathBuf,
-    layout: RankLayout,
-    fail_in: Option<usize>,
-    resume: bool,
-) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
-    job_of(2, dir, layout, fail_in, resume)
+fn job(dir: PathBuf, layout: RankLayout, plan: Plan) -> Vec<RankResult> {
+    job_of(2, dir, layout, plan)
 }
 
 /// [`job`] of `ranks` ranks.
-fn job_of(
-    ranks: usize,
-    dir: PathBuf,
-    layout: RankLayout,
-    fail_in: Option<usize>,
-    resume: bool,
-) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
+fn job_of(ranks: usize, dir: PathBuf, layout: RankLayout, plan: Plan) -> Vec<RankResult> {
     let handles: Vec<_> = LocalGroup::ranks(ranks, Duration::from_secs(60))
         .into_iter()
         .map(|comm| {
             let dir = dir.clone();
-            thread::spawn(move || rank(comm, &dir, layout, fail_in, resume))
+            thread::spawn(move || rank(comm, &dir, layout, plan))
         })
         .collect();
     handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -135,15 +171,20 @@ fn a_job_with_a_directory_a_rank_is_rolled_back_on_every_rank() {
 fn resumed_after_a_rank_failed(layout: RankLayout) {
     let root = tempfile::tempdir().unwrap();
     let whole = root.path().join("whole");
-    let results = job(whole.clone(), layout, None, false);
-    let (expected, report) = results[0].as_ref().unwrap().clone();
+    let results = job(whole.clone(), layout, Plan::PLAIN);
+    let (expected, report, _) = results[0].as_ref().unwrap().clone();
     assert_eq!(results[1].as_ref().unwrap().0, expected);
-    // Across ranks, a checkpoint at each epoch's end: rank 0's and rank 1's part.
-    assert_eq!(report.checkpoints_written, 3, "{report:?}");
+    // Across ranks too, a checkpoint after every optimizer step but each epoch's last (4
+    // steps an epoch), and at each epoch's end: rank 0's and rank 1's part.
+    assert_eq!(report.checkpoints_written, 3 * 3 + 3, "{report:?}");
     let expected_series = series(&whole);
 
     let failed = root.path().join("failed");
-    let results = job(failed.clone(), layout, Some(3), false);
+    let failing = Plan {
+        fail_in: Some(3),
+        ..Plan::PLAIN
+    };
+    let results = job(failed.clone(), layout, failing);
     assert!(results.iter().all(Result::is_err), "the job must fail");
     assert!(
         results[1]
@@ -163,7 +204,11 @@ fn resumed_after_a_rank_failed(layout: RankLayout) {
 
     // Resumed by a job of more ranks: refused on every rank, before anything is changed.
     let files = files_under(&failed, false);
-    for result in job_of(3, failed.clone(), layout, None, true) {
+    let resume = Plan {
+        resume: true,
+        ..Plan::PLAIN
+    };
+    for result in job_of(3, failed.clone(), layout, resume) {
         let error = result.unwrap_err().to_string();
         assert!(
             error.contains("taken by a job of 2 rank(s), this one has 3"),
@@ -176,9 +221,9 @@ fn resumed_after_a_rank_failed(layout: RankLayout) {
         "a refused resume changed the job's files"
     );
 
-    let results = job(failed.clone(), layout, None, true);
+    let results = job(failed.clone(), layout, resume);
     for (rank, result) in results.iter().enumerate() {
-        let (params, report) = result.as_ref().unwrap();
+        let (params, report, first_step) = result.as_ref().unwrap();
         assert!(
             params
                 .iter()
@@ -186,12 +231,76 @@ fn resumed_after_a_rank_failed(layout: RankLayout) {
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
             "rank {rank}'s parameters differ"
         );
-        let from = report.resumed_from.as_ref().expect("resumed");
-        assert!(
-            from.to_string_lossy().ends_with("ckpt-000000000002.ember"),
-            "rank {rank} resumed from {from:?}"
-        );
+        assert!(report.resumed_from.is_some(), "rank {rank} did not resume");
+        // Row 40 failed epoch 3's third step (the 11th); every rank went on from the
+        // checkpoint of the step before, in the middle of the epoch.
+        assert_eq!(*first_step, Some(11), "rank {rank} resumed elsewhere");
     }
     assert!(expected_series.contains_key("rank/1/device/1/step_seconds"));
     assert_eq!(series(&failed), expected_series);
+}
+
+/// A stop raised on one rank (as SIGTERM does to `ember train`) ends the job on every rank at
+/// one optimizer step, where every rank checkpoints mid-epoch; resumed, the job ends with the
+/// parameters and the log of one never stopped. 65 rows: rank 1 has 5 steps an epoch, rank 0
+/// 4, and with windows of 2 steps rank 0 joins rank 1's last round with nothing.
+#[test]
+fn a_job_stopped_on_one_rank_checkpoints_every_rank_mid_epoch_and_resumes_as_never_stopped() {
+    let plan = Plan {
+        rows: 65,
+        accumulation: 2,
+        every: None,
+        ..Plan::PLAIN
+    };
+    let root = tempfile::tempdir().unwrap();
+    let whole = root.path().join("whole");
+    let results = job(whole.clone(), RankLayout::FileName, plan);
+    let (expected, _, _) = results[0].as_ref().unwrap().clone();
+    let expected_series = series(&whole);
+    // (stopping rank, its global step at which the flag goes up, the job's first step after
+    // the stop on rank 0 and on rank 1). Rank 1 in the middle of epoch 2's second window:
+    // the window ends at step 4 of the epoch on both. Rank 0 at its shard's last step: the
+    // stop rides on the round of rank 1's last window, which ends the epoch as well.
+    for (stopper, at, resumed_at) in [(1, 7, [9, 10]), (0, 8, [9, 11]), (1, 1, [3, 3])] {
+        let dir = root.path().join(format!("stopped-{stopper}-{at}"));
+        let stopping = Plan {
+            stop_at: Some((stopper, at)),
+            ..plan
+        };
+        for (rank, result) in job(dir.clone(), RankLayout::FileName, stopping)
+            .iter()
+            .enumerate()
+        {
+            let (_, report, _) = result.as_ref().unwrap();
+            assert!(report.interrupted, "rank {rank} was not stopped");
+        }
+        let resumed = job(
+            dir.clone(),
+            RankLayout::FileName,
+            Plan {
+                resume: true,
+                ..plan
+            },
+        );
+        for (rank, result) in resumed.iter().enumerate() {
+            let (params, _, first_step) = result.as_ref().unwrap();
+            assert!(
+                params
+                    .iter()
+                    .zip(&expected)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "stopped by rank {stopper} at {at}: rank {rank}'s parameters differ"
+            );
+            let resumed_at = Some(resumed_at[rank]);
+            assert_eq!(
+                *first_step, resumed_at,
+                "stopped by rank {stopper} at {at}: rank {rank}"
+            );
+        }
+        assert_eq!(
+            series(&dir),
+            expected_series,
+            "stopped by rank {stopper} at {at}"
+        );
+    }
 }

@@ -30,7 +30,7 @@ mod meta;
 mod position;
 mod sections;
 
-use meta::{Fields, decode_meta, encode_meta};
+use meta::{Fields, decode_meta, decode_part_position, encode_meta, encode_part_meta};
 pub(crate) use position::{EpochTotals, Identity, Position};
 use sections::{
     decode_ids, encode_ids, optimizer_section, param_ids, with_optimizer, with_param_ids,
@@ -63,7 +63,8 @@ pub(crate) struct Checkpointer {
     every: Option<usize>,
     next_seq: u64,
     in_flight: Option<JoinHandle<Result<PathBuf, CheckpointError>>>,
-    /// The step and epoch state of the last checkpoint taken, not to take it twice.
+    /// The job's optimizer step and epoch state of the last checkpoint taken, not to take it
+    /// twice.
     last: Option<(usize, bool)>,
     pub(crate) written: usize,
     /// Checkpoints the disk had no room for (the run went on without them).
@@ -107,7 +108,7 @@ impl Checkpointer {
         log: Option<(&LogPlace, &mut SummaryRecord)>,
         faults: &mut SummaryFaults,
     ) -> Result<(), TrainError> {
-        if self.last == Some((steps, position.epoch_done)) {
+        if self.last == Some((optimizer_steps, position.epoch_done)) {
             return Ok(());
         }
         self.wait()?;
@@ -118,7 +119,7 @@ impl Checkpointer {
                 Some((place, snapshot))
             }
             Some(Taken::Skipped) => {
-                self.pass_over(steps, position.epoch_done);
+                self.pass_over(optimizer_steps, position.epoch_done);
                 return Ok(());
             }
             None => None,
@@ -133,7 +134,7 @@ impl Checkpointer {
         let optimizer: Vec<ModuleOptimizer> = optimizer.shards().to_vec();
         let scheduler = scheduler.to_record();
         let meta = encode_meta(position, steps, optimizer_steps, state, identity, lost_from);
-        let stamp = job_stamp(steps, position.epoch_done);
+        let stamp = job_stamp(optimizer_steps, position.epoch_done);
         let build = move || -> Result<Checkpoint, CheckpointError> {
             // The log's bytes the snapshot counts reach the disk before the checkpoint that
             // relies on them does.
@@ -172,7 +173,7 @@ impl Checkpointer {
                 )
                 .with("log", log.into_bytes()))
         };
-        self.last = Some((steps, position.epoch_done));
+        self.last = Some((optimizer_steps, position.epoch_done));
         self.write_in_background(build)
     }
 
@@ -205,19 +206,22 @@ impl Checkpointer {
     /// Writes this rank's part of the job's next checkpoint (a rank other than 0, in a job of
     /// several): what rank 0's checkpoint cannot hold, its own log's snapshot and the state of
     /// the optimizer for the parameters this rank steps, with the parameter ids that state is
-    /// keyed by. Written in line and durably: rank 0 writes the checkpoint only once every
-    /// rank's part is there. Whether the part was written: a bucket that has not taken the
-    /// rank's log yet passes it over, and then every rank passes the checkpoint over.
+    /// keyed by, and its own place in the epoch (its steps and totals: a rank whose shard is
+    /// done has taken fewer steps than the others). Written in line and durably: rank 0
+    /// writes the checkpoint only once every rank's part is there. Whether the part was
+    /// written: a bucket that has not taken the rank's log yet passes it over, and then every
+    /// rank passes the checkpoint over.
     pub(crate) fn save_part<M: Module>(
         &mut self,
         rank: usize,
-        steps: usize,
-        epoch_done: bool,
+        position: &Position,
+        (steps, optimizer_steps): (usize, usize),
         (model, optimizer): (&M, &OptimizerShards),
         log: Option<(&LogPlace, &mut SummaryRecord)>,
         faults: &mut SummaryFaults,
     ) -> Result<bool, TrainError> {
-        if self.last == Some((steps, epoch_done)) {
+        let epoch_done = position.epoch_done;
+        if self.last == Some((optimizer_steps, epoch_done)) {
             return Ok(true);
         }
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
@@ -226,14 +230,14 @@ impl Checkpointer {
                 snapshot.encode()
             }
             Some(Taken::Skipped) => {
-                self.pass_over(steps, epoch_done);
+                self.pass_over(optimizer_steps, epoch_done);
                 return Ok(false);
             }
             None => String::new(),
         };
         let part = Checkpoint::new()
-            .with("meta", format!("rank={rank}\nsteps={steps}").into_bytes())
-            .with(JOB_STAMP, job_stamp(steps, epoch_done))
+            .with("meta", encode_part_meta(rank, steps, position).into_bytes())
+            .with(JOB_STAMP, job_stamp(optimizer_steps, epoch_done))
             .with("log", snapshot.into_bytes())
             .with("ids", encode_ids(&param_ids(model)).into_bytes());
         let optimizer: Vec<_> = optimizer
@@ -244,18 +248,18 @@ impl Checkpointer {
         let part = with_optimizer(part, optimizer)?;
         self.store.write_part(self.next_seq, rank, &part)?;
         self.next_seq += 1;
-        self.last = Some((steps, epoch_done));
+        self.last = Some((optimizer_steps, epoch_done));
         self.written += 1;
         Ok(true)
     }
 
-    /// Passes the job's checkpoint at `steps` over on this rank: its number is spent all the
+    /// Passes the job's checkpoint at optimizer step `optimizer_steps` over on this rank: its number is spent all the
     /// same, and it is not tried again at that step, as on every other rank, so that every
     /// rank's next part and rank 0's next checkpoint share one number whichever rank passed
     /// this one over (parts of different steps never make one checkpoint).
-    pub(crate) fn pass_over(&mut self, steps: usize, epoch_done: bool) {
+    pub(crate) fn pass_over(&mut self, optimizer_steps: usize, epoch_done: bool) {
         self.next_seq += 1;
-        self.last = Some((steps, epoch_done));
+        self.last = Some((optimizer_steps, epoch_done));
     }
 
     /// Waits for the checkpoint being written, if any. A checkpoint a bucket did not take (the
@@ -288,12 +292,13 @@ impl Checkpointer {
     }
 }
 
-/// The section every rank's part and rank 0's checkpoint carry alike: the job's step, which
+/// The section every rank's part and rank 0's checkpoint carry alike: the job's optimizer
+/// step (the same on every rank, whose pool steps differ once a shard is done), which
 /// [`Checkpoints`] compares before it counts a checkpoint whole.
 const JOB_STAMP: &str = crate::checkpoint::JOB_STAMP;
 
-fn job_stamp(steps: usize, epoch_done: bool) -> Vec<u8> {
-    format!("steps={steps} epoch_done={epoch_done}").into_bytes()
+fn job_stamp(optimizer_steps: usize, epoch_done: bool) -> Vec<u8> {
+    format!("optimizer_steps={optimizer_steps} epoch_done={epoch_done}").into_bytes()
 }
 
 /// Whether `error` is a write the file system had no room for (a full disk, a quota).
@@ -460,6 +465,12 @@ pub(crate) fn load<M: Module>(
         )),
     };
     let model = with_part_ids(model, part.as_ref())?;
+    // A rank goes on from its own place in the epoch: its shard may have run out before rank
+    // 0's checkpoint, which gives the job's place.
+    let (position, steps) = match &part {
+        Some((part, part_path)) => part_place(part, part_path)?.unwrap_or((position, steps)),
+        None => (position, steps),
+    };
     let holder = match &part {
         Some((part, part_path)) if part.section(&optimizer_section(0)).is_some() => {
             (part, part_path.clone())
@@ -485,6 +496,20 @@ pub(crate) fn load<M: Module>(
         restore: started.elapsed() - read,
     };
     Ok((resumed, loaded))
+}
+
+/// The place in the epoch a rank's part holds (`None` for a part from before parts held one).
+fn part_place(
+    part: &Checkpoint,
+    path: &Path,
+) -> Result<Option<(Position, usize)>, CheckpointError> {
+    let bad = |reason: String| CheckpointError::Section {
+        path: path.to_path_buf(),
+        section: "meta".into(),
+        reason,
+    };
+    let meta = std::str::from_utf8(section(part, path, "meta")?).map_err(|e| bad(e.to_string()))?;
+    decode_part_position(&Fields::parse(meta)).map_err(bad)
 }
 
 /// The newest checkpoint with every rank's part whole. Across ranks, every rank reads the

@@ -51,11 +51,17 @@ impl<M: Trainable> Loop<'_, M> {
         loop {
             if self.stop_requested() {
                 self.state.report.interrupted = true;
-                if run.window_is_empty() {
-                    let position = Position::within(epoch, run.steps_taken(), totals);
-                    self.maybe_checkpoint(When::Stopped, &position, None)?;
+                // Across ranks the stop rides on this rank's next round, which ends the epoch
+                // on every rank at one optimizer step; the steps come back `None` after it.
+                if self.world > 1 {
+                    run.ask_stop();
+                } else {
+                    if run.window_is_empty() {
+                        let position = Position::within(epoch, run.steps_taken(), totals);
+                        self.maybe_checkpoint(When::Stopped, &position, None)?;
+                    }
+                    break;
                 }
-                break;
             }
             // Gradient histograms are taken inside the optimizer step they are due at.
             self.stepper.want_gradients = self.lead
@@ -70,6 +76,10 @@ impl<M: Trainable> Loop<'_, M> {
                 Ok(Some(done)) => done,
                 Ok(None) => {
                     self.state.report.interrupted |= run.stopped_by_peer();
+                    if self.state.report.interrupted && self.world > 1 {
+                        let position = Position::within(epoch, run.steps_taken(), totals);
+                        self.maybe_checkpoint(When::Stopped, &position, run.ranks())?;
+                    }
                     break;
                 }
                 Err(failure) => return Err(step_error(epoch, failure)),
@@ -77,16 +87,26 @@ impl<M: Trainable> Loop<'_, M> {
             if done.learning_rate.is_some() {
                 self.state.trained_again(step_started);
             }
-            self.record_step(epoch, &done, &mut totals, started.elapsed())?;
+            if done.items.is_empty() {
+                // A round of the other ranks', this rank's shard done: the model stepped.
+                self.state.learning_rate = done.learning_rate;
+                self.state.report.optimizer_steps = self.stepper.updates;
+            } else {
+                self.record_step(epoch, &done, &mut totals, started.elapsed())?;
+            }
             // Not at the epoch's last step: the epoch's records of that step (validation,
             // accuracy) come after it, which a resume from it would write again beside the
             // step's train/loss it keeps, and no session start can make a live TensorBoard
             // forget the one and not the other. The epoch's end checkpoint, taken after those
-            // records, stands for it.
-            if done.learning_rate.is_some() && self.checkpoint_due(When::Updated) && run.has_next()
-            {
-                let position = Position::within(epoch, done.step, totals);
-                self.maybe_checkpoint(When::Updated, &position, None)?;
+            // records, stands for it. Across ranks the round just taken says so for every rank
+            // alike (it ended the epoch, or a stop did, whose own checkpoint follows).
+            let epoch_goes_on = match self.world {
+                1 => run.has_next(),
+                _ => !run.rounds_over(),
+            };
+            if done.learning_rate.is_some() && self.checkpoint_due(When::Updated) && epoch_goes_on {
+                let position = Position::within(epoch, run.steps_taken(), totals);
+                self.maybe_checkpoint(When::Updated, &position, run.ranks())?;
             }
         }
         // A partial accumulation window still updates the model, as burn-train does; a

@@ -159,10 +159,11 @@ impl<M: Trainable> Trainer<M> {
 }
 
 impl<M: Module + Clone + 'static> Loop<'_, M> {
-    /// Takes a checkpoint at `position` if `when` calls for one in this run. Across ranks,
-    /// only at epoch ends: a rank whose shard is done joins the others' rounds inside the
-    /// driver, with no point between them where every rank is, and a stop is not reached by
-    /// every rank at the same step, so the job goes on from its last epoch's checkpoint.
+    /// Takes a checkpoint at `position` if `when` calls for one in this run. Across ranks every
+    /// rank comes here at the same optimizer step, having seen the same rounds (the driver
+    /// hands back the rounds of a rank whose shard is done, and a stop ends the epoch on every
+    /// rank at the round that carried it), so each decides alike; `position` is this rank's
+    /// own (its steps and totals), which its part keeps.
     pub(super) fn maybe_checkpoint(
         &mut self,
         when: When,
@@ -218,8 +219,8 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
         if !self.lead {
             written = checkpointer.save_part(
                 ranks.rank(),
-                self.state.report.steps,
-                position.epoch_done,
+                position,
+                (self.state.report.steps, self.stepper.updates),
                 (&self.stepper.model, &*self.stepper.optimizer),
                 self.log_place.as_ref().zip(self.summary.as_deref_mut()),
                 self.faults,
@@ -244,7 +245,7 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
                  on from the one before",
                 self.state.report.steps
             );
-            checkpointer.pass_over(self.state.report.steps, position.epoch_done);
+            checkpointer.pass_over(self.stepper.updates, position.epoch_done);
         }
         Ok(round.all_done)
     }
@@ -254,8 +255,8 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
         self.checkpointer
             .as_ref()
             .is_some_and(|checkpointer| match when {
-                When::Stopped => self.world == 1,
-                When::Updated => self.world == 1 && checkpointer.due(self.stepper.updates),
+                When::Stopped => true,
+                When::Updated => checkpointer.due(self.stepper.updates),
                 When::EpochEnd => true,
             })
     }

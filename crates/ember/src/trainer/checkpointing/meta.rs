@@ -19,33 +19,25 @@ pub(super) fn encode_meta(
     identity: &Identity,
     lost_from: Option<i64>,
 ) -> String {
-    let float = |x: f64| format!("{:016x}", x.to_bits());
     let opt_f = |x: Option<f64>| x.map_or("-".into(), float);
     let opt_n = |x: Option<usize>| x.map_or("-".into(), |n| n.to_string());
-    let t = &position.totals;
     let mut lines = vec![
         format!("devices={}", identity.devices),
         format!("ranks={}", identity.ranks),
         format!("grad_accumulation={}", identity.grad_accumulation),
         format!("reduction={}", identity.reduction),
         format!("model={}", identity.model),
-        format!("epoch={}", position.epoch),
-        format!("epoch_done={}", position.epoch_done),
-        format!("step_in_epoch={}", position.step_in_epoch),
-        format!("steps={steps}"),
+    ];
+    lines.extend(position_lines(position, steps));
+    lines.extend([
         format!("optimizer_steps={optimizer_steps}"),
-        format!("loss_sum={}", float(t.loss_sum)),
-        format!("loss_count={}", t.loss_count),
-        format!("examples={}", t.examples),
-        format!("correct={}", t.correct),
-        format!("judged={}", t.judged),
         format!("latest_train_loss={}", opt_f(state.latest_train_loss)),
         format!("learning_rate={}", opt_f(state.learning_rate)),
         format!("batch_size={}", opt_n(state.batch_size)),
         format!("train_examples={}", opt_n(state.train_examples)),
         format!("valid_examples={}", opt_n(state.valid_examples)),
         format!("summary_errors={}", state.report.summary_errors),
-    ];
+    ]);
     // The gaps this run was resumed with are noted in the log before this checkpoint (right
     // after the resume's rollback); the one this run's own log has is not yet.
     for gap in &state.report.log_gaps {
@@ -66,6 +58,47 @@ pub(super) fn encode_meta(
         ));
     }
     lines.join("\n")
+}
+
+/// A rank's part's `meta` section (a rank other than 0): the rank, and its own place in the
+/// epoch, under the keys rank 0's meta gives the job's.
+pub(super) fn encode_part_meta(rank: usize, steps: usize, position: &Position) -> String {
+    let mut lines = vec![format!("rank={rank}")];
+    lines.extend(position_lines(position, steps));
+    lines.join("\n")
+}
+
+/// The place of a rank's part in the epoch, `None` for a part written before parts held it
+/// (at epoch ends only, where rank 0's place is every rank's).
+pub(super) fn decode_part_position(fields: &Fields) -> Result<Option<(Position, usize)>, String> {
+    if fields.text("step_in_epoch").is_err() {
+        return Ok(None);
+    }
+    let steps = fields.usize("steps")?;
+    if steps > MAX_COUNT {
+        return Err(format!("`steps={steps}` is past any run's count"));
+    }
+    Ok(Some((decode_position(fields)?, steps)))
+}
+
+fn float(x: f64) -> String {
+    format!("{:016x}", x.to_bits())
+}
+
+/// Where a run is, and its pool steps, as `key=value` lines.
+fn position_lines(position: &Position, steps: usize) -> [String; 9] {
+    let t = &position.totals;
+    [
+        format!("epoch={}", position.epoch),
+        format!("epoch_done={}", position.epoch_done),
+        format!("step_in_epoch={}", position.step_in_epoch),
+        format!("steps={steps}"),
+        format!("loss_sum={}", float(t.loss_sum)),
+        format!("loss_count={}", t.loss_count),
+        format!("examples={}", t.examples),
+        format!("correct={}", t.correct),
+        format!("judged={}", t.judged),
+    ]
 }
 
 /// The meta section's fields.
@@ -128,9 +161,8 @@ pub(super) fn parse_opt_float(text: &str) -> Option<Option<f64>> {
     }
 }
 
-pub(super) fn decode_meta(
-    fields: &Fields<'_>,
-) -> Result<(Position, usize, usize, RunState), String> {
+/// Where a run is: its epoch, step in it and the epoch's totals so far.
+fn decode_position(fields: &Fields<'_>) -> Result<Position, String> {
     let position = Position {
         epoch: fields.usize("epoch")?,
         epoch_done: fields.text("epoch_done")? == "true",
@@ -165,6 +197,13 @@ pub(super) fn decode_meta(
             t.correct, t.judged
         ));
     }
+    Ok(position)
+}
+
+pub(super) fn decode_meta(
+    fields: &Fields<'_>,
+) -> Result<(Position, usize, usize, RunState), String> {
+    let position = decode_position(fields)?;
     let mut state = RunState {
         latest_train_loss: fields.opt_float("latest_train_loss")?,
         learning_rate: fields.opt_float("learning_rate")?,
