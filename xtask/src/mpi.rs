@@ -40,7 +40,7 @@ mod scenarios;
 
 use bench::bench;
 use launch::{TASK, Transport};
-use scenarios::{equivalence, faults, resume, train, transports_are_forced};
+use scenarios::{equivalence, faults, resume, terminated, train, transports_are_forced};
 
 /// Debian's packages for Open MPI and rsmpi's bindgen.
 const PACKAGES: &[&str] = &["openmpi-bin", "libopenmpi-dev", "libclang-dev"];
@@ -68,7 +68,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         faults(&example, &out.join("faults"), transport)?;
     }
     train(&ember, &work.join("train"))?;
-    resume(&ember, &work.join("resume"))?;
+    let reference_took = resume(&ember, &work.join("resume"))?;
+    terminated(&ember, &work.join("resume"), reference_took)?;
     std::fs::remove_dir_all(&work).ok();
     eprintln!("{TASK}: all scenarios passed");
     Ok(())

@@ -1,8 +1,10 @@
 //! The scenarios run under `mpirun`: the transports forced, two ranks against one process,
-//! a failing, a killed and a hung rank, `ember train` across ranks, and a killed rank resumed.
+//! a failing, a killed and a hung rank, `ember train` across ranks, a killed rank resumed, and
+//! a job stopped by SIGTERM mid-epoch resumed.
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 
@@ -237,26 +239,21 @@ pub(super) fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
 /// checkpoint is written (mpirun then ends the whole job), and the job started again with
 /// `--resume`: every rank goes on from the same checkpoint, and the job ends with the model and
 /// the log of a job that was never killed.
-pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<()> {
+/// Returns how long the uninterrupted job took, which ran into `out/reference`.
+pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(out)?;
-    let job = |logdir: &Path| {
-        let mut job = mpirun(2, Transport::SharedMemory);
-        job.arg(ember)
-            .args(["train", "--epochs", "4", "--devices", "2", "--logdir"])
-            .arg(logdir);
-        job
-    };
     let reference = out.join("reference");
     let ran = run_limited(
-        job(&reference),
+        job(ember, &reference),
         "mpirun -n 2 ember train",
         &out.join("reference.log"),
     )?;
     expect_success(&ran, "mpirun -n 2 ember train")?;
+    let reference_took = ran.elapsed;
 
     let run = out.join("killed");
     let log = std::fs::File::create(out.join("killed.log"))?;
-    let mut child = job(&run)
+    let mut child = job(ember, &run)
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
@@ -274,16 +271,32 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<()> {
         "the job succeeded although rank 1 was killed"
     );
 
-    let resumed = {
-        let mut job = mpirun(2, Transport::SharedMemory);
-        job.arg(ember).args(["train", "--resume"]).arg(&run);
-        job
-    };
-    let ran = run_limited(
-        resumed,
-        "mpirun -n 2 ember train --resume",
-        &out.join("resumed.log"),
-    )?;
+    let ran = resume_like(ember, &run, &reference, &out.join("resumed.log"))?;
+    eprintln!(
+        "{TASK}: a job whose rank 1 was killed with SIGKILL after its first checkpoint, started \
+         again with --resume: every rank went on from the same checkpoint, and the job ended \
+         with the uninterrupted job's parameters, byte for byte, and its values in ember inspect \
+         ({:.1} s)",
+        ran.elapsed.as_secs_f64()
+    );
+    Ok(reference_took)
+}
+
+/// The job every scenario of `ember train` under mpirun runs: 2 ranks of 2 workers, 4 epochs.
+fn job(ember: &Path, logdir: &Path) -> Command {
+    let mut job = mpirun(2, Transport::SharedMemory);
+    job.arg(ember)
+        .args(["train", "--epochs", "4", "--devices", "2", "--logdir"])
+        .arg(logdir);
+    job
+}
+
+/// Resumes the job of `run` with `--resume` and checks that it ends as the uninterrupted job
+/// in `reference` did: its model byte for byte, its values in ember inspect, each step once.
+fn resume_like(ember: &Path, run: &Path, reference: &Path, log: &Path) -> anyhow::Result<Ran> {
+    let mut resumed = mpirun(2, Transport::SharedMemory);
+    resumed.arg(ember).args(["train", "--resume"]).arg(run);
+    let ran = run_limited(resumed, "mpirun -n 2 ember train --resume", log)?;
     expect_success(&ran, "mpirun -n 2 ember train --resume")?;
     ensure!(
         ran.output.contains("resumed from"),
@@ -296,18 +309,122 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<()> {
         "the resumed job's parameters differ from the uninterrupted job's"
     );
     crate::runs::same_values(
-        &inspect_json(ember, &reference)?,
-        &inspect_json(ember, &run)?,
-        &run,
+        &inspect_json(ember, reference)?,
+        &inspect_json(ember, run)?,
+        run,
     )?;
-    eprintln!(
-        "{TASK}: a job whose rank 1 was killed with SIGKILL after its first checkpoint, started \
-         again with --resume: every rank went on from the same checkpoint, and the job ended \
-         with the uninterrupted job's parameters, byte for byte, and its values in ember inspect \
-         ({:.1} s)",
-        ran.elapsed.as_secs_f64()
-    );
+    Ok(ran)
+}
+
+/// `ember train` under `mpirun -n 2` sent SIGTERM in the middle of its second epoch: on
+/// every rank at once (as Slurm stops a job), then on rank 1 alone. Every rank stops at the
+/// same optimizer step and checkpoints there, mid-epoch; the job exits with 143; `--resume`
+/// goes on from that checkpoint (the newest) and the job ends as the uninterrupted one did.
+/// `reference_took` times the uninterrupted job in `out/reference` (from [`resume`]).
+pub(super) fn terminated(ember: &Path, out: &Path, reference_took: Duration) -> anyhow::Result<()> {
+    let reference = out.join("reference");
+    let epoch_steps = epoch_steps(ember, &reference)?;
+    for ranks in [&[0, 1][..], &[1]] {
+        let name = format!("terminated-{}", ranks.len());
+        let run = out.join(&name);
+        // The second epoch is about a quarter of the job; a signal that lands at an epoch's
+        // end stops the job there, which is not the case at stake: the next moment is tried.
+        let mut mid_epoch = None;
+        for eighths in [1, 2, 3] {
+            std::fs::remove_dir_all(&run).ok();
+            let at = reference_took * eighths / 16;
+            let stopped = terminate_after_first_checkpoint(ember, &run, ranks, at, out)?;
+            if !stopped.is_multiple_of(epoch_steps) {
+                mid_epoch = Some(stopped);
+                break;
+            }
+        }
+        let stopped = mid_epoch.with_context(|| {
+            format!("SIGTERM to ranks {ranks:?} never stopped the job in the middle of an epoch")
+        })?;
+        let newest = newest_checkpoint(&run.join("checkpoints"))?;
+        let ran = resume_like(ember, &run, &reference, &out.join(format!("{name}.log")))?;
+        ensure!(
+            ran.output.contains(&newest),
+            "ranks {ranks:?} terminated at step {stopped}: the job did not go on from the stop's \
+             checkpoint {newest}:\n{}",
+            ran.output
+        );
+        eprintln!(
+            "{TASK}: SIGTERM to ranks {ranks:?} in the second epoch: every rank stopped at step \
+             {stopped} and checkpointed there, and the job resumed from it ended with the \
+             uninterrupted job's parameters, byte for byte, and its values in ember inspect"
+        );
+    }
     Ok(())
+}
+
+/// The steps an epoch of the run in `logdir` takes: the step of its first `epoch` record.
+fn epoch_steps(ember: &Path, logdir: &Path) -> anyhow::Result<u64> {
+    let report = inspect_json(ember, logdir)?;
+    report["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
+        .find(|tag| tag["tag"] == "epoch")
+        .and_then(|tag| tag["step_min"].as_u64())
+        .filter(|steps| *steps > 0)
+        .with_context(|| format!("{} has no `epoch` series", logdir.display()))
+}
+
+/// Starts the job into `run`, sends SIGTERM to `ranks` `at` after its first checkpoint, and
+/// returns the step the job says it was interrupted after (it must exit with 143).
+fn terminate_after_first_checkpoint(
+    ember: &Path,
+    run: &Path,
+    ranks: &[usize],
+    at: Duration,
+    out: &Path,
+) -> anyhow::Result<u64> {
+    let log_path = out.join("terminated.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut child = job(ember, run)
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting mpirun")?;
+    let first = wait_for_first_checkpoint(&mut child, run)?;
+    ensure!(first, "the job ended or hung before its first checkpoint");
+    std::thread::sleep(at);
+    for rank in ranks {
+        let pid = rank_process(run, *rank).with_context(|| format!("finding rank {rank}"))?;
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()?;
+        ensure!(sent.success(), "kill -TERM {pid} failed");
+    }
+    let status = child.wait()?;
+    let output = std::fs::read_to_string(&log_path)?;
+    ensure!(
+        !status.success(),
+        "the job ended as a finished one after SIGTERM:\n{output}"
+    );
+    let stopped = output
+        .split("interrupted after ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|steps| steps.parse().ok())
+        .with_context(|| format!("the stopped job did not say where it stopped:\n{output}"))?;
+    Ok(stopped)
+}
+
+/// The file name of the newest checkpoint of rank 0 in `dir`.
+fn newest_checkpoint(dir: &Path) -> anyhow::Result<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".ember") && !name.contains(".rank"))
+        .collect();
+    names.sort();
+    names
+        .pop()
+        .with_context(|| format!("no checkpoint in {}", dir.display()))
 }
 
 /// Waits until rank 0's first checkpoint of the job writing `run` is there (`true`), or the

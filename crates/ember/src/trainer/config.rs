@@ -46,8 +46,10 @@ pub struct TrainerConfig {
 ///
 /// A checkpoint is written every [`every`](Self::every) optimizer steps, at the end of every
 /// epoch, and when a run is stopped (by [`stop_when`](super::Trainer::stop_when)'s flag)
-/// between two accumulation windows; across ranks, at the end of every epoch only (rank 0
-/// writes it, after every other rank has written its own log's position beside it). Each holds the model, the optimizer's and the
+/// between two accumulation windows. Across ranks, the same, every rank at the same optimizer
+/// step (a flag raised on one rank stops every rank after its next round): rank 0 writes the
+/// checkpoint, after every other rank has written its part beside it (its log's position, its
+/// place in the epoch, its optimizer shard). Each holds the model, the optimizer's and the
 /// scheduler's state (through Burn's records), the run's position (epoch, step, optimizer
 /// steps, how far the data loaders have gone, the epoch's running totals) and the length of
 /// every file of the summary log at that moment, to which a resumed run rolls the log back.

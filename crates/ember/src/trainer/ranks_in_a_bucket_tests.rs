@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -25,11 +27,13 @@ use crate::{
 const EPOCHS: usize = 4;
 
 /// What a job meets: rank 1's store down through `outage`'s epoch, rank 1 failing in
-/// `fail_in`'s.
+/// `fail_in`'s, rank 1 asked to stop after `stop_after`'s step (epoch, step in it), as SIGTERM
+/// asks `ember train`.
 #[derive(Clone, Copy, Default)]
 struct Trouble {
     outage: Option<usize>,
     fail_in: Option<usize>,
+    stop_after: Option<(usize, usize)>,
 }
 
 /// The job's log: `file://<root>/<run>`, rank 1's files under `rank_1/`.
@@ -88,13 +92,21 @@ fn rank(
         },
     )
     .communicator(comm);
-    if let (1, Some(outage)) = (rank, trouble.outage) {
+    let stop = Arc::new(AtomicBool::new(false));
+    trainer = trainer.stop_when(stop.clone());
+    if rank == 1 {
         let root = root.to_path_buf();
         trainer = trainer.on_step(move |report| {
-            if report.step_in_epoch == 1 && report.epoch == outage {
-                rank_one_store(&root, false);
-            } else if report.step_in_epoch == 1 && report.epoch == outage + 1 {
-                rank_one_store(&root, true);
+            let at = (report.epoch, report.step_in_epoch);
+            if let Some(outage) = trouble.outage {
+                if at == (outage, 1) {
+                    rank_one_store(&root, false);
+                } else if at == (outage + 1, 1) {
+                    rank_one_store(&root, true);
+                }
+            }
+            if trouble.stop_after == Some(at) {
+                stop.store(true, Ordering::Release);
             }
         });
     }
@@ -161,6 +173,7 @@ fn a_checkpoint_one_rank_s_store_did_not_take_is_passed_over_on_every_rank() {
     let trouble = Trouble {
         outage: Some(2),
         fail_in: Some(4),
+        ..Trouble::default()
     };
     let results = job(failed.clone(), trouble, false);
     assert!(results.iter().all(Result::is_err), "the job must fail");
@@ -198,4 +211,49 @@ fn a_checkpoint_one_rank_s_store_did_not_take_is_passed_over_on_every_rank() {
         );
     }
     assert_eq!(series(&failed), expected_series);
+}
+
+/// A stop on rank 1 in the middle of epoch 2 (SIGTERM to `ember train`): every rank stops
+/// after the same step, each writes its part and rank 0 the checkpoint, once the store holds
+/// each rank's log up to there; resumed from that checkpoint, the job ends as one never
+/// stopped, each step once in the store.
+#[test]
+fn a_job_stopped_mid_epoch_in_a_bucket_resumes_from_the_stop_as_never_stopped() {
+    let root = tempfile::tempdir().unwrap();
+    let whole = root.path().join("whole");
+    fs::create_dir_all(whole.join("log")).unwrap();
+    let results = job(whole.clone(), Trouble::default(), false);
+    let (expected, _) = results[0].as_ref().unwrap().clone();
+    let expected_series = series(&whole);
+
+    let stopped = root.path().join("stopped");
+    fs::create_dir_all(stopped.join("log")).unwrap();
+    let trouble = Trouble {
+        stop_after: Some((2, 2)),
+        ..Trouble::default()
+    };
+    for (rank, result) in job(stopped.clone(), trouble, false).iter().enumerate() {
+        let (_, report) = result.as_ref().unwrap();
+        assert!(report.interrupted, "rank {rank} went on");
+        // 4 steps an epoch: stopped after the round of epoch 2's third step.
+        assert_eq!(report.steps, 4 + 3, "rank {rank}");
+    }
+    let results = job(stopped.clone(), Trouble::default(), true);
+    for (rank, result) in results.iter().enumerate() {
+        let (params, report) = result.as_ref().unwrap();
+        let from = report.resumed_from.as_ref().expect("resumed");
+        // Epoch 1's end, then the stop's.
+        assert!(
+            from.to_string_lossy().ends_with("ckpt-000000000002.ember"),
+            "rank {rank} resumed from {from:?}"
+        );
+        assert!(
+            params
+                .iter()
+                .zip(&expected)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rank {rank}'s parameters differ"
+        );
+    }
+    assert_eq!(series(&stopped), expected_series);
 }

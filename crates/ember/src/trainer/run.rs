@@ -176,17 +176,30 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
         if let Some(lock) = self.lock.as_mut() {
             lock.check().map_err(CheckpointError::from)?;
         }
-        if let Some(ranks) = ranks
+        let mut ranks = ranks;
+        if let Some(ranks) = ranks.as_deref_mut()
             && !self.every_rank_ready(position, ranks)?
         {
             return Ok(());
         }
+        if self.lead {
+            self.save(position)?;
+        }
+        // A stopped job's ranks exit next, and under mpirun the first to exit (with 143) ends
+        // the others: none leaves before rank 0's checkpoint is on the disk.
+        if let Some(ranks) = ranks
+            && when == When::Stopped
+        {
+            self.after_the_checkpoint(position, ranks)?;
+        }
+        Ok(())
+    }
+
+    /// Rank 0's checkpoint, the whole job's where every other rank's part is written.
+    fn save(&mut self, position: &Position) -> Result<(), TrainError> {
         let Some(checkpointer) = self.checkpointer.as_mut() else {
             return Ok(());
         };
-        if !self.lead {
-            return Ok(());
-        }
         checkpointer.save(
             position,
             self.state.report.steps,
@@ -201,6 +214,34 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
             self.log_place.as_ref().zip(self.summary.as_deref_mut()),
             self.faults,
         )
+    }
+
+    /// One round every rank joins once rank 0's checkpoint is written (rank 0 failing to
+    /// write it announces the failure there instead, as [`Trainer::fit`] does with any error).
+    fn after_the_checkpoint(
+        &mut self,
+        position: &Position,
+        ranks: &mut Ranks,
+    ) -> Result<(), TrainError> {
+        let failed = |source| TrainError::Ranks {
+            epoch: position.epoch,
+            step: 0,
+            source,
+        };
+        if self.lead
+            && let Some(checkpointer) = self.checkpointer.as_mut()
+        {
+            checkpointer.wait()?;
+        }
+        let mut nothing = ember_pool::step::burn::GradientWindow::new(self.config.reduction);
+        let state = RoundState {
+            done: true,
+            stop: true,
+        };
+        ranks
+            .round(&mut nothing, &self.stepper.model, state, false)
+            .map_err(failed)?;
+        Ok(())
     }
 
     /// A job's part of a checkpoint: every rank's part first; then one round without gradients,
