@@ -53,6 +53,10 @@ pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Re
         "mpirun succeeded although a host was cut off"
     );
     let output = std::fs::read_to_string(&log_path)?;
+    ensure!(
+        !output.contains("keepalive"),
+        "a keepalive warning although it is set shorter than the timeout:\n{output}"
+    );
     let lost = &check.cluster.addrs[1];
     let named = output
         .lines()

@@ -15,7 +15,7 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use super::check::Check;
-use super::launch::TASK;
+use super::launch::{KEEPALIVE, TASK};
 use crate::process::{inspect_json, is_root};
 use crate::runs::{model_without_ids, same_values};
 
@@ -42,10 +42,30 @@ pub(super) const URL: &str = "s3://ember/equal";
 pub(super) fn equivalence(check: &Check) -> anyhow::Result<(PathBuf, f64)> {
     let mut hosts = check.on_hosts(check.ember, TRAIN);
     hosts.args(["--logdir", URL]);
+    // Nothing is cut here: this job runs as a user's would with Open MPI's keepalive unset,
+    // which rank 0 must warn of when it starts.
+    for (name, _) in KEEPALIVE {
+        hosts.env_remove(name);
+    }
     let ran = check.succeed(hosts, "equal-hosts")?;
     ensure!(
         ran.output.matches("test accuracy:").count() == 1,
         "rank 0 alone reports the result:\n{}",
+        ran.output
+    );
+    let warning = ran
+        .output
+        .lines()
+        .find(|line| line.contains("warning: Open MPI's keepalive is not set"))
+        .with_context(|| {
+            format!(
+                "no keepalive warning with the keepalive unset:\n{}",
+                ran.output
+            )
+        })?;
+    ensure!(
+        ran.output.matches("keepalive is not set").count() == 1,
+        "rank 0 alone warns of the keepalive:\n{}",
         ran.output
     );
     let seconds = ran.elapsed.as_secs_f64();
@@ -76,7 +96,9 @@ pub(super) fn equivalence(check: &Check) -> anyhow::Result<(PathBuf, f64)> {
     check.tensorboard_same(URL, &one_host)?;
     eprintln!(
         "{TASK}: (a) 2 hosts x 1 rank over TCP ({seconds:.1} s) train the model of 2 ranks on \
-         one host, byte for byte; ember inspect and TensorBoard's S3 reader show the same values"
+         one host, byte for byte; ember inspect and TensorBoard's S3 reader show the same values; \
+         with the keepalive unset rank 0 printed `{}`",
+        warning.trim()
     );
     Ok((one_host, seconds))
 }
