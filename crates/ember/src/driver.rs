@@ -34,7 +34,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use ember_pool::step::burn::{BurnStep, GradientWindow, Reduction};
-use ember_pool::step::{Step, StepError};
+use ember_pool::step::{DeviceOutput, Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
 
 use crate::collective::{CollectiveError, Ranks, Round, RoundState};
@@ -147,7 +147,11 @@ where
     TrainOutput<M::Output>: Send,
 {
     pool: DevicePool<BurnStep<M>>,
+    /// This process's training data (its rank's shard), which `loaders` split.
+    train: Arc<dyn DataLoader<M::Input>>,
+    /// One slice of `train` per shard of the run's data (see [`reshard`](Self::reshard)).
     loaders: Vec<Arc<dyn DataLoader<M::Input>>>,
+    devices: Vec<Device>,
     main: Device,
     reduction: Reduction,
     accumulation: usize,
@@ -184,11 +188,30 @@ where
         };
         Ok(Some(Self {
             pool,
-            loaders: split_dataloader(train, devices),
+            loaders: split_dataloader(train.clone(), devices),
+            train,
+            devices: devices.to_vec(),
             main,
             reduction,
             accumulation: accumulation.max(1),
         }))
+    }
+
+    /// How many shards the run's data is split into (one per device, unless resharded).
+    pub(crate) fn shards(&self) -> usize {
+        self.loaders.len()
+    }
+
+    /// Splits the data into `shards` slices, as a run on that many devices did, to go on with
+    /// it on these devices: each step then runs `shards / devices` batches on each device
+    /// (shard `k` on device `k % devices`), one after the other, and sums their gradients in
+    /// shard order, so a step trains on the batches and sums the gradients that step did on
+    /// `shards` devices. `shards` must be a multiple of the device count.
+    pub(crate) fn reshard(&mut self, shards: usize) {
+        let devices: Vec<Device> = (0..shards.max(1))
+            .map(|shard| self.devices[shard % self.devices.len()].clone())
+            .collect();
+        self.loaders = split_dataloader(self.train.clone(), &devices);
     }
 
     /// The main device.
@@ -229,6 +252,7 @@ where
             window.set_homes(homes);
         }
         Epoch {
+            devices: self.devices.len(),
             pool: &mut self.pool,
             sources,
             main: &self.main,
@@ -252,7 +276,9 @@ where
     TrainOutput<M::Output>: Send,
 {
     pool: &'d mut DevicePool<BurnStep<M>>,
+    /// One per shard of the data; the pool runs `devices` of them at a time.
     sources: Vec<Lookahead<'d, M::Input>>,
+    devices: usize,
     main: &'d Device,
     window: GradientWindow<M>,
     window_steps: usize,
@@ -362,29 +388,17 @@ where
         self.step += 1;
         let model = optimizer.model();
         let started = Instant::now();
-        let outputs = match self
-            .pool
-            .step(self.sources.as_mut_slice(), &BurnStep(model.clone()))
-        {
-            Ok(Step::Ran(outputs)) => outputs,
-            Ok(Step::EpochOver(_)) => {
-                if self.ranks.is_none() {
-                    return Ok(None);
-                }
-                self.step -= 1;
-                self.shard_done = true;
-                return self.step(optimizer);
+        let Some(outputs) = self.run_devices(&model)? else {
+            if self.ranks.is_none() {
+                return Ok(None);
             }
-            Err(source) => {
-                return Err(StepFailure {
-                    step: self.step,
-                    source: StepFailureSource::Devices(source),
-                });
-            }
+            self.step -= 1;
+            self.shard_done = true;
+            return self.step(optimizer);
         };
         let devices_done = Instant::now();
-        let mut items = Vec::with_capacity(outputs.outputs.len());
-        for output in outputs.outputs {
+        let mut items = Vec::with_capacity(outputs.len());
+        for output in outputs {
             self.window.add(output.output.grads, self.main, &model);
             items.push(DeviceItem {
                 device: output.device,
@@ -419,6 +433,39 @@ where
                 optimize: reduced.elapsed(),
             },
         }))
+    }
+
+    /// Runs this step's batch of every shard that has one, `devices` shards at a time, and
+    /// returns the outputs in shard order; `None` when every shard is done.
+    #[allow(clippy::type_complexity)]
+    fn run_devices(
+        &mut self,
+        model: &M,
+    ) -> Result<Option<Vec<DeviceOutput<TrainOutput<M::Output>>>>, StepFailure> {
+        let resharded = self.sources.len() > self.devices;
+        let mut outputs = Vec::new();
+        let mut ran = false;
+        for shards in self.sources.chunks_mut(self.devices) {
+            // The pool counts sources by device: each group of shards starts afresh (a shard
+            // that ran dry keeps saying so).
+            if resharded {
+                self.pool.new_epoch();
+            }
+            match self.pool.step(shards, &BurnStep(model.clone())) {
+                Ok(Step::Ran(step)) => {
+                    ran = true;
+                    outputs.extend(step.outputs);
+                }
+                Ok(Step::EpochOver(_)) => {}
+                Err(source) => {
+                    return Err(StepFailure {
+                        step: self.step,
+                        source: StepFailureSource::Devices(source),
+                    });
+                }
+            }
+        }
+        Ok(ran.then_some(outputs))
     }
 
     /// Rounds with nothing of this rank's, its shard done, until one steps the model (a step

@@ -12,6 +12,7 @@ mod facade;
 mod summary_record;
 
 // The Trainer: summaries, failures and stops, then killed runs resumed.
+mod reshard;
 mod resume;
 mod trainer;
 mod trainer_failures;

@@ -28,9 +28,18 @@ const EPOCHS: usize = 3;
 const STEPS: usize = 18;
 
 fn trainer(checkpoints: &Path, crash_at: Option<usize>) -> Trainer<Mlp> {
+    trainer_on(2, checkpoints, crash_at)
+}
+
+/// [`trainer`] on `devices` workers.
+pub(super) fn trainer_on(
+    devices: usize,
+    checkpoints: &Path,
+    crash_at: Option<usize>,
+) -> Trainer<Mlp> {
     let device = Device::flex().autodiff();
     let trainer = Trainer::new(
-        vec![device.clone(), device],
+        vec![device; devices],
         AdamConfig::new().init(),
         LinearLrSchedulerConfig::new(0.05, 0.005, 9).init().unwrap(),
         TrainerConfig {
@@ -69,7 +78,7 @@ fn fit(
 
 /// How a run in a directory begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Begin {
+pub(super) enum Begin {
     Fresh,
     /// `Trainer::resume_from`.
     Resume,
@@ -85,10 +94,21 @@ fn fit_hidden(
     seed: u64,
     hidden: usize,
 ) -> Result<(Mlp, TrainReport), TrainError> {
+    fit_on(2, run, crash_at, begin, (seed, hidden))
+}
+
+/// [`fit_hidden`] on `devices` workers, the model of `(seed, hidden)`.
+pub(super) fn fit_on(
+    devices: usize,
+    run: &Path,
+    crash_at: Option<usize>,
+    begin: Begin,
+    (seed, hidden): (u64, usize),
+) -> Result<(Mlp, TrainReport), TrainError> {
     let device = Device::flex().autodiff();
     let model = seeded_mlp(hidden, seed, &device);
     let checkpoints = run.join("checkpoints");
-    let mut trainer = trainer(&checkpoints, crash_at);
+    let mut trainer = trainer_on(devices, &checkpoints, crash_at);
     match begin {
         Begin::Fresh => {}
         Begin::Resume => trainer = trainer.resume_from(&checkpoints),
@@ -107,7 +127,7 @@ fn fit_hidden(
 
 /// What a reader shows that does not depend on the clock: every scalar and histogram series
 /// as (step, value) pairs, wall times and speeds left out.
-fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
+pub(super) fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
     let summaries = Summaries::read_dir(run).unwrap();
     let mut out = BTreeMap::new();
     for (tag, points) in summaries.scalars {
@@ -280,9 +300,9 @@ fn a_checkpoint_of_another_run_shape_is_refused() {
     assert!(crashed.is_err());
     let device = Device::flex().autodiff();
     let checkpoints = run.join("checkpoints");
-    // One device instead of two.
+    // Three devices instead of two: no equal share of a step's two batches each.
     let result = Trainer::new(
-        vec![device.clone()],
+        vec![device.clone(); 3],
         AdamConfig::new().init(),
         0.05,
         TrainerConfig {
@@ -299,7 +319,7 @@ fn a_checkpoint_of_another_run_shape_is_refused() {
         None,
     );
     let error = result.unwrap_err().to_string();
-    assert!(error.contains("2 device(s), this run has 1"), "{error}");
+    assert!(error.contains("2 device(s), this run has 3"), "{error}");
     // Another model.
     let result = trainer(&checkpoints, None).resume_from(&checkpoints).fit(
         seeded_mlp(5, 1, &device),

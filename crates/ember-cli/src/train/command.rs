@@ -16,9 +16,10 @@ const COMMAND_FILE: &str = "command.json";
 /// The arguments of the run `flag` (`--resume` or `--restart`) names, as it was started, and
 /// its directory. Bare `--resume` takes the newest unfinished run under `runs/`, bare
 /// `--restart` the newest. Other flags given with it are refused: a resumed or restarted run
-/// must be the run it continues; except that a run whose `command.json` is lost is restarted
-/// with the flags given (its checkpoints cannot say how it was started, and a restart
-/// discards them).
+/// must be the run it continues; except where it runs ([`PLACEMENT`]: a run goes on on fewer
+/// devices, each running a share of a step's batches), and a run whose `command.json` is lost,
+/// restarted with the flags given (its checkpoints cannot say how it was started, and a
+/// restart discards them).
 pub(super) fn resumed_args(
     flag: &str,
     dir: Option<&Path>,
@@ -40,6 +41,7 @@ pub(super) fn resumed_args(
         args.logdir = Some(dir.clone());
         return Ok((args, dir));
     }
+    let (placement, given) = placement_flags(given);
     let others: Vec<&String> = given
         .iter()
         .filter(|a| a.starts_with("--") && !a.starts_with(flag))
@@ -53,11 +55,42 @@ pub(super) fn resumed_args(
             .collect::<Vec<_>>()
             .join(" ")
     );
-    Ok((saved_args(&dir)?, dir))
+    Ok((saved_args(&dir, &placement)?, dir))
 }
 
-/// The arguments saved in the run directory `dir`, its log directory made `dir`.
-fn saved_args(dir: &Path) -> anyhow::Result<TrainArgs> {
+/// The flags that say where a run trains, not what it trains: given with `--resume`, they
+/// replace the ones the run was started with.
+const PLACEMENT: [&str; 4] = [
+    "--device",
+    "--devices",
+    "--share-devices",
+    "--worker-threads",
+];
+
+/// `given`'s [`PLACEMENT`] flags (with their values) and the rest.
+fn placement_flags(given: &[String]) -> (Vec<String>, Vec<String>) {
+    let (mut placement, mut rest) = (Vec::new(), Vec::new());
+    let mut args = given.iter().peekable();
+    while let Some(arg) = args.next() {
+        let name = arg.split('=').next().unwrap_or(arg);
+        if !PLACEMENT.contains(&name) {
+            rest.push(arg.clone());
+            continue;
+        }
+        placement.push(arg.clone());
+        if !arg.contains('=')
+            && name != "--share-devices"
+            && let Some(value) = args.next_if(|next| !next.starts_with("--"))
+        {
+            placement.push(value.clone());
+        }
+    }
+    (placement, rest)
+}
+
+/// The arguments saved in the run directory `dir`, its log directory made `dir`, with the
+/// `placement` flags given in place of the saved ones.
+fn saved_args(dir: &Path, placement: &[String]) -> anyhow::Result<TrainArgs> {
     let command = dir.join(CHECKPOINTS).join(COMMAND_FILE);
     let text = read_file(&dir.join(CHECKPOINTS), COMMAND_FILE)
         .and_then(|bytes| Ok(String::from_utf8(bytes)?))
@@ -70,12 +103,16 @@ fn saved_args(dir: &Path) -> anyhow::Result<TrainArgs> {
                 crate::output::shown(&command)
             )
         })?;
-    let saved: Vec<String> = serde_json::from_str(&text).with_context(|| {
+    let mut saved: Vec<String> = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a list of arguments",
             crate::output::shown(&command)
         )
     })?;
+    if !placement.is_empty() {
+        saved = placement_flags(&saved).1;
+        saved.extend(placement.iter().cloned());
+    }
     let mut args = parse_args(saved)
         .with_context(|| format!("the arguments saved in {}", crate::output::shown(&command)))?;
     args.logdir = Some(dir.to_path_buf());
@@ -156,7 +193,7 @@ fn newest_unfinished_run(runs: &Path) -> anyhow::Result<PathBuf> {
         crate::output::shown(runs)
     );
     for dir in &found {
-        let epochs = usize::from(saved_args(dir)?.epochs);
+        let epochs = usize::from(saved_args(dir, &[])?.epochs);
         if !ember::checkpoint::finished(&dir.join(CHECKPOINTS), epochs)? {
             return Ok(dir.clone());
         }
@@ -218,7 +255,7 @@ fn recorded_settings(
     args: &TrainArgs,
     world_size: usize,
     (workers, test_fraction): (usize, f64),
-) -> anyhow::Result<[(&'static str, usize); 4]> {
+) -> anyhow::Result<[(&'static str, usize); 3]> {
     let mut examples = crate::digits::load()?.len();
     if let Some(subset) = args.subset {
         examples = examples.min(usize::try_from(subset).unwrap_or(usize::MAX));
@@ -227,8 +264,8 @@ fn recorded_settings(
     let shard = ember::collective::shard_range(examples - test, world_size, 0).len();
     let slice = shard / workers.max(1);
     let first_batch = usize::from(args.batch_size).min(slice.max(1));
+    // The devices are the Trainer's to check: a run goes on on fewer than it started on.
     Ok([
-        ("devices", workers),
         ("batch_size", first_batch),
         ("train_examples", shard),
         ("valid_examples", test),

@@ -227,3 +227,50 @@ fn a_second_run_on_a_live_log_directory_is_refused_at_once_naming_the_first() {
         "the live run stopped when the second was refused"
     );
 }
+
+/// A run stopped on 2 devices (SIGTERM, as a scheduler preempting it) goes on on the one left:
+/// `--resume run --devices 1` runs both of each step's batches on it, one after the other, and
+/// the run ends with the model and the log of the run that never stopped, each step once. More
+/// devices than it started on are refused, with nothing changed.
+#[test]
+fn a_run_stopped_on_two_devices_goes_on_on_one_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let on_two = [ARGS, &["--devices", "2"]].concat();
+    let whole = ember_in(
+        &[&["train"], &on_two[..], &["--logdir", "whole"]].concat(),
+        dir.path(),
+    );
+    assert!(whole.status.success(), "{}", text(&whole.stderr));
+    let mut training =
+        Training::past_first_epoch(dir.path(), &[&on_two[..], &["--logdir", "run"]].concat());
+    training.signal("-TERM");
+    let stopped = training.child.0.wait().unwrap();
+    assert_eq!(stopped.code(), Some(143), "{}", training.printed());
+    let run = dir.path().join("run");
+
+    let files = tree(&run);
+    let more = ember_in(&["train", "--resume", "run", "--devices", "3"], dir.path());
+    let error = text(&more.stderr);
+    assert!(
+        !more.status.success() && error.contains("2 device(s), this run has 3"),
+        "{error}"
+    );
+    let changed: Vec<_> = tree(&run)
+        .into_iter()
+        // The locks name the last process that held them, which the refused one did.
+        .filter(|(path, bytes)| {
+            files.get(path) != Some(bytes) && !path.to_string_lossy().contains(".ember-locks")
+        })
+        .map(|(path, _)| path)
+        .collect();
+    assert!(changed.is_empty(), "a refused resume changed {changed:?}");
+
+    let resumed = ember_in(&["train", "--resume", "run", "--devices", "1"], dir.path());
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(text(&resumed.stderr).contains("resumed from"));
+    assert!(
+        model(&run) == model(&dir.path().join("whole")),
+        "the models differ"
+    );
+    assert_eq!(series(&run), series(&dir.path().join("whole")));
+}

@@ -42,6 +42,8 @@ pub(crate) struct Resumed<M> {
     pub(crate) optimizer: OptimizerShards,
     pub(crate) scheduler: ModuleLrScheduler,
     pub(crate) position: Position,
+    /// How many shards the run's data is split into (the devices it started on).
+    pub(crate) shards: usize,
     pub(crate) steps: usize,
     pub(crate) optimizer_steps: usize,
     pub(crate) state: RunState,
@@ -421,7 +423,7 @@ pub(crate) fn load<M: Module>(
     identity: &Identity,
     rank: usize,
     model: M,
-    mut optimizer: OptimizerShards,
+    optimizer: OptimizerShards,
     scheduler: ModuleLrScheduler,
 ) -> Result<(Resumed<M>, Loaded), CheckpointError> {
     let started = std::time::Instant::now();
@@ -477,6 +479,12 @@ pub(crate) fn load<M: Module>(
         }
         _ => (&loaded.checkpoint, path.clone()),
     };
+    // Shards by thread (one per device the run started on) are kept as they were: each holds
+    // the state of the parameters it steps.
+    let saved = (0..)
+        .take_while(|shard| holder.0.section(&optimizer_section(*shard)).is_some())
+        .count();
+    let mut optimizer = optimizer.regrouped(saved);
     load_optimizer(&mut optimizer, holder)?;
     let scheduler = scheduler.load_record(
         LrSchedulerRecord::from_bytes(bytes("scheduler")?)
@@ -487,6 +495,7 @@ pub(crate) fn load<M: Module>(
         optimizer,
         scheduler,
         position,
+        shards: fields.usize("devices").unwrap_or(identity.devices),
         steps,
         optimizer_steps,
         state,

@@ -112,6 +112,20 @@ impl OptimizerShards {
         self
     }
 
+    /// These shards split by thread into `count` (the count a checkpoint's state was saved
+    /// in, each shard's parameters its own), before any state is loaded; an optimizer split by
+    /// device is one optimizer, kept as it is.
+    pub(crate) fn regrouped(self, count: usize) -> Self {
+        if !self.devices.is_empty() || count == self.len() || count == 0 {
+            return self;
+        }
+        Self {
+            shards: vec![self.shards[0].clone(); count],
+            owners: None,
+            ..self
+        }
+    }
+
     /// How many shards step the model.
     pub(crate) fn len(&self) -> usize {
         self.shards.len()

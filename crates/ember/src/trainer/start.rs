@@ -90,6 +90,12 @@ impl<M: Trainable> Trainer<M> {
             }
             None => (model, None),
         };
+        // A resharded run's checkpoints name the devices it started on, whose data split it
+        // goes on with.
+        let identity = Identity {
+            devices: driver.shards(),
+            ..identity
+        };
         Ok(Started {
             driver,
             model,
@@ -208,6 +214,16 @@ impl<M: Trainable> Trainer<M> {
             rollback: rolling_back.elapsed(),
             ..crate::Recovery::default()
         };
+        if resumed.shards != driver.shards() {
+            log::info!(
+                "going on on {} device(s) with the {} shards of the data it started with: each \
+                 device runs {} of a step's batches",
+                self.devices.len(),
+                resumed.shards,
+                resumed.shards / self.devices.len().max(1)
+            );
+            driver.reshard(resumed.shards);
+        }
         self.optimizer = resumed.optimizer;
         self.scheduler = resumed.scheduler;
         *state = resumed.state;

@@ -268,9 +268,14 @@ impl Identity {
     /// Why a run of `self` cannot continue from a checkpoint of `taken`; `None` if it can.
     pub(super) fn mismatch(&self, taken: &Fields) -> Option<String> {
         let number = |key: &str| taken.usize(key).ok();
-        if number("devices") != Some(self.devices) {
+        // A run goes on on fewer devices when each can run an equal share of a step's batches
+        // (`Driver::reshard`): the step, its batches and their gradients stay the run's.
+        let shards = number("devices").filter(|shards| *shards > 0);
+        if shards.is_none_or(|shards| !shards.is_multiple_of(self.devices.max(1))) {
             return Some(format!(
-                "it was taken on {} device(s), this run has {}; resume with the same devices",
+                "it was taken on {} device(s), this run has {}; a run goes on on as many \
+                 devices, or on fewer that divide them (each then runs an equal share of a \
+                 step's batches, so the step is the same); not on more",
                 taken.text("devices").unwrap_or("?"),
                 self.devices
             ));

@@ -32,6 +32,8 @@ pub(crate) struct Position {
 /// What must match between the run that took a checkpoint and the one resuming from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Identity {
+    /// The devices the run started on: the shards of its data, which a run resumed on fewer
+    /// devices keeps (each device then runs several shards a step).
     pub(crate) devices: usize,
     pub(crate) ranks: usize,
     pub(crate) grad_accumulation: usize,
