@@ -54,10 +54,15 @@ impl Bucket {
         Self::open(&format!("{}/{name}", self.url))
     }
 
+    /// The object `name` (as [`list`](Self::list) gives it) names: taken as it is, as the
+    /// mirror's objects are put, so that a name holding a `%` (the projector's
+    /// `embedding%2F…` directories) is the object listed, not one with the `%` escaped again.
     fn object(&self, name: &str) -> ObjectPath {
-        name.split('/')
-            .filter(|part| !part.is_empty())
-            .fold(self.prefix.clone(), |path, part| path.join(part))
+        ObjectPath::parse(format!("{}/{name}", self.prefix)).unwrap_or_else(|_| {
+            name.split('/')
+                .filter(|part| !part.is_empty())
+                .fold(self.prefix.clone(), |path, part| path.join(part))
+        })
     }
 
     fn failed(&self, what: &str, error: &object_store::Error) -> RemoteError {

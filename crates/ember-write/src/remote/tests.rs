@@ -390,3 +390,41 @@ fn a_backlog_is_read_a_segment_at_a_time() {
 fn whole_records_of(bytes: &[u8]) -> usize {
     shipper::whole_records(bytes)
 }
+
+/// The projector's directories hold a `%` (`embedding%2Fhidden_26`): a rollback removes their
+/// objects, as listed, where it used to escape the `%` again and remove nothing.
+#[test]
+fn a_rollback_removes_the_objects_of_names_holding_a_percent_sign() {
+    let staging = tempfile::tempdir().unwrap();
+    let bucket = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/run", bucket.path().display());
+    std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+    let store = Bucket::open(&url).unwrap();
+    let ownership = crate::Ownership {
+        rank: 0,
+        world_size: 1,
+    };
+    let checkpoint = BucketSnapshot::take(&store, &[], ownership).unwrap();
+    let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+    let embedding = staging.path().join("embeddings/embedding%2Fhidden_26");
+    std::fs::create_dir_all(&embedding).unwrap();
+    std::fs::write(embedding.join("tensors.tsv"), b"0.5\t0.25\n").unwrap();
+    mirror.close().unwrap();
+    let object = "embeddings/embedding%2Fhidden_26/tensors.tsv";
+    let listed = |store: &Bucket| -> Vec<String> {
+        store.list().unwrap().into_iter().map(|l| l.name).collect()
+    };
+    assert!(
+        listed(&store).iter().any(|name| name == object),
+        "{:?}",
+        listed(&store)
+    );
+    let removed = checkpoint.restore(&store, &[], ownership).unwrap();
+    assert_eq!(removed, [object]);
+    assert!(
+        !listed(&store).iter().any(|name| name == object),
+        "{:?}",
+        listed(&store)
+    );
+    assert!(!bucket.path().join("run").join(object).exists());
+}
