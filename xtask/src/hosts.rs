@@ -44,6 +44,7 @@ mod net;
 mod report;
 mod slow;
 mod store;
+mod terminated;
 
 use check::Check;
 use launch::{Cluster, TASK, hold_machine, kill_leftovers};
@@ -81,6 +82,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let (one_host, equal_seconds) = equivalence::equivalence(&check)?;
     let worst = equivalence::against_one_process(&check)?;
     let cut = cut::cut(&check, &endpoint, &one_host)?;
+    terminated::terminated(&check, &endpoint, &one_host, equal_seconds)?;
     let rates = slow::slow(&check)?;
     let md = report::write(&target.join("bench"), (equal_seconds, worst), &cut, &rates)?;
     eprintln!("{md}");

@@ -1,6 +1,7 @@
 //! What the tasks that train, kill and compare runs share (`resume`, `live`, `objects`, `mpi`,
 //! `hosts`): starting a run and killing it with SIGKILL, a model's bytes without Burn's random
-//! ids, two runs' values compared as `ember inspect` gives them, and the seeded kill moments.
+//! ids, two runs' values compared as `ember inspect` gives them, the seeded kill moments, and
+//! a rank's process under mpirun.
 
 use std::path::Path;
 use std::process::Command;
@@ -144,4 +145,27 @@ impl XorShift {
         self.0 ^= self.0 << 17;
         0.12 + 0.73 * (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// The process id of rank `rank` of the `ember train` job writing `logdir` (a path or URL), found by its
+/// command line and Open MPI's `OMPI_COMM_WORLD_RANK`.
+pub(crate) fn rank_process(logdir: &str, rank: usize) -> Option<u32> {
+    let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if !cmdline.contains(logdir) || !cmdline.contains("train") || cmdline.contains("mpirun")
+            {
+                return None;
+            }
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            environ
+                .split(|b| *b == 0)
+                .any(|var| var == wanted.as_bytes())
+                .then_some(pid)
+        })
 }

@@ -45,7 +45,7 @@ pub(super) struct CutFigures {
 
 pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Result<CutFigures> {
     let log_path = check.work.join("cut.log");
-    let mut running = until_checkpoint(check, endpoint, &log_path)?;
+    let mut running = until_checkpoint(check, endpoint, URL, &log_path)?;
     check.network.link(1, false)?;
     let gone_after = all_gone(check, &mut running)?;
     ensure!(
@@ -68,7 +68,7 @@ pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Re
     check.network.reachable()?;
 
     let (loss, cut_host) = pushed(check)?;
-    resumed(check, reference)?;
+    resumed(check, URL, reference)?;
     eprintln!(
         "{TASK}: (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the \
          cut (bound {:.0} s), the output naming the lost host (`{named}`); after ember push on \
@@ -91,11 +91,17 @@ pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Re
     })
 }
 
-/// Starts the job into [`URL`], its output into `log`, and waits (bounded) until its first
-/// whole checkpoint (rank 0's, written after every rank's part) is in the bucket.
-fn until_checkpoint(check: &Check, endpoint: &str, log: &Path) -> anyhow::Result<Running> {
+/// Starts the job into `url` (`s3://ember/<run>`), its output into `log`, and waits (bounded)
+/// until its first whole checkpoint (rank 0's, written after every rank's part) is in the
+/// bucket.
+pub(super) fn until_checkpoint(
+    check: &Check,
+    endpoint: &str,
+    url: &str,
+    log: &Path,
+) -> anyhow::Result<Running> {
     let mut job = check.on_hosts(check.ember, TRAIN);
-    job.args(["--logdir", URL]);
+    job.args(["--logdir", url]);
     let file = std::fs::File::create(log)?;
     let mut running = Running(
         job.stdout(file.try_clone()?)
@@ -104,10 +110,7 @@ fn until_checkpoint(check: &Check, endpoint: &str, log: &Path) -> anyhow::Result
             .context("starting mpirun")?,
     );
     let started = Instant::now();
-    while !keys(endpoint, "cut/checkpoints/")?
-        .iter()
-        .any(|k| k.ends_with(".ember") && !k.contains(".rank"))
-    {
+    while newest_checkpoint(endpoint, url)?.is_none() {
         ensure!(
             running.0.try_wait()?.is_none() && started.elapsed() < Duration::from_secs(90),
             "the job ended or hung before its first checkpoint was in the bucket:\n{}",
@@ -203,16 +206,27 @@ fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
     Ok(((before.0, after.0), (before.1, after.1)))
 }
 
-/// `ember train --resume` of the cut run on the hosts: the uninterrupted run's model and values.
-fn resumed(check: &Check, reference: &Path) -> anyhow::Result<()> {
-    let resume = check.on_hosts(check.ember, &["train", "--resume", URL]);
-    let ran = check.succeed(resume, "cut-resumed")?;
+/// The key of rank 0's newest checkpoint of the run at `url` in the bucket, if any.
+pub(super) fn newest_checkpoint(endpoint: &str, url: &str) -> anyhow::Result<Option<String>> {
+    let run = url.trim_start_matches("s3://ember/");
+    Ok(keys(endpoint, &format!("{run}/checkpoints/"))?
+        .into_iter()
+        .filter(|k| k.ends_with(".ember") && !k.contains(".rank"))
+        .max())
+}
+
+/// `ember train --resume` of the run at `url` on the hosts: the uninterrupted run's model and
+/// values. Returns what it printed.
+pub(super) fn resumed(check: &Check, url: &str, reference: &Path) -> anyhow::Result<String> {
+    let resume = check.on_hosts(check.ember, &["train", "--resume", url]);
+    let name = url.trim_start_matches("s3://ember/");
+    let ran = check.succeed(resume, &format!("{name}-resumed"))?;
     ensure!(
         ran.output.contains("resumed from"),
         "the job did not go on from a checkpoint:\n{}",
         ran.output
     );
-    let pulled = check.pull(URL, "cut-pulled")?;
+    let pulled = check.pull(url, &format!("{name}-pulled"))?;
     ensure!(
         model_without_ids(&pulled.join("model.bpk"))?
             == model_without_ids(&reference.join("model.bpk"))?,
@@ -220,10 +234,11 @@ fn resumed(check: &Check, reference: &Path) -> anyhow::Result<()> {
     );
     same_values(
         &crate::process::inspect_json(check.ember, reference)?,
-        &check.inspect(URL)?,
-        Path::new(URL),
+        &check.inspect(url)?,
+        Path::new(url),
     )?;
-    check.tensorboard_same(URL, reference)
+    check.tensorboard_same(url, reference)?;
+    Ok(ran.output)
 }
 
 /// The number of steps of `tag` in an `ember inspect --json --values` report, which must be

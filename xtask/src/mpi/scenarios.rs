@@ -260,7 +260,8 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<Duration> {
         .context("starting mpirun")?;
     let first = wait_for_first_checkpoint(&mut child, &run)?;
     ensure!(first, "the job ended or hung before its first checkpoint");
-    let victim = rank_process(&run, 1).context("finding rank 1's process")?;
+    let victim =
+        crate::runs::rank_process(&run.to_string_lossy(), 1).context("finding rank 1's process")?;
     let killed = Command::new("kill")
         .args(["-KILL", &victim.to_string()])
         .status()?;
@@ -393,7 +394,8 @@ fn terminate_after_first_checkpoint(
     ensure!(first, "the job ended or hung before its first checkpoint");
     std::thread::sleep(at);
     for rank in ranks {
-        let pid = rank_process(run, *rank).with_context(|| format!("finding rank {rank}"))?;
+        let pid = crate::runs::rank_process(&run.to_string_lossy(), *rank)
+            .with_context(|| format!("finding rank {rank}"))?;
         let sent = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status()?;
@@ -450,32 +452,6 @@ fn wait_for_first_checkpoint(child: &mut std::process::Child, run: &Path) -> any
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     })
-}
-
-/// The process id of rank `rank` of the `ember train` job writing `logdir`, found by its
-/// command line and Open MPI's `OMPI_COMM_WORLD_RANK`.
-pub(super) fn rank_process(logdir: &Path, rank: usize) -> Option<u32> {
-    let logdir = logdir.to_string_lossy().into_owned();
-    let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            if !cmdline.contains(&logdir)
-                || !cmdline.contains("train")
-                || cmdline.contains("mpirun")
-            {
-                return None;
-            }
-            let environ = std::fs::read(entry.path().join("environ")).ok()?;
-            environ
-                .split(|b| *b == 0)
-                .any(|var| var == wanted.as_bytes())
-                .then_some(pid)
-        })
 }
 
 fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
