@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use super::resume::{ARGS, model, series, uninterrupted};
+use super::resume::{ARGS, model, remove_checkpoints, series, uninterrupted};
 use super::{Training, ember_in, text, tree};
 
 /// `ember train --resume-if-any --logdir run ARGS extra` in `dir`.
@@ -21,6 +21,25 @@ fn requeued(dir: &Path, extra: &[&str]) -> Output {
     ember_in(&line, dir)
 }
 
+/// `ember train --resume-if-any --logdir run ARGS` in `dir`, once its first epoch is done.
+fn running(dir: &Path) -> Training {
+    let line = [&["--resume-if-any", "--logdir", "run"], ARGS].concat();
+    Training::past_first_epoch(dir, &line)
+}
+
+/// Kills `training` with SIGKILL, and waits for it to be gone.
+fn kill_9(mut training: Training) {
+    training.signal("-KILL");
+    training.child.0.wait().unwrap();
+}
+
+/// The run in `dir/run` has the model and every series of `whole`, each step once.
+fn assert_as_whole(dir: &Path, whole: &Path) {
+    let run = dir.join("run");
+    assert_eq!(model(&run), model(whole));
+    assert_eq!(series(&run), series(whole));
+}
+
 #[test]
 fn the_same_command_starts_a_run_then_does_nothing_once_it_has_finished() {
     let dir = tempfile::tempdir().unwrap();
@@ -28,10 +47,9 @@ fn the_same_command_starts_a_run_then_does_nothing_once_it_has_finished() {
     let first = requeued(dir.path(), &[]);
     assert!(first.status.success(), "{}", text(&first.stderr));
     assert!(!text(&first.stderr).contains("resumed from"));
-    let run = dir.path().join("run");
-    assert_eq!(model(&run), model(&whole));
-    assert_eq!(series(&run), series(&whole));
+    assert_as_whole(dir.path(), &whole);
 
+    let run = dir.path().join("run");
     let finished = tree(&run);
     let again = requeued(dir.path(), &[]);
     let printed = text(&again.stderr);
@@ -47,15 +65,13 @@ fn the_same_command_starts_a_run_then_does_nothing_once_it_has_finished() {
 fn the_same_command_goes_on_with_its_killed_run_and_a_live_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let whole = uninterrupted(dir.path());
-    let line = [&["--resume-if-any", "--logdir", "run"], ARGS].concat();
-    let mut training = Training::past_first_epoch(dir.path(), &line);
+    let training = running(dir.path());
     let live = requeued(dir.path(), &[]);
     let refusal = text(&live.stderr);
     assert_eq!(live.status.code(), Some(1), "{refusal}");
     let pid = training.child.0.id();
     assert!(refusal.contains(&format!("process {pid}")), "{refusal}");
-    training.signal("-KILL");
-    training.child.0.wait().unwrap();
+    kill_9(training);
 
     let output = requeued(dir.path(), &[]);
     let printed = text(&output.stderr);
@@ -64,47 +80,26 @@ fn the_same_command_goes_on_with_its_killed_run_and_a_live_one_is_refused() {
         printed.contains("resumed from run/checkpoints/ckpt-"),
         "{printed}"
     );
-    let run = dir.path().join("run");
-    assert_eq!(model(&run), model(&whole));
-    assert_eq!(series(&run), series(&whole));
+    assert_as_whole(dir.path(), &whole);
 }
 
 #[test]
 fn a_run_stopped_before_its_first_checkpoint_is_trained_again_from_its_first_step() {
     let dir = tempfile::tempdir().unwrap();
     let whole = uninterrupted(dir.path());
-    let line = [&["--resume-if-any", "--logdir", "run"], ARGS].concat();
-    let mut training = Training::past_first_epoch(dir.path(), &line);
-    training.signal("-KILL");
-    training.child.0.wait().unwrap();
+    kill_9(running(dir.path()));
     // What a kill before the first checkpoint leaves: the command line, the log, no checkpoint.
-    let checkpoints = dir.path().join("run").join("checkpoints");
-    for entry in std::fs::read_dir(&checkpoints).unwrap() {
-        let path = entry.unwrap().path();
-        if path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("ckpt-")
-        {
-            std::fs::remove_file(path).unwrap();
-        }
-    }
+    remove_checkpoints(&dir.path().join("run"));
 
     let output = requeued(dir.path(), &[]);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let run = dir.path().join("run");
-    assert_eq!(model(&run), model(&whole));
-    assert_eq!(series(&run), series(&whole));
+    assert_as_whole(dir.path(), &whole);
 }
 
 #[test]
 fn another_command_in_the_same_log_directory_is_refused_naming_each_difference() {
     let dir = tempfile::tempdir().unwrap();
-    let line = [&["--resume-if-any", "--logdir", "run"], ARGS].concat();
-    let mut training = Training::past_first_epoch(dir.path(), &line);
-    training.signal("-KILL");
-    training.child.0.wait().unwrap();
+    kill_9(running(dir.path()));
     let run = dir.path().join("run");
     let stopped = tree(&run);
 
