@@ -80,6 +80,6 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 fn missing() -> Vec<&'static str> {
     ["sbatch", "slurmctld", "slurmd", "munged", "mungekey"]
         .into_iter()
-        .filter(|tool| !on_path(tool) && !Path::new("/usr/sbin").join(tool).is_file())
+        .filter(|tool| !on_path(tool) && !cluster::sbin(tool).is_file())
         .collect()
 }

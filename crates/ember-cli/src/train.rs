@@ -110,6 +110,14 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let given = given_args();
     let mut plan = prepare(args, &given)?;
     if admit(&plan, &given)? == Admitted::Finished {
+        // Killed between its last checkpoint and saving the model, a run has nothing to show
+        // for its training: saying it is done would hide that. Rank 0 saves the model.
+        ensure!(
+            !plan.job.lead() || command::read_file(&plan.logdir, MODEL_FILE).is_ok(),
+            "{0} has trained all its epochs but holds no {MODEL_FILE} (stopped before saving \
+             it); train it again: ember train --restart {0}",
+            crate::output::shown(&plan.logdir)
+        );
         if plan.job.lead() {
             crate::output::err(format!(
                 "{}: the run has trained all its {} epoch(s); nothing to do",

@@ -39,12 +39,12 @@ impl Cluster {
         };
         let key = dir.join("munge.key");
         daemon(
-            Command::new("mungekey")
+            Command::new(sbin("mungekey"))
                 .arg("--create")
                 .arg("--keyfile")
                 .arg(&key),
         )?;
-        let mut munged = Command::new("munged");
+        let mut munged = Command::new(sbin("munged"));
         munged
             .arg("--force")
             .arg(format!("--key-file={}", key.display()));
@@ -59,10 +59,10 @@ impl Cluster {
         daemon(&mut munged)?;
         cluster.pid_files.push(dir.join("munged.pid"));
         std::fs::write(&cluster.conf, slurm_conf(dir, &hostname()?, cores)?)?;
-        daemon(Command::new("slurmctld").arg("-f").arg(&cluster.conf))?;
+        daemon(Command::new(sbin("slurmctld")).arg("-f").arg(&cluster.conf))?;
         cluster.controller_started = Instant::now();
         cluster.pid_files.push(dir.join("slurmctld.pid"));
-        daemon(Command::new("slurmd").arg("-f").arg(&cluster.conf))?;
+        daemon(Command::new(sbin("slurmd")).arg("-f").arg(&cluster.conf))?;
         cluster.pid_files.push(dir.join("slurmd.pid"));
         cluster.wait_for_idle_node()?;
         Ok(cluster)
@@ -165,6 +165,17 @@ fn daemon(command: &mut Command) -> anyhow::Result<()> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Ok(())
+}
+
+/// A daemon's program: on `PATH`, or in `/usr/sbin`, where Debian puts it and a non-login
+/// shell's `PATH` may not look.
+pub(super) fn sbin(tool: &str) -> PathBuf {
+    let installed = Path::new("/usr/sbin").join(tool);
+    if !crate::process::on_path(tool) && installed.is_file() {
+        installed
+    } else {
+        PathBuf::from(tool)
+    }
 }
 
 fn hostname() -> anyhow::Result<String> {

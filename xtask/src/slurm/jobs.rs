@@ -109,7 +109,8 @@ impl Jobs<'_> {
         let signalled = printed.matches("ember-slurm: signalled").count();
         ensure!(
             signalled >= 1 && info.restarts >= 1 && printed.contains("resumed from"),
-            "the time-limited job was not signalled, requeued and resumed ({info:?}):\n{printed}"
+            "the time-limited job was not signalled, requeued and resumed ({info:?}; a job that \
+             ended unsignalled met slurmctld's time-limit check later than 6 s in):\n{printed}"
         );
         eprintln!(
             "{TASK}: time-limited (--time=1 --signal=B:TERM@30 --requeue): signalled {signalled} \

@@ -59,6 +59,18 @@ fn the_same_command_starts_a_run_then_does_nothing_once_it_has_finished() {
         "{printed}"
     );
     assert!(tree(&run) == finished, "a finished run was changed");
+
+    // Stopped between its last checkpoint and saving its model, it is not called done.
+    std::fs::remove_file(run.join("model.bpk")).unwrap();
+    let unsaved = tree(&run);
+    let output = requeued(dir.path(), &[]);
+    let refusal = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{refusal}");
+    assert!(
+        refusal.contains("holds no model.bpk") && refusal.contains("--restart run"),
+        "{refusal}"
+    );
+    assert!(tree(&run) == unsaved, "a refused run was changed");
 }
 
 #[test]
