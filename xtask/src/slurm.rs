@@ -54,6 +54,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let target = target_dir(root);
     let work = target.join("slurm-check");
     if work.exists() {
+        cluster::stop_left_over(&work);
         std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     }
     let cluster = Cluster::start(&work)?;

@@ -137,6 +137,35 @@ impl Drop for Cluster {
     }
 }
 
+/// Stops the jobs and daemons an earlier run of the task left running in `dir` (killed before
+/// it could stop them), which would hold the cluster's ports: each daemon by its pid file, and
+/// only while that pid is still the daemon's.
+pub(super) fn stop_left_over(dir: &Path) {
+    // Its jobs first, while its controller can still end them.
+    let _ = Command::new("scancel")
+        .args(["--user", "root"])
+        .env("SLURM_CONF", dir.join("slurm.conf"))
+        .stderr(Stdio::null())
+        .status();
+    for (pid_file, name) in [
+        ("slurmd.pid", "slurmd"),
+        ("slurmctld.pid", "slurmctld"),
+        ("munged.pid", "munged"),
+    ] {
+        let Some(pid) = std::fs::read_to_string(dir.join(pid_file))
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == name {
+            eprintln!("{TASK}: stopping the {name} an earlier run left (pid {pid})");
+            stop(pid);
+        }
+    }
+}
+
 /// Ends the daemon `pid` this task started: SIGTERM, and SIGKILL after 10 s.
 fn stop(pid: u32) {
     let pid_text = pid.to_string();

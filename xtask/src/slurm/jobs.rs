@@ -13,10 +13,10 @@ use crate::mpi::launch::{Transport, mpirun};
 use crate::process::{Ran, expect_success, inspect_json, run_limited};
 use crate::runs::{XorShift, model_without_ids, same_values};
 
-/// The run every job trains, given to the script as `EMBER_ARGS`: 40 epochs of the digits on
-/// 2 workers a rank (12 steps an epoch), about 12 s in a debug build: long enough to be stopped
-/// several times mid-run.
-const RUN_ARGS: &str = "--epochs 40 --devices 2";
+/// The run every job trains, given to the script as `EMBER_ARGS`: 60 epochs of the digits on
+/// 2 workers a rank (12 steps an epoch), 7 s in a debug build on 2 idle cores: long enough to
+/// be stopped several times mid-run.
+const RUN_ARGS: &str = "--epochs 60 --devices 2";
 /// How long a job may take from its submission to its end, requeues included.
 const JOB_LIMIT: Duration = Duration::from_secs(180);
 /// How long after `scancel` a process of the job may still run: slurmd's `KillWait` (10 s,
@@ -43,10 +43,22 @@ struct JobInfo {
 }
 
 impl JobInfo {
+    /// Whether the job is over for good: a state it leaves no more. The passing ones
+    /// (`SIGNALING` while the time limit's warning goes out, `REQUEUED`, `COMPLETING`, …)
+    /// are not.
     fn ended(&self) -> bool {
-        !matches!(
+        matches!(
             self.state.as_str(),
-            "PENDING" | "RUNNING" | "REQUEUED" | "COMPLETING" | "CONFIGURING" | "SUSPENDED"
+            "COMPLETED"
+                | "FAILED"
+                | "CANCELLED"
+                | "TIMEOUT"
+                | "NODE_FAIL"
+                | "OUT_OF_MEMORY"
+                | "BOOT_FAIL"
+                | "DEADLINE"
+                | "PREEMPTED"
+                | "SPECIAL_EXIT"
         )
     }
 }
@@ -97,10 +109,12 @@ impl Jobs<'_> {
 
     /// The job with a time limit, warned by `--signal=B:TERM@30` (its batch shell alone): the
     /// script stops the run and requeues the job, which runs the same script again and goes on.
-    /// Submitted to start 6 s ahead of slurmctld's check of time limits, so that the warning,
-    /// due at once, comes then, mid-run.
-    fn time_limited(&self, (reference, _): &(PathBuf, Duration)) -> anyhow::Result<()> {
-        self.cluster.wait_for_tick_phase(Duration::from_secs(6));
+    /// Submitted to start half the plain run's length (2 to 20 s) ahead of slurmctld's check of
+    /// time limits, so that the warning, due at once, comes then, mid-run, however fast the
+    /// machine trains.
+    fn time_limited(&self, (reference, length): &(PathBuf, Duration)) -> anyhow::Result<()> {
+        let warned_at = (*length / 2).clamp(Duration::from_secs(2), Duration::from_secs(20));
+        self.cluster.wait_for_tick_phase(warned_at);
         let started = Instant::now();
         let id = self.submit("time-limited", &["--time=1", "--signal=B:TERM@30"])?;
         let info = self.wait_for(id, "to end", JobInfo::ended)?;
@@ -110,12 +124,13 @@ impl Jobs<'_> {
         ensure!(
             signalled >= 1 && info.restarts >= 1 && printed.contains("resumed from"),
             "the time-limited job was not signalled, requeued and resumed ({info:?}; a job that \
-             ended unsignalled met slurmctld's time-limit check later than 6 s in):\n{printed}"
+             ended unsignalled met slurmctld's time-limit check later than {warned_at:?} in):\n{printed}"
         );
         eprintln!(
-            "{TASK}: time-limited (--time=1 --signal=B:TERM@30 --requeue): signalled {signalled} \
-             time(s), requeued by its script, {} restart(s), resumed with the same script: the \
-             plain run's model byte for byte ({:.1} s)",
+            "{TASK}: time-limited (--time=1 --signal=B:TERM@30 --requeue), due to be warned {:.1} \
+             s in: signalled {signalled} time(s), requeued by its script, {} restart(s), resumed \
+             with the same script: the plain run's model byte for byte ({:.1} s)",
+            warned_at.as_secs_f64(),
             info.restarts,
             started.elapsed().as_secs_f64()
         );
@@ -123,7 +138,7 @@ impl Jobs<'_> {
     }
 
     /// The job preempted by `scontrol requeue` three times, each at a seeded moment of its
-    /// start: within the first half of the plain run's length.
+    /// start: 1 s and up to half the plain run's length more.
     fn preempted(&self, (reference, length): &(PathBuf, Duration)) -> anyhow::Result<()> {
         let seed = match std::env::var("EMBER_SLURM_SEED") {
             Ok(text) => text.parse().context("EMBER_SLURM_SEED is not a number")?,
@@ -136,7 +151,8 @@ impl Jobs<'_> {
         for restarts in 0..3 {
             let running = |info: &JobInfo| info.state == "RUNNING" && info.restarts == restarts;
             self.wait_for(id, "to run again", running)?;
-            let at = length.mul_f64(rng.unit() / 2.0);
+            // `mpirun` and the ranks take about a second to start training.
+            let at = Duration::from_secs(1) + length.mul_f64(rng.unit() / 2.0);
             std::thread::sleep(at);
             self.cluster
                 .output("scontrol", &["requeue", &id.to_string()])?;
