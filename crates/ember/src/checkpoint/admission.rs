@@ -367,6 +367,21 @@ mod tests {
         assert!(!finished(&root.path().join("none"), 2).unwrap());
     }
 
+    #[test]
+    fn resume_if_any_begins_by_what_the_directory_holds() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("checkpoints");
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Fresh);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ckpt-000000000001.ember"), b"torn").unwrap();
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Restart);
+        checkpoint_at(&dir, "epoch=1\nranks=1");
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Resume);
+        // A job of another rank count finds none whole: named, not started over.
+        let error = begin_if_any(&dir, 2).unwrap_err().to_string();
+        assert!(error.contains("1 rank(s), this one has 2"), "{error}");
+    }
+
     /// Every file under `dir` and its bytes (the lock files aside: taking a lock writes one).
     fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         let mut found = Vec::new();
