@@ -25,6 +25,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask objects",
     "cargo xtask mpi",
     "cargo xtask hosts",
+    "cargo xtask slurm",
     "cargo xtask devices",
 ];
 

@@ -36,7 +36,7 @@ use crate::process::{Ran, build, expect_success, inspect_json, run_limited, targ
 use crate::runs::{XorShift, model_without_ids, same_values, start_and_time};
 
 pub(crate) mod live;
-mod readers;
+pub(crate) mod readers;
 
 /// Kills of TensorBoard-format runs.
 const KILLS_TB: usize = 18;

@@ -22,7 +22,10 @@
 //! run's own arguments, and rolls the log back to it, so the run's curves show every step once.
 //! A run with no whole checkpoint is refused and left as it is; `ember train --restart
 //! [RUN_DIR]` trains it again from its first step, its log and checkpoints discarded. A log
-//! directory another run is writing is refused at once, naming that run's pid.
+//! directory another run is writing is refused at once, naming that run's pid. `ember train
+//! --resume-if-any --logdir R ARGS` is one command line for a run's first start and every
+//! start after it (a batch script a scheduler requeues): fresh, resumed, or, finished, nothing
+//! done (see `train/if_any.rs`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -48,6 +51,7 @@ use crate::job::Job;
 
 mod args;
 mod command;
+mod if_any;
 mod logdir;
 mod plan;
 mod records;
@@ -55,7 +59,7 @@ mod report;
 mod signals;
 
 pub(crate) use args::TrainArgs;
-use command::{given_args, resumed_args, save_command};
+use command::{Admitted, given_args, resumed_args, save_command};
 use plan::Plan;
 use records::{record_embedding, record_pr_curves, record_samples};
 
@@ -105,7 +109,24 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let given = given_args();
     let mut plan = prepare(args, &given)?;
-    admit(&plan, &given)?;
+    if admit(&plan, &given)? == Admitted::Finished {
+        // Killed between its last checkpoint and saving the model, a run has nothing to show
+        // for its training: saying it is done would hide that. Rank 0 saves the model.
+        ensure!(
+            !plan.job.lead() || command::read_file(&plan.logdir, MODEL_FILE).is_ok(),
+            "{0} has trained all its epochs but holds no {MODEL_FILE} (stopped before saving \
+             it); train it again: ember train --restart {0}",
+            crate::output::shown(&plan.logdir)
+        );
+        if plan.job.lead() {
+            crate::output::err(format!(
+                "{}: the run has trained all its {} epoch(s); nothing to do",
+                crate::output::shown(&plan.logdir),
+                plan.epochs()
+            ));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let data = Data::load(&plan)?;
     let opened = open_devices(&plan.specs)?;
     let main = opened[0].device.clone();
@@ -184,6 +205,11 @@ fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
         Some(logdir) => logdir,
         None => logdir::default_logdir_at(job.rank_zero_s(logdir::now_secs())?),
     };
+    let begin = if args.resume_if_any && begin == Begin::Fresh {
+        if_any::begin(&args, &logdir, job.size())?
+    } else {
+        begin
+    };
     Ok(Plan {
         args,
         begin,
@@ -194,13 +220,13 @@ fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
 }
 
 /// Whether this run may begin in its log directory: refused while another run holds it, and
-/// where its checkpoints say otherwise.
-fn admit(plan: &Plan, given: &[String]) -> anyhow::Result<()> {
+/// where its checkpoints say otherwise; with `--resume-if-any`, a finished run is left as it is.
+fn admit(plan: &Plan, given: &[String]) -> anyhow::Result<Admitted> {
     let (args, job, begin, logdir) = (&plan.args, &plan.job, plan.begin, &plan.logdir);
     let checkpoints = plan.checkpoints();
     // A live run's directory, another run's, a finished run's or one whose recorded settings
     // its checkpoint contradicts is refused before anything is read into it or changed.
-    command::admit(
+    let admitted = command::admit(
         begin,
         args,
         (logdir, &checkpoints),
@@ -214,7 +240,7 @@ fn admit(plan: &Plan, given: &[String]) -> anyhow::Result<()> {
             logdir,
         )?;
     }
-    Ok(())
+    Ok(admitted)
 }
 
 /// The digits, split: what trains, and what is held out for testing, shown as samples and

@@ -150,6 +150,9 @@ enum Resume {
     Continue(PathBuf),
     /// From its first step, its checkpoints and log discarded ([`Trainer::start_over`]).
     StartOver(PathBuf),
+    /// Whichever of the two (or a fresh start) what `dir` holds asks for
+    /// ([`Trainer::resume_if_any`]); settled when the run starts, once its ranks are known.
+    IfAny(PathBuf),
 }
 
 impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {

@@ -1,6 +1,7 @@
 //! How the task starts a job: over which transport the ranks reach each other and the
 //! `mpirun` command line for it, with the task's name its messages carry. A module of its own,
-//! so that the scenarios (`scenarios.rs`) and the benchmark (`bench.rs`) share it with `mpi.rs`.
+//! so that the scenarios (`scenarios.rs`) and the benchmark (`bench.rs`) share it with `mpi.rs`
+//! (and `cargo xtask slurm` its plain `mpirun`).
 
 use std::process::Command;
 
@@ -11,7 +12,7 @@ pub(super) const TASK: &str = "mpi";
 
 /// How the ranks of a job reach each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Transport {
+pub(crate) enum Transport {
     /// Open MPI's choice on one host: shared memory.
     SharedMemory,
     /// Open MPI's TCP transport over the loopback interface, the one that crosses hosts: the
@@ -41,7 +42,7 @@ impl Transport {
 
 /// `mpirun` with `ranks` ranks on this machine over `transport` (as root, where Open MPI asks
 /// for consent).
-pub(super) fn mpirun(ranks: usize, transport: Transport) -> Command {
+pub(crate) fn mpirun(ranks: usize, transport: Transport) -> Command {
     let mut command = Command::new("mpirun");
     command.args(["--oversubscribe", "-n", &ranks.to_string()]);
     if transport == Transport::Tcp {

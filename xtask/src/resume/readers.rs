@@ -59,6 +59,33 @@ pub(super) fn read_with_tensorboard(
     Ok(())
 }
 
+/// For `task`: the runs `runs` under `base` read by TensorBoard's Python loaders, tbparse and
+/// rustboard as the run `reference` is, each step once; skipped in one line without Python or
+/// PyPI (a failure under `CI=true`).
+pub(crate) fn tensorboard_reads_as(
+    task: &str,
+    (root, target): (&Path, &Path),
+    base: &Path,
+    reference: &str,
+    runs: &[&str],
+) -> anyhow::Result<()> {
+    match ensure_venv(&target.join("resume-venv"), READER_REQUIREMENTS) {
+        Ok(python) => {
+            let runs: Vec<String> = runs.iter().map(|run| (*run).to_owned()).collect();
+            let script = "xtask/resume/check_tensorboard.py";
+            check(&python, root, script, base, reference, &runs)?;
+            eprintln!(
+                "{task}: TensorBoard's loaders, tbparse and rustboard show each run as {reference}"
+            );
+            Ok(())
+        }
+        Err(VenvError::Unavailable(why)) => {
+            skip_or_fail(task, &format!("the TensorBoard readers: {why}"))
+        }
+        Err(VenvError::Failed(e)) => Err(e),
+    }
+}
+
 /// The MindInsight runs in MindInsight; skipped in one line without Python or PyPI (a failure
 /// under `CI=true`).
 pub(super) fn read_with_mindinsight(

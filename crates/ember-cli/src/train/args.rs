@@ -75,8 +75,16 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     pub(super) keep_checkpoints: u16,
     /// Write no checkpoints.
-    #[arg(long, conflicts_with_all = ["resume", "restart"])]
+    #[arg(long, conflicts_with_all = ["resume", "restart", "resume_if_any"])]
     pub(super) no_checkpoints: bool,
+    /// One command line for a run's first start and every start after it (a batch script a
+    /// scheduler runs again after preempting it): with --logdir R, starts fresh where R holds
+    /// no run, goes on from the newest whole checkpoint where R holds this command's unfinished
+    /// run (trains it again from its first step where it stopped before its first checkpoint),
+    /// and exits 0 saying so where that run has finished. R holding a run started with other
+    /// arguments, another run's files, or a live run is refused.
+    #[arg(long, requires = "logdir", conflicts_with_all = ["resume", "restart"])]
+    pub(super) resume_if_any: bool,
     /// Go on with the run in RUN_DIR (default: the newest under `runs/` that has not finished)
     /// from its newest whole checkpoint, with the arguments it was started with; its log is
     /// rolled back to the checkpoint first, so that every step shows once.

@@ -90,7 +90,7 @@ fn placement_flags(given: &[String]) -> (Vec<String>, Vec<String>) {
 
 /// The arguments saved in the run directory `dir`, its log directory made `dir`, with the
 /// `placement` flags given in place of the saved ones.
-fn saved_args(dir: &Path, placement: &[String]) -> anyhow::Result<TrainArgs> {
+pub(super) fn saved_args(dir: &Path, placement: &[String]) -> anyhow::Result<TrainArgs> {
     let command = dir.join(CHECKPOINTS).join(COMMAND_FILE);
     let text = read_file(&dir.join(CHECKPOINTS), COMMAND_FILE)
         .and_then(|bytes| Ok(String::from_utf8(bytes)?))
@@ -206,6 +206,15 @@ fn newest_unfinished_run(runs: &Path) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// What admission made of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admitted {
+    /// It may begin.
+    Yes,
+    /// It has trained all its epochs, and `--resume-if-any` asks for nothing more.
+    Finished,
+}
+
 /// Admits the run to its log directory with ember's one admission check (the locks of the
 /// log and checkpoint directories, another run's files, a finished run, the settings its
 /// checkpoint holds), before anything is written. `workers` train on each of `world_size`
@@ -216,7 +225,7 @@ pub(super) fn admit(
     (logdir, checkpoints): (&Path, &Path),
     (rank, world_size): (usize, usize),
     (workers, test_fraction): (usize, f64),
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Admitted> {
     let mut admission = Admission::new(begin)
         .log_dir(logdir)
         .checkpoint_dir(checkpoints)
@@ -238,12 +247,13 @@ pub(super) fn admit(
             "{error} (ember train --resume {0}, ember train --restart {0}, or another --logdir)",
             crate::output::shown(logdir)
         ),
+        Err(CheckpointError::Finished { .. }) if args.resume_if_any => Ok(Admitted::Finished),
         Err(error @ CheckpointError::Finished { .. }) => anyhow::bail!(
             "{error}: ember train --restart {}",
             crate::output::shown(logdir)
         ),
         Err(error) => Err(error.into()),
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(Admitted::Yes),
     }
 }
 
@@ -275,6 +285,8 @@ fn recorded_settings(
 /// Saves the run's command line for `--resume`, the log directory made explicit.
 pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyhow::Result<()> {
     let mut saved: Vec<String> = Vec::new();
+    // How this start was asked for is not the run's: its next start says its own.
+    let given = without_flag(given, "--resume-if-any");
     let mut rest = given.iter();
     while let Some(arg) = rest.next() {
         if arg == "--logdir" {

@@ -3,7 +3,8 @@
 //! write prints one valid JSON line per workload, failures are one line without a panic, and
 //! Ctrl-C stops train with whole logs and exit code 130. This file holds the helpers that spawn
 //! the binary; each other file of `tests/cli/` one command (`inspect_kinds` inspect's detailed
-//! kinds, `resume` train's `--resume` and `--restart` as a user types them). One test binary
+//! kinds, `resume` train's `--resume` and `--restart` as a user types them, `resume_if_any`
+//! the one command a requeued batch script runs). One test binary
 //! for the crate: each links ember and Burn.
 
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ mod inspect_kinds;
 mod locks;
 mod printing;
 mod resume;
+mod resume_if_any;
 mod signals;
 mod train;
 

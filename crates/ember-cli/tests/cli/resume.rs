@@ -71,6 +71,21 @@ pub(super) fn model(run: &Path) -> Vec<u8> {
     bytes
 }
 
+/// Removes the checkpoint files of the run in `run`, its command line left.
+pub(super) fn remove_checkpoints(run: &Path) {
+    for entry in std::fs::read_dir(run.join("checkpoints")).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("ckpt-")
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+}
+
 pub(super) fn uninterrupted(dir: &Path) -> std::path::PathBuf {
     let output = ember_in(&[&["train"], ARGS, &["--logdir", "whole"]].concat(), dir);
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -151,17 +166,8 @@ fn a_resume_without_a_checkpoint_refuses_in_one_line_and_restart_trains_the_run_
     let (code, _) = stopped_train(dir.path(), "-KILL");
     assert_eq!(code, None, "killed by a signal");
     let run = dir.path().join("run");
-    for entry in std::fs::read_dir(run.join("checkpoints")).unwrap() {
-        let path = entry.unwrap().path();
-        if path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("ckpt-")
-        {
-            std::fs::remove_file(path).unwrap();
-        }
-    }
+    // What a kill before the first checkpoint leaves: the command line, the log, no checkpoint.
+    remove_checkpoints(&run);
     let before = tree(&run);
     let output = ember_in(&["train", "--resume", "run"], dir.path());
     let printed = text(&output.stderr);

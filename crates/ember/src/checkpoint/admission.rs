@@ -215,6 +215,29 @@ pub fn finished(dir: &Path, epochs: usize) -> Result<bool, CheckpointError> {
     }
 }
 
+/// How a run that goes on "if there is anything to go on from" begins with its checkpoints in
+/// `dir`, in a job of `world_size` ranks: [`Begin::Resume`] from the newest whole checkpoint,
+/// [`Begin::Fresh`] where there is no checkpoint file, [`Begin::Restart`] where there are files
+/// but none whole (the run stopped while writing its first). A checkpoint taken by a job of
+/// another rank count is refused, naming both, rather than started over. Reads only; whether
+/// the run there is the caller's is the checkpoint's identity's to say when it is loaded.
+pub fn begin_if_any(dir: &Path, world_size: usize) -> Result<Begin, CheckpointError> {
+    let resume = Admission::new(Begin::Resume)
+        .checkpoint_dir(dir)
+        .rank(0, world_size);
+    match resume.admit_resume() {
+        Ok(()) => Ok(Begin::Resume),
+        Err(CheckpointError::NothingToResume { .. }) => {
+            if Checkpoints::new(dir, 1).list()?.is_empty() {
+                Ok(Begin::Fresh)
+            } else {
+                Ok(Begin::Restart)
+            }
+        }
+        Err(error) => Err(error),
+    }
+}
+
 fn is_remote(dir: &Path) -> bool {
     dir.to_str().is_some_and(ember_write::is_remote)
 }
@@ -342,6 +365,21 @@ mod tests {
         let error = resume(3, 75).unwrap_err().to_string();
         assert!(error.contains("batch_size") && error.contains("75") && error.contains("32"));
         assert!(!finished(&root.path().join("none"), 2).unwrap());
+    }
+
+    #[test]
+    fn resume_if_any_begins_by_what_the_directory_holds() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("checkpoints");
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Fresh);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ckpt-000000000001.ember"), b"torn").unwrap();
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Restart);
+        checkpoint_at(&dir, "epoch=1\nranks=1");
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Resume);
+        // A job of another rank count finds none whole: named, not started over.
+        let error = begin_if_any(&dir, 2).unwrap_err().to_string();
+        assert!(error.contains("1 rank(s), this one has 2"), "{error}");
     }
 
     /// Every file under `dir` and its bytes (the lock files aside: taking a lock writes one).

@@ -155,4 +155,22 @@ impl<M: Trainable> Trainer<M> {
         self.resume = Some(Resume::StartOver(dir.into()));
         self
     }
+
+    /// One call for a run's first start and every start after it, as a scheduler that stops
+    /// and starts the same job again needs (`dir` is the run's configured
+    /// [`CheckpointConfig::dir`](crate::CheckpointConfig::dir)): where `dir` holds no
+    /// checkpoint the run starts fresh, where it holds a whole one the run goes on from
+    /// the newest as [`resume_from`](Self::resume_from) does, and where it holds checkpoint
+    /// files but none whole (stopped while writing its first) it is started over as
+    /// [`start_over`](Self::start_over) does. A run that has finished goes on from its last
+    /// epoch's checkpoint and so trains nothing more: `fit` hands back its model.
+    ///
+    /// Another run's checkpoint is refused as `resume_from` refuses it (another model, device
+    /// count, rank count, accumulation or reduction:
+    /// [`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)), and so is
+    /// a directory another process holds.
+    pub fn resume_if_any(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.resume = Some(Resume::IfAny(dir.into()));
+        self
+    }
 }

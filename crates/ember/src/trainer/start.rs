@@ -56,6 +56,7 @@ impl<M: Trainable> Trainer<M> {
         // Each step draws at least one item: a checkpoint further into an epoch than this is
         // of other data (or crafted), refused before the log is rolled back.
         let items = train.num_items();
+        self.settle_if_any()?;
         let mut driver = self.open_driver(train)?;
         let model = match self.ranks.as_mut() {
             Some(ranks) => ranks
@@ -79,7 +80,8 @@ impl<M: Trainable> Trainer<M> {
             .zip(checkpoint_dir.as_deref())
             .map(|(summary, dir)| LogPlace::of(summary, dir));
         let (model, from) = match self.resume.take() {
-            Some(Resume::Continue(dir)) => {
+            // `IfAny` is settled above; were it not, going on is what it asks first.
+            Some(Resume::Continue(dir) | Resume::IfAny(dir)) => {
                 let place = log_place.as_ref().zip(summary);
                 let within = (&mut driver, items);
                 self.resume(&dir, model, &identity, within, place, state)?
@@ -104,6 +106,21 @@ impl<M: Trainable> Trainer<M> {
             log_place,
             lock,
         })
+    }
+
+    /// Turns [`Resume::IfAny`] into what its directory holds asks for: a resume, a start
+    /// over, or a fresh start.
+    fn settle_if_any(&mut self) -> Result<(), TrainError> {
+        let Some(Resume::IfAny(dir)) = &self.resume else {
+            return Ok(());
+        };
+        let world = self.ranks.as_ref().map_or(1, Ranks::size);
+        self.resume = match crate::checkpoint::begin_if_any(dir, world)? {
+            Begin::Resume => Some(Resume::Continue(dir.clone())),
+            Begin::Restart => Some(Resume::StartOver(dir.clone())),
+            Begin::Fresh => None,
+        };
+        Ok(())
     }
 
     /// The device pool and its loaders, after the configuration is checked.
@@ -140,7 +157,7 @@ impl<M: Trainable> Trainer<M> {
         let world = self.ranks.as_ref().map_or(1, Ranks::size);
         let rank = self.ranks.as_ref().map_or(0, Ranks::rank) as u32;
         let (begin, resume_dir) = match &self.resume {
-            Some(Resume::Continue(dir)) => (Begin::Resume, Some(dir.clone())),
+            Some(Resume::Continue(dir) | Resume::IfAny(dir)) => (Begin::Resume, Some(dir.clone())),
             Some(Resume::StartOver(dir)) => (Begin::Restart, Some(dir.clone())),
             None => (Begin::Fresh, None),
         };

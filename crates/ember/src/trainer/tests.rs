@@ -223,3 +223,63 @@ fn comparable_series(url: &str) -> std::collections::BTreeMap<String, Vec<(i64, 
     }
     out
 }
+
+/// `resume_if_any`, the one call a requeued job makes: a fresh start where the directory holds
+/// nothing, the crashed run gone on with, its finished run handed back untrained, another
+/// model's run refused.
+#[test]
+fn resume_if_any_starts_goes_on_hands_back_a_finished_run_and_refuses_another_model() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    use burn::optim::AdamConfig;
+    use ember_tests::{seeded_mlp, shuffled_loader};
+
+    let device = Device::flex().autodiff();
+    let root = tempfile::tempdir().unwrap();
+    let fit = |run: &str, crash_at: Option<i64>, hidden: usize| {
+        let checkpoints = root.path().join(run).join("checkpoints");
+        let mut trainer = Trainer::new(
+            vec![device.clone(), device.clone()],
+            AdamConfig::new().init(),
+            0.05,
+            TrainerConfig {
+                epochs: 2,
+                histogram_every: None,
+                checkpoints: Some(CheckpointConfig::new(&checkpoints, 2)),
+                ..TrainerConfig::default()
+            },
+        )
+        .resume_if_any(&checkpoints);
+        if let Some(step) = crash_at {
+            trainer = trainer.on_step(move |report| {
+                assert!(report.step != step, "simulated crash at step {step}");
+            });
+        }
+        let mut summary = SummaryRecord::new(root.path().join(run)).unwrap();
+        let result = trainer.fit(
+            seeded_mlp(hidden, 7, &device),
+            shuffled_loader(96, true, &device),
+            None,
+            Some(&mut summary),
+        );
+        summary.close().unwrap();
+        result.map(|(model, report)| (parameters(&model), report))
+    };
+    let (expected, report) = fit("whole", None, 4).unwrap();
+    assert!(report.resumed_from.is_none(), "{report:?}");
+
+    let crashed = catch_unwind(AssertUnwindSafe(|| fit("run", Some(5), 4)));
+    assert!(crashed.is_err());
+    let (resumed, report) = fit("run", None, 4).unwrap();
+    assert!(report.resumed_from.is_some(), "{report:?}");
+    assert_eq!(resumed, expected);
+
+    let (again, finished) = fit("run", None, 4).unwrap();
+    assert_eq!(again, expected);
+    assert_eq!(finished.steps, report.steps);
+
+    match fit("run", None, 8) {
+        Err(TrainError::Checkpoint(crate::checkpoint::CheckpointError::Mismatch { .. })) => {}
+        other => panic!("another model was let in: {:?}", other.map(|(_, r)| r)),
+    }
+}
