@@ -9,15 +9,129 @@
 //! summary record opening. Each resumed run is killed at that line, so the next goes on from
 //! the same checkpoint. Beside them, the limit: reading the checkpoint file from the page
 //! cache. Median (min–max), into `target/bench/recovery.md`.
+//!
+//! With `--s3`, the runs' log directories (and so their checkpoints) are in a bucket of moto's
+//! S3 server on loopback (as `cargo xtask objects` runs it), and the limit is one GET of the
+//! checkpoint object; into `target/bench/recovery-s3.md`.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
 use crate::process::{build, positive_arg, target_dir};
+use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys};
+use crate::venv::ensure_venv;
+
+/// Gets object `argv[2]` of bucket `argv[1]` twice with boto3; prints its size and the second
+/// GET's milliseconds.
+const GET_TWICE: &str = "import os, sys, time, boto3
+s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])
+get = lambda: s3.get_object(Bucket=sys.argv[1], Key=sys.argv[2])['Body'].read()
+get()
+started = time.perf_counter()
+body = get()
+print(len(body), (time.perf_counter() - started) * 1e3)";
+
+/// The bucket of `--s3`'s runs.
+const BUCKET: &str = "recovery";
+
+/// Where the runs' log directories are.
+enum Place {
+    Disk,
+    /// Moto's S3 server (stopped when dropped), at its endpoint.
+    S3 {
+        _server: Server,
+        endpoint: String,
+        python: std::path::PathBuf,
+    },
+}
+
+impl Place {
+    /// The log directory of run `name` under `work`.
+    fn logdir(&self, work: &Path, name: &str) -> String {
+        match self {
+            Self::Disk => work.join(name).to_string_lossy().into_owned(),
+            Self::S3 { .. } => format!("s3://{BUCKET}/{name}"),
+        }
+    }
+
+    /// `ember` with what it needs to reach the place.
+    fn ember(&self, ember: &Path) -> Command {
+        let mut command = Command::new(ember);
+        if let Self::S3 { endpoint, .. } = self {
+            s3_env(&mut command, endpoint);
+        }
+        command
+    }
+
+    /// The newest whole checkpoint of the run in `logdir` (a temporary one is not whole yet).
+    fn newest_checkpoint(&self, logdir: &str) -> anyhow::Result<Option<String>> {
+        let names = match self {
+            Self::Disk => match std::fs::read_dir(Path::new(logdir).join("checkpoints")) {
+                Ok(entries) => entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
+            Self::S3 { endpoint, .. } => {
+                let run = logdir.trim_start_matches(&format!("s3://{BUCKET}/"));
+                s3_keys(endpoint, BUCKET, &format!("{run}/checkpoints/"))?
+                    .into_iter()
+                    .filter_map(|key| key.rsplit('/').next().map(str::to_owned))
+                    .collect()
+            }
+        };
+        let mut names: Vec<String> = names
+            .into_iter()
+            .filter(|n| n.starts_with("ckpt-") && n.ends_with(".ember") && !n.contains(".rank"))
+            .collect();
+        names.sort();
+        Ok(names
+            .pop()
+            .map(|name| format!("{logdir}/checkpoints/{name}")))
+    }
+
+    /// The checkpoint's size, and the milliseconds the fastest read of it takes: from the
+    /// page cache (read once before), or one GET of its object (boto3's, signed as moto
+    /// wants, the second of two).
+    fn limit(&self, checkpoint: &str) -> anyhow::Result<(u64, f64)> {
+        let Self::S3 {
+            endpoint, python, ..
+        } = self
+        else {
+            let bytes = std::fs::read(checkpoint)?.len() as u64;
+            let started = Instant::now();
+            let again = std::fs::read(checkpoint)?;
+            let took = started.elapsed().as_secs_f64() * 1e3;
+            ensure!(
+                again.len() as u64 == bytes,
+                "the checkpoint changed while read"
+            );
+            return Ok((bytes, took));
+        };
+        let key = checkpoint.trim_start_matches(&format!("s3://{BUCKET}/"));
+        let mut get = Command::new(python);
+        get.args(["-c", GET_TWICE, BUCKET, key]);
+        s3_env(&mut get, endpoint);
+        let out = get.output()?;
+        ensure!(
+            out.status.success(),
+            "timing a GET of {checkpoint}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut fields = text.split_whitespace();
+        let bytes = fields.next().and_then(|f| f.parse().ok());
+        let took = fields.next().and_then(|f| f.parse().ok());
+        bytes
+            .zip(took)
+            .with_context(|| format!("the GET timing said {text:?}"))
+    }
+}
 
 /// The models: a name and `ember train`'s `--hidden`.
 const MODELS: [(&str, &str); 2] = [
@@ -36,7 +150,16 @@ const PARTS: [&str; 5] = [
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let rounds = positive_arg(args, "--rounds", 5)?;
-    build(root, &["build", "--release", "-p", "ember-cli"])?;
+    let s3 = args.iter().any(|a| a == "--s3");
+    let features: &[&str] = if s3 {
+        &["--features", "object-store"]
+    } else {
+        &[]
+    };
+    build(
+        root,
+        &[&["build", "--release", "-p", "ember-cli"], features].concat(),
+    )?;
     let target = target_dir(root);
     let ember = target.join("release/ember");
     let work = target.join("recovery");
@@ -44,22 +167,34 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&work)?;
     }
     std::fs::create_dir_all(&work)?;
-    let mut table = String::from(
-        "| model | checkpoint | read from the page cache | kill → training again | process, \
-         admission, record | read | restore | rollback | data position | first step |\n\
+    let place = match s3 {
+        false => Place::Disk,
+        true => start_s3(root, &target, &work)?,
+    };
+    let limit = match place {
+        Place::Disk => "read from the page cache",
+        Place::S3 { .. } => "one GET of the object",
+    };
+    let mut table = format!(
+        "| model | checkpoint | {limit} | kill → training again | process, admission, record | \
+         read | restore | rollback | data position | first step |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (index, (name, hidden)) in MODELS.iter().enumerate() {
-        let run = work.join(format!("run{index}"));
-        let checkpoint = killed_after_a_checkpoint(&ember, &run, hidden)?;
-        let (bytes, cached) = page_cache_read(&checkpoint)?;
+        let run = place.logdir(&work, &format!("run{index}"));
+        let log = work.join(format!("run{index}.log"));
+        let checkpoint = killed_after_a_checkpoint(&place, &ember, (&run, &log), hidden)?;
+        let (bytes, cached) = place.limit(&checkpoint)?;
         let mut rows: Vec<Vec<f64>> = Vec::new();
         for _ in 0..rounds {
-            rows.push(resumed_once(&ember, &run)?);
+            rows.push(resumed_once(&place, &ember, &run)?);
         }
         table.push_str(&row(name, bytes, cached, &rows));
     }
-    let out = target.join("bench/recovery.md");
+    let out = target.join(match place {
+        Place::Disk => "bench/recovery.md",
+        Place::S3 { .. } => "bench/recovery-s3.md",
+    });
     std::fs::create_dir_all(out.parent().context("no parent")?)?;
     std::fs::write(&out, &table)?;
     print!("{table}");
@@ -70,11 +205,38 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Trains a run of `hidden` units into `run` until a checkpoint is whole on the disk, kills it
-/// with SIGKILL, and returns that checkpoint's path.
-fn killed_after_a_checkpoint(ember: &Path, run: &Path, hidden: &str) -> anyhow::Result<PathBuf> {
-    let log = std::fs::File::create(run.with_extension("log"))?;
-    let mut child = Command::new(ember)
+/// Moto's S3 server on a free loopback port, in the venv `cargo xtask objects` uses, with the
+/// runs' bucket made.
+fn start_s3(root: &Path, target: &Path, work: &Path) -> anyhow::Result<Place> {
+    let python = ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS)
+        .map_err(|error| anyhow::anyhow!("moto's venv: {error:?}"))?;
+    let port = free_port()?;
+    let server = moto(&python, port, &[], &work.join("moto.log"))?;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut bucket = Command::new(&python);
+    bucket
+        .arg(root.join("xtask/objects/check_s3.py"))
+        .args(["bucket", &endpoint, BUCKET]);
+    s3_env(&mut bucket, &endpoint);
+    ensure!(bucket.status()?.success(), "creating the bucket failed");
+    Ok(Place::S3 {
+        _server: server,
+        endpoint,
+        python,
+    })
+}
+
+/// Trains a run of `hidden` units into `run` (its output into `log`) until a checkpoint is
+/// whole in its place, kills it with SIGKILL, and returns that checkpoint's path or URL.
+fn killed_after_a_checkpoint(
+    place: &Place,
+    ember: &Path,
+    (run, log): (&str, &Path),
+    hidden: &str,
+) -> anyhow::Result<String> {
+    let log = std::fs::File::create(log)?;
+    let mut child = place
+        .ember(ember)
         .args(["train", "--epochs", "1000", "--checkpoint-every", "5"])
         .args(["--hidden", hidden, "--logdir"])
         .arg(run)
@@ -84,15 +246,12 @@ fn killed_after_a_checkpoint(ember: &Path, run: &Path, hidden: &str) -> anyhow::
         .context("starting ember train")?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let found = loop {
-        if let Some(found) = newest_checkpoint(&run.join("checkpoints"))? {
+        if let Some(found) = place.newest_checkpoint(run)? {
             break found;
         }
         if child.try_wait()?.is_some() || Instant::now() > deadline {
             let _ = child.kill();
-            bail!(
-                "ember train --hidden {hidden} wrote no checkpoint; see {}",
-                run.display()
-            );
+            bail!("ember train --hidden {hidden} wrote no checkpoint; see {run}");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -101,39 +260,12 @@ fn killed_after_a_checkpoint(ember: &Path, run: &Path, hidden: &str) -> anyhow::
     Ok(found)
 }
 
-/// The newest whole checkpoint file of `dir` (a temporary one is not whole yet).
-fn newest_checkpoint(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(None);
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("ckpt-") && n.ends_with(".ember") && !n.contains(".rank"))
-        .collect();
-    names.sort();
-    Ok(names.pop().map(|name| dir.join(name)))
-}
-
-/// The checkpoint's size, and the milliseconds a read of it takes once it is in the page
-/// cache (the fastest any resume can read it).
-fn page_cache_read(checkpoint: &Path) -> anyhow::Result<(u64, f64)> {
-    let bytes = std::fs::read(checkpoint)?.len() as u64;
-    let started = Instant::now();
-    let again = std::fs::read(checkpoint)?;
-    let cached = started.elapsed().as_secs_f64() * 1e3;
-    ensure!(
-        again.len() as u64 == bytes,
-        "the checkpoint changed while read"
-    );
-    Ok((bytes, cached))
-}
-
 /// One `ember train --resume` of `run`, timed from its spawn to its Trainer's first optimizer
 /// step, then killed: the whole, then each part the Trainer logged, in milliseconds.
-fn resumed_once(ember: &Path, run: &Path) -> anyhow::Result<Vec<f64>> {
+fn resumed_once(place: &Place, ember: &Path, run: &str) -> anyhow::Result<Vec<f64>> {
     let started = Instant::now();
-    let mut child = Command::new(ember)
+    let mut child = place
+        .ember(ember)
         .args(["train", "--resume"])
         .arg(run)
         .env("RUST_LOG", "ember=warn,ember::recovery=info")
@@ -157,10 +289,7 @@ fn resumed_once(ember: &Path, run: &Path) -> anyhow::Result<Vec<f64>> {
     child.kill()?;
     child.wait()?;
     let Some((whole, line)) = parts else {
-        bail!(
-            "ember train --resume {} never trained again:\n{printed}",
-            run.display()
-        );
+        bail!("ember train --resume {run} never trained again:\n{printed}");
     };
     let mut figures = vec![whole];
     for part in PARTS {

@@ -88,3 +88,37 @@ pub(crate) fn s3_env(command: &mut Command, endpoint: &str) {
         .env("S3_ENDPOINT", endpoint)
         .env("TF_CPP_MIN_LOG_LEVEL", "3");
 }
+
+/// One plain-HTTP GET of `path` (`/bucket/key?query`) from the S3 server at `endpoint`
+/// (`http://host:port`; moto checks no signature by default): the body.
+fn s3_http_get(endpoint: &str, path: &str) -> anyhow::Result<Vec<u8>> {
+    use std::io::{Read, Write};
+    let host = endpoint.trim_start_matches("http://");
+    let address: std::net::SocketAddr = host.parse().context("the endpoint's address")?;
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(10))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let body = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("no end to the response's head")?;
+    anyhow::ensure!(
+        response.starts_with(b"HTTP/1.1 200") || response.starts_with(b"HTTP/1.0 200"),
+        "GET {path}: {}",
+        String::from_utf8_lossy(&response[..body])
+    );
+    Ok(response[body + 4..].to_vec())
+}
+
+/// The keys under `prefix` in `bucket` (the first thousand), from ListObjectsV2.
+pub(crate) fn s3_keys(endpoint: &str, bucket: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let body = s3_http_get(endpoint, &format!("/{bucket}?list-type=2&prefix={prefix}"))?;
+    Ok(String::from_utf8_lossy(&body)
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|rest| rest.split("</Key>").next())
+        .map(str::to_owned)
+        .collect())
+}

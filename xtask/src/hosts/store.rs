@@ -2,7 +2,6 @@
 //! the bridge's address in the root namespace, which each host reaches over its own link; and a
 //! listing of a prefix of its bucket over plain HTTP (moto checks no signature by default).
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
@@ -63,20 +62,5 @@ pub(super) fn start(root: &Path, python: &Path, log: &Path) -> anyhow::Result<(S
 
 /// The keys under `prefix` in the bucket (the first thousand), from moto's ListObjectsV2.
 pub(super) fn keys(endpoint: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
-    let host = endpoint.trim_start_matches("http://");
-    let address: std::net::SocketAddr = host.parse().context("the endpoint's address")?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(10))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET /{BUCKET}?list-type=2&prefix={prefix} HTTP/1.0\r\nHost: {host}\r\n\r\n"
-    )?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body)?;
-    Ok(body
-        .split("<Key>")
-        .skip(1)
-        .filter_map(|rest| rest.split("</Key>").next())
-        .map(str::to_owned)
-        .collect())
+    crate::server::s3_keys(endpoint, BUCKET, prefix)
 }
