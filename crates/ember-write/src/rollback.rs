@@ -368,9 +368,10 @@ impl LogSnapshot {
             }
         }
         let runs: BTreeSet<&PathBuf> = made.files.iter().chain(self.files.keys()).collect();
+        // Another rank's files beside this one's are that rank's to roll back, not strangers.
         restored.left = event_like(log_dir, exclude)?
             .into_iter()
-            .filter(|file| !runs.contains(file) && !under(file, keep))
+            .filter(|file| !runs.contains(file) && !under(file, keep) && ownership.owns(file))
             .collect();
         Ok(restored)
     }

@@ -138,3 +138,28 @@ fn a_rollback_touches_only_what_the_pools_listed() {
     );
     assert!(root.join("emptydir").is_dir() && !root.join("loss_train").exists());
 }
+
+/// Ranks sharing a directory each roll back their own files: rank 0's rollback leaves rank 1's
+/// event file alone and does not report it as a stranger's (it used to warn of it at every
+/// resume of a job), while an event file neither rank wrote is reported.
+#[test]
+fn a_rank_s_rollback_reports_strangers_files_not_the_other_rank_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("job");
+    std::fs::create_dir_all(&root).unwrap();
+    let rank = |rank: u32| Ownership {
+        rank,
+        world_size: 2,
+    };
+    let snapshot = LogSnapshot::take(&root, &[], rank(0)).unwrap();
+    let other_rank = root.join("events.out.tfevents.1700000000.h.7.0.rank1");
+    let stranger = root.join("events.out.tfevents.1700000001.other.8.0");
+    std::fs::write(&other_rank, b"rank 1's").unwrap();
+    std::fs::write(&stranger, b"a stranger's").unwrap();
+    let restored = snapshot.restore(&root, &[], &[], rank(0)).unwrap();
+    assert_eq!(
+        restored.left,
+        [PathBuf::from("events.out.tfevents.1700000001.other.8.0")]
+    );
+    assert_eq!(std::fs::read(&other_rank).unwrap(), b"rank 1's");
+}
