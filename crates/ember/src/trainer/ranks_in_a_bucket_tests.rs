@@ -194,23 +194,39 @@ fn a_checkpoint_one_rank_s_store_did_not_take_is_passed_over_on_every_rank() {
         ],
     );
 
-    let results = job(failed.clone(), Trouble::default(), true);
+    resumes_as_never_stopped(
+        &failed,
+        "ckpt-000000000003.ember",
+        &expected,
+        &expected_series,
+    );
+}
+
+/// Resumes the job of `root` and asserts that every rank went on from `checkpoint` and ended
+/// with the `expected` parameters, bit for bit, and the store with the `expected_series`.
+fn resumes_as_never_stopped(
+    root: &Path,
+    checkpoint: &str,
+    expected: &[f32],
+    expected_series: &BTreeMap<String, Vec<(i64, f64)>>,
+) {
+    let results = job(root.to_path_buf(), Trouble::default(), true);
     for (rank, result) in results.iter().enumerate() {
         let (params, report) = result.as_ref().unwrap();
         let from = report.resumed_from.as_ref().expect("resumed");
         assert!(
-            from.to_string_lossy().ends_with("ckpt-000000000003.ember"),
+            from.to_string_lossy().ends_with(checkpoint),
             "rank {rank} resumed from {from:?}"
         );
         assert!(
             params
                 .iter()
-                .zip(&expected)
+                .zip(expected)
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
             "rank {rank}'s parameters differ"
         );
     }
-    assert_eq!(series(&failed), expected_series);
+    assert_eq!(&series(root), expected_series);
 }
 
 /// A stop on rank 1 in the middle of epoch 2 (SIGTERM to `ember train`): every rank stops
@@ -238,22 +254,11 @@ fn a_job_stopped_mid_epoch_in_a_bucket_resumes_from_the_stop_as_never_stopped() 
         // 4 steps an epoch: stopped after the round of epoch 2's third step.
         assert_eq!(report.steps, 4 + 3, "rank {rank}");
     }
-    let results = job(stopped.clone(), Trouble::default(), true);
-    for (rank, result) in results.iter().enumerate() {
-        let (params, report) = result.as_ref().unwrap();
-        let from = report.resumed_from.as_ref().expect("resumed");
-        // Epoch 1's end, then the stop's.
-        assert!(
-            from.to_string_lossy().ends_with("ckpt-000000000002.ember"),
-            "rank {rank} resumed from {from:?}"
-        );
-        assert!(
-            params
-                .iter()
-                .zip(&expected)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "rank {rank}'s parameters differ"
-        );
-    }
-    assert_eq!(series(&stopped), expected_series);
+    // Epoch 1's end, then the stop's.
+    resumes_as_never_stopped(
+        &stopped,
+        "ckpt-000000000002.ember",
+        &expected,
+        &expected_series,
+    );
 }
