@@ -473,19 +473,7 @@ pub(crate) fn load<M: Module>(
         Some((part, part_path)) => part_place(part, part_path)?.unwrap_or((position, steps)),
         None => (position, steps),
     };
-    let holder = match &part {
-        Some((part, part_path)) if part.section(&optimizer_section(0)).is_some() => {
-            (part, part_path.clone())
-        }
-        _ => (&loaded.checkpoint, path.clone()),
-    };
-    // Shards by thread (one per device the run started on) are kept as they were: each holds
-    // the state of the parameters it steps.
-    let saved = (0..)
-        .take_while(|shard| holder.0.section(&optimizer_section(*shard)).is_some())
-        .count();
-    let mut optimizer = optimizer.regrouped(saved);
-    load_optimizer(&mut optimizer, holder)?;
+    let optimizer = load_optimizer(optimizer, optimizer_holder(&loaded, part.as_ref()))?;
     let scheduler = scheduler.load_record(
         LrSchedulerRecord::from_bytes(bytes("scheduler")?)
             .map_err(record_err(&path, "its scheduler state"))?,
@@ -595,10 +583,29 @@ fn with_part_ids<M: Module>(
 /// its path). A checkpoint holds one optimizer section per shard; one written by a single
 /// optimizer holds every parameter's state, which serves each shard as well, since a shard
 /// only reads the state of the parameters it owns.
+/// What holds the optimizer's state: this rank's part where it holds some, else the checkpoint.
+fn optimizer_holder<'c>(
+    loaded: &'c Loaded,
+    part: Option<&'c (Checkpoint, PathBuf)>,
+) -> (&'c Checkpoint, PathBuf) {
+    match part {
+        Some((part, part_path)) if part.section(&optimizer_section(0)).is_some() => {
+            (part, part_path.clone())
+        }
+        _ => (&loaded.checkpoint, loaded.path.clone()),
+    }
+}
+
 fn load_optimizer(
-    optimizer: &mut OptimizerShards,
+    optimizer: OptimizerShards,
     (holder, holder_path): (&Checkpoint, PathBuf),
-) -> Result<(), CheckpointError> {
+) -> Result<OptimizerShards, CheckpointError> {
+    // Shards by thread (one per device the run started on) are kept as they were: each holds
+    // the state of the parameters it steps.
+    let saved = (0..)
+        .take_while(|shard| holder.section(&optimizer_section(*shard)).is_some())
+        .count();
+    let mut optimizer = optimizer.regrouped(saved);
     for shard in 0..optimizer.len() {
         let name = optimizer_section(shard);
         let name = if holder.section(&name).is_some() {
@@ -613,7 +620,7 @@ fn load_optimizer(
             .map_err(record_err(&holder_path, "its optimizer state"))?;
         optimizer.set_shard(shard, stepped);
     }
-    Ok(())
+    Ok(optimizer)
 }
 
 /// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,

@@ -19,7 +19,7 @@ use super::steps::{ValidFailure, device_times, scalar, step_error, step_times, v
 use super::system::SystemSampler;
 use super::{TrainItem, Trainable};
 use crate::collective::Ranks;
-use crate::driver::{Driver, StepDone};
+use crate::driver::{Driver, Epoch, StepDone};
 use crate::model_info::named_parameters;
 
 /// What an epoch's steps add up to, for its end.
@@ -63,14 +63,7 @@ impl<M: Trainable> Loop<'_, M> {
                     break;
                 }
             }
-            // Gradient histograms are taken inside the optimizer step they are due at.
-            self.stepper.want_gradients = self.lead
-                && self.summary.is_some()
-                && self
-                    .config
-                    .histogram_every
-                    .filter(|every| *every > 0)
-                    .is_some_and(|every| (self.stepper.updates + 1).is_multiple_of(every));
+            self.stepper.want_gradients = self.histograms_due();
             let step_started = Instant::now();
             let done = match run.step(&mut self.stepper) {
                 Ok(Some(done)) => done,
@@ -87,27 +80,7 @@ impl<M: Trainable> Loop<'_, M> {
             if done.learning_rate.is_some() {
                 self.state.trained_again(step_started);
             }
-            if done.items.is_empty() {
-                // A round of the other ranks', this rank's shard done: the model stepped.
-                self.state.learning_rate = done.learning_rate;
-                self.state.report.optimizer_steps = self.stepper.updates;
-            } else {
-                self.record_step(epoch, &done, &mut totals, started.elapsed())?;
-            }
-            // Not at the epoch's last step: the epoch's records of that step (validation,
-            // accuracy) come after it, which a resume from it would write again beside the
-            // step's train/loss it keeps, and no session start can make a live TensorBoard
-            // forget the one and not the other. The epoch's end checkpoint, taken after those
-            // records, stands for it. Across ranks the round just taken says so for every rank
-            // alike (it ended the epoch, or a stop did, whose own checkpoint follows).
-            let epoch_goes_on = match self.world {
-                1 => run.has_next(),
-                _ => !run.rounds_over(),
-            };
-            if done.learning_rate.is_some() && self.checkpoint_due(When::Updated) && epoch_goes_on {
-                let position = Position::within(epoch, run.steps_taken(), totals);
-                self.maybe_checkpoint(When::Updated, &position, run.ranks())?;
-            }
+            self.after_step(&mut run, (epoch, &done), &mut totals, started.elapsed())?;
         }
         // A partial accumulation window still updates the model, as burn-train does; a
         // stopped run too, so the model returned reflects every step it ran.
@@ -124,6 +97,51 @@ impl<M: Trainable> Loop<'_, M> {
         }
         let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
         Ok(Some(Trained { totals, seconds }))
+    }
+
+    /// Whether this step's optimizer step is due to record gradient histograms (they are taken
+    /// inside the optimizer step they are due at).
+    fn histograms_due(&self) -> bool {
+        self.lead
+            && self.summary.is_some()
+            && self
+                .config
+                .histogram_every
+                .filter(|every| *every > 0)
+                .is_some_and(|every| (self.stepper.updates + 1).is_multiple_of(every))
+    }
+
+    /// Records step `done` of epoch `epoch` (`elapsed` into it) and takes the checkpoint it
+    /// calls for.
+    fn after_step(
+        &mut self,
+        run: &mut Epoch<'_, M>,
+        (epoch, done): (usize, &StepDone<TrainItem<M>>),
+        totals: &mut EpochTotals,
+        elapsed: Duration,
+    ) -> Result<(), TrainError> {
+        if done.items.is_empty() {
+            // A round of the other ranks', this rank's shard done: the model stepped.
+            self.state.learning_rate = done.learning_rate;
+            self.state.report.optimizer_steps = self.stepper.updates;
+        } else {
+            self.record_step(epoch, done, totals, elapsed)?;
+        }
+        // Not at the epoch's last step: the epoch's records of that step (validation,
+        // accuracy) come after it, which a resume from it would write again beside the
+        // step's train/loss it keeps, and no session start can make a live TensorBoard
+        // forget the one and not the other. The epoch's end checkpoint, taken after those
+        // records, stands for it. Across ranks the round just taken says so for every rank
+        // alike (it ended the epoch, or a stop did, whose own checkpoint follows).
+        let epoch_goes_on = match self.world {
+            1 => run.has_next(),
+            _ => !run.rounds_over(),
+        };
+        if done.learning_rate.is_some() && self.checkpoint_due(When::Updated) && epoch_goes_on {
+            let position = Position::within(epoch, run.steps_taken(), *totals);
+            self.maybe_checkpoint(When::Updated, &position, run.ranks())?;
+        }
+        Ok(())
     }
 
     /// Counts a step into the epoch's totals and the run's state, then records it: its
