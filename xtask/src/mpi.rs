@@ -69,7 +69,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     train(&ember, &work.join("train"))?;
     let reference_took = resume(&ember, &work.join("resume"))?;
-    terminated(&ember, &work.join("resume"), reference_took)?;
+    terminated(
+        &ember,
+        &work.join("resume"),
+        reference_took,
+        (root, &target),
+    )?;
     std::fs::remove_dir_all(&work).ok();
     eprintln!("{TASK}: all scenarios passed");
     Ok(())

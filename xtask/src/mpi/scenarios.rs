@@ -321,8 +321,15 @@ fn resume_like(ember: &Path, run: &Path, reference: &Path, log: &Path) -> anyhow
 /// every rank at once (as Slurm stops a job), then on rank 1 alone. Every rank stops at the
 /// same optimizer step and checkpoints there, mid-epoch; the job exits with 143; `--resume`
 /// goes on from that checkpoint (the newest) and the job ends as the uninterrupted one did.
-/// `reference_took` times the uninterrupted job in `out/reference` (from [`resume`]).
-pub(super) fn terminated(ember: &Path, out: &Path, reference_took: Duration) -> anyhow::Result<()> {
+/// `reference_took` times the uninterrupted job in `out/reference` (from [`resume`]). Both
+/// resumed jobs are then read by TensorBoard's loaders, tbparse and rustboard as the
+/// uninterrupted one is, each step once.
+pub(super) fn terminated(
+    ember: &Path,
+    out: &Path,
+    reference_took: Duration,
+    (root, target): (&Path, &Path),
+) -> anyhow::Result<()> {
     let reference = out.join("reference");
     let epoch_steps = epoch_steps(ember, &reference)?;
     for ranks in [&[0, 1][..], &[1]] {
@@ -357,6 +364,13 @@ pub(super) fn terminated(ember: &Path, out: &Path, reference_took: Duration) -> 
              uninterrupted job's parameters, byte for byte, and its values in ember inspect"
         );
     }
+    crate::resume::readers::tensorboard_reads_as(
+        TASK,
+        (root, target),
+        out,
+        "reference",
+        &["terminated-2", "terminated-1"],
+    )?;
     Ok(())
 }
 
