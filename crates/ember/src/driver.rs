@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
-use burn::data::dataset::DatasetError;
 use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
@@ -38,6 +37,10 @@ use ember_pool::step::{DeviceOutput, Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
 
 use crate::collective::{CollectiveError, Ranks, Round, RoundState};
+
+mod lookahead;
+
+use lookahead::Lookahead;
 
 /// What steps a model with reduced gradients: the Trainer's optimizer and scheduler, or
 /// burn-train's `Learner`.
@@ -555,63 +558,6 @@ where
         }
         let model = optimizer.model();
         Ok(Some(optimizer.step(self.window.take(&model))))
-    }
-}
-
-/// A device's slice of an epoch that can say whether it holds another batch before the step
-/// that trains on it: the batch is drawn then, and given to that step. Its progress counts a
-/// batch drawn so as taken.
-struct Lookahead<'d, I> {
-    batches: Box<dyn DataLoaderIterator<I> + 'd>,
-    drawn: Option<Option<Result<I, DatasetError>>>,
-    ended: bool,
-}
-
-impl<'d, I> Lookahead<'d, I> {
-    fn new(batches: Box<dyn DataLoaderIterator<I> + 'd>) -> Self {
-        Self {
-            batches,
-            drawn: None,
-            ended: false,
-        }
-    }
-
-    fn has_next(&mut self) -> bool {
-        if self.ended {
-            return false;
-        }
-        let batches = &mut self.batches;
-        self.drawn.get_or_insert_with(|| batches.next()).is_some()
-    }
-}
-
-impl<I> Iterator for Lookahead<'_, I> {
-    type Item = Result<I, DatasetError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.ended {
-            return None;
-        }
-        let next = match self.drawn.take() {
-            Some(drawn) => drawn,
-            None => self.batches.next(),
-        };
-        // The pool polls a slice no more once it ran dry; neither does this (Burn's iterators
-        // need not be fused).
-        self.ended = next.is_none();
-        next
-    }
-}
-
-impl<I> DataLoaderIterator<I> for Lookahead<'_, I> {
-    fn progress(&self) -> Progress {
-        DataLoaderIterator::progress(&*self.batches)
-    }
-}
-
-impl<I> ember_pool::step::BatchSource<I, DatasetError> for Lookahead<'_, I> {
-    fn progress(&self) -> ember_pool::step::Progress {
-        ember_pool::step::BatchSource::progress(&*self.batches)
     }
 }
 

@@ -11,6 +11,9 @@
 //! why not empty. It is for the rare function that is one thing read best whole (a long table, a test
 //! that is one scenario top to bottom), never for one that does several jobs. An exception on a
 //! function within the limit is reported too, so that none outlives its reason.
+//!
+//! Nor is any source file, its crate's tests included, longer than [`MAX_FILE_LINES`]: a file
+//! that long holds several jobs, each of which reads better in a file named after it.
 
 use std::path::Path;
 
@@ -19,6 +22,9 @@ use crate::module_cycles::{read_sources, source_roots};
 
 /// The most lines a function may take.
 pub(crate) const MAX_LINES: usize = 80;
+
+/// The most lines a source file may take (generated code aside).
+pub(crate) const MAX_FILE_LINES: usize = 650;
 
 /// The comment that lets a function be longer, followed by why.
 const EXCEPTION: &str = "// length:";
@@ -38,7 +44,8 @@ pub(crate) struct Findings {
     pub(crate) exceptions: Vec<Exception>,
 }
 
-/// Checks every crate's `src` under `root`.
+/// Checks every crate's `src` under `root`, and the length of every file of its `src` and
+/// its tests.
 pub(crate) fn check(root: &Path) -> anyhow::Result<Findings> {
     let mut findings = Findings::default();
     for src in source_roots(root)? {
@@ -46,9 +53,39 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Findings> {
             let path = src.join(&file.path);
             let path = path.display().to_string().replace('\\', "/");
             check_text(&path, &file.text, MAX_LINES, &mut findings);
+            check_file_length(&path, &file.text, &mut findings);
+        }
+    }
+    for tests in test_roots(root)? {
+        for file in read_sources(&root.join(&tests))? {
+            let path = tests.join(&file.path);
+            let path = path.display().to_string().replace('\\', "/");
+            check_file_length(&path, &file.text, &mut findings);
         }
     }
     Ok(findings)
+}
+
+/// Every crate's `tests` folder (the workspace's `tests/tests` too), relative to `root`.
+fn test_roots(root: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let mut roots: Vec<std::path::PathBuf> = source_roots(root)?
+        .into_iter()
+        .filter_map(|src| Some(src.parent()?.join("tests")))
+        .filter(|tests| root.join(tests).is_dir())
+        .collect();
+    roots.sort();
+    roots.dedup();
+    Ok(roots)
+}
+
+/// Adds a problem to `findings` when `text` (the file at `path`) is over [`MAX_FILE_LINES`].
+fn check_file_length(path: &str, text: &str, findings: &mut Findings) {
+    let lines = text.lines().count();
+    if lines > MAX_FILE_LINES {
+        findings.problems.push(format!(
+            "{path}: {lines} lines (a file at most {MAX_FILE_LINES}: split it by job)"
+        ));
+    }
 }
 
 /// Adds what `text` (the file at `path`) holds against a limit of `max` lines to `findings`.
@@ -148,6 +185,18 @@ fn body_end(after_name: &[(Token, usize)]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_over_the_limit_is_named_with_its_length() {
+        let mut findings = Findings::default();
+        check_file_length("a.rs", &"x\n".repeat(MAX_FILE_LINES), &mut findings);
+        assert!(findings.problems.is_empty());
+        check_file_length("b.rs", &"x\n".repeat(MAX_FILE_LINES + 1), &mut findings);
+        assert_eq!(
+            findings.problems,
+            ["b.rs: 651 lines (a file at most 650: split it by job)"]
+        );
+    }
 
     /// A function `name` of `body_lines` body lines, so `body_lines + 2` lines in all, with
     /// `above` written on the lines right above it.

@@ -33,7 +33,8 @@ mod sections;
 use meta::{Fields, decode_meta, decode_part_position, encode_meta, encode_part_meta};
 pub(crate) use position::{EpochTotals, Identity, Position};
 use sections::{
-    decode_ids, encode_ids, optimizer_section, param_ids, with_optimizer, with_param_ids,
+    encode_ids, load_optimizer, optimizer_holder, param_ids, record_err, section, with_optimizer,
+    with_part_ids,
 };
 
 /// A resumed run's starting point, read from a checkpoint.
@@ -527,100 +528,6 @@ fn newest_of_this_job(store: &Checkpoints, identity: &Identity) -> Result<Loaded
             })
             .unwrap_or(error)
     })
-}
-
-/// Section `name` of `checkpoint` (read from `path`), or the error naming it missing.
-fn section<'c>(
-    checkpoint: &'c Checkpoint,
-    path: &Path,
-    name: &str,
-) -> Result<&'c [u8], CheckpointError> {
-    checkpoint
-        .section(name)
-        .ok_or_else(|| CheckpointError::Section {
-            path: path.to_path_buf(),
-            section: name.into(),
-            reason: "missing".into(),
-        })
-}
-
-/// The error of a record in the checkpoint at `path` that Burn cannot read into this run.
-fn record_err(
-    path: &Path,
-    what: &'static str,
-) -> impl FnOnce(burn::store::RecordError) -> CheckpointError {
-    let path = path.to_path_buf();
-    move |e| CheckpointError::Mismatch {
-        path,
-        reason: format!("{what}: {e}"),
-    }
-}
-
-/// `model` with the parameter ids a rank's part (and its path) holds, when it holds them.
-fn with_part_ids<M: Module>(
-    model: M,
-    part: Option<&(Checkpoint, PathBuf)>,
-) -> Result<M, CheckpointError> {
-    let Some((part, part_path)) = part else {
-        return Ok(model);
-    };
-    let Some(ids) = part.section("ids") else {
-        return Ok(model);
-    };
-    let ids = decode_ids(ids).ok_or_else(|| CheckpointError::Section {
-        path: part_path.clone(),
-        section: "ids".into(),
-        reason: "not one parameter id a line".into(),
-    })?;
-    let count = ids.len();
-    with_param_ids(model, &ids).ok_or_else(|| CheckpointError::Mismatch {
-        path: part_path.clone(),
-        reason: format!("its {count} parameter ids do not fit this model"),
-    })
-}
-
-/// Loads every optimizer shard's state from `holder` (a checkpoint or a rank's part, read from
-/// its path). A checkpoint holds one optimizer section per shard; one written by a single
-/// optimizer holds every parameter's state, which serves each shard as well, since a shard
-/// only reads the state of the parameters it owns.
-/// What holds the optimizer's state: this rank's part where it holds some, else the checkpoint.
-fn optimizer_holder<'c>(
-    loaded: &'c Loaded,
-    part: Option<&'c (Checkpoint, PathBuf)>,
-) -> (&'c Checkpoint, PathBuf) {
-    match part {
-        Some((part, part_path)) if part.section(&optimizer_section(0)).is_some() => {
-            (part, part_path.clone())
-        }
-        _ => (&loaded.checkpoint, loaded.path.clone()),
-    }
-}
-
-fn load_optimizer(
-    optimizer: OptimizerShards,
-    (holder, holder_path): (&Checkpoint, PathBuf),
-) -> Result<OptimizerShards, CheckpointError> {
-    // Shards by thread (one per device the run started on) are kept as they were: each holds
-    // the state of the parameters it steps.
-    let saved = (0..)
-        .take_while(|shard| holder.section(&optimizer_section(*shard)).is_some())
-        .count();
-    let mut optimizer = optimizer.regrouped(saved);
-    for shard in 0..optimizer.len() {
-        let name = optimizer_section(shard);
-        let name = if holder.section(&name).is_some() {
-            name
-        } else {
-            optimizer_section(0)
-        };
-        let bytes = section(holder, &holder_path, &name)?;
-        let stepped = optimizer.shards()[shard]
-            .clone()
-            .from_bytes(Bytes::from_bytes_vec(bytes.to_vec()))
-            .map_err(record_err(&holder_path, "its optimizer state"))?;
-        optimizer.set_shard(shard, stepped);
-    }
-    Ok(optimizer)
 }
 
 /// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,

@@ -1,11 +1,15 @@
 //! The sections of a checkpoint that hold Burn's state beside the meta: each optimizer shard's
-//! record, and a rank's parameter ids, by which its optimizer state is keyed.
+//! record, and a rank's parameter ids, by which its optimizer state is keyed; and how they are
+//! read back.
+
+use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::OptimizerRecord;
-use burn::tensor::Tensor;
+use burn::tensor::{Bytes, Tensor};
 
-use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::checkpoint::{Checkpoint, CheckpointError, Loaded};
+use crate::trainer::OptimizerShards;
 
 /// `checkpoint` with one section per optimizer shard's record.
 pub(super) fn with_optimizer(
@@ -77,5 +81,99 @@ pub(super) fn optimizer_section(shard: usize) -> String {
     match shard {
         0 => "optimizer".to_owned(),
         shard => format!("optimizer.{shard}"),
+    }
+}
+
+/// `model` with the parameter ids a rank's part (and its path) holds, when it holds them.
+pub(super) fn with_part_ids<M: Module>(
+    model: M,
+    part: Option<&(Checkpoint, PathBuf)>,
+) -> Result<M, CheckpointError> {
+    let Some((part, part_path)) = part else {
+        return Ok(model);
+    };
+    let Some(ids) = part.section("ids") else {
+        return Ok(model);
+    };
+    let ids = decode_ids(ids).ok_or_else(|| CheckpointError::Section {
+        path: part_path.clone(),
+        section: "ids".into(),
+        reason: "not one parameter id a line".into(),
+    })?;
+    let count = ids.len();
+    with_param_ids(model, &ids).ok_or_else(|| CheckpointError::Mismatch {
+        path: part_path.clone(),
+        reason: format!("its {count} parameter ids do not fit this model"),
+    })
+}
+
+/// What holds the optimizer's state: this rank's part where it holds some, else the checkpoint.
+pub(super) fn optimizer_holder<'c>(
+    loaded: &'c Loaded,
+    part: Option<&'c (Checkpoint, PathBuf)>,
+) -> (&'c Checkpoint, PathBuf) {
+    match part {
+        Some((part, part_path)) if part.section(&optimizer_section(0)).is_some() => {
+            (part, part_path.clone())
+        }
+        _ => (&loaded.checkpoint, loaded.path.clone()),
+    }
+}
+
+/// Loads every optimizer shard's state from `holder` (a checkpoint or a rank's part, read from
+/// its path). A checkpoint holds one optimizer section per shard; one written by a single
+/// optimizer holds every parameter's state, which serves each shard as well, since a shard
+/// only reads the state of the parameters it owns.
+pub(super) fn load_optimizer(
+    optimizer: OptimizerShards,
+    (holder, holder_path): (&Checkpoint, PathBuf),
+) -> Result<OptimizerShards, CheckpointError> {
+    // Shards by thread (one per device the run started on) are kept as they were: each holds
+    // the state of the parameters it steps.
+    let saved = (0..)
+        .take_while(|shard| holder.section(&optimizer_section(*shard)).is_some())
+        .count();
+    let mut optimizer = optimizer.regrouped(saved);
+    for shard in 0..optimizer.len() {
+        let name = optimizer_section(shard);
+        let name = if holder.section(&name).is_some() {
+            name
+        } else {
+            optimizer_section(0)
+        };
+        let bytes = section(holder, &holder_path, &name)?;
+        let stepped = optimizer.shards()[shard]
+            .clone()
+            .from_bytes(Bytes::from_bytes_vec(bytes.to_vec()))
+            .map_err(record_err(&holder_path, "its optimizer state"))?;
+        optimizer.set_shard(shard, stepped);
+    }
+    Ok(optimizer)
+}
+
+/// Section `name` of `checkpoint` (read from `path`), or the error naming it missing.
+pub(super) fn section<'c>(
+    checkpoint: &'c Checkpoint,
+    path: &Path,
+    name: &str,
+) -> Result<&'c [u8], CheckpointError> {
+    checkpoint
+        .section(name)
+        .ok_or_else(|| CheckpointError::Section {
+            path: path.to_path_buf(),
+            section: name.into(),
+            reason: "missing".into(),
+        })
+}
+
+/// The error of a record in the checkpoint at `path` that Burn cannot read into this run.
+pub(super) fn record_err(
+    path: &Path,
+    what: &'static str,
+) -> impl FnOnce(burn::store::RecordError) -> CheckpointError {
+    let path = path.to_path_buf();
+    move |e| CheckpointError::Mismatch {
+        path,
+        reason: format!("{what}: {e}"),
     }
 }
