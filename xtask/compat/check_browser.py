@@ -445,14 +445,22 @@ def mindinsight_checks(b, url, base):
         return f"scalars/loss {ink} inked px"
 
     def images():
-        page = b.open(f"{url}/#/train-manage/image?train_id={job}")
-        page.get_by_text("image/rgb/image").first.wait_for()
         want = next(i for i in m["images"] if i["tag"] == "image/rgb")["shape"]
-        img = page.locator("img[src*='image']").first
-        img.wait_for()
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('img')].some(i => i.complete && i.naturalWidth > 0 && /image/.test(i.src))"
+        shown = (
+            "() => [...document.querySelectorAll('img')].some(i => i.complete && "
+            f"i.naturalWidth === {want[3]} && i.naturalHeight === {want[2]})"
         )
+        # MindInsight lists a job's tags before it has loaded their images, and an image asked
+        # for before then stays broken on the page: the page is loaded again, a few times.
+        for attempt in range(4):
+            page = b.open(f"{url}/#/train-manage/image?train_id={job}")
+            page.get_by_text("image/rgb/image").first.wait_for()
+            try:
+                page.wait_for_function(shown, timeout=10_000)
+                break
+            except Exception:
+                if attempt == 3:
+                    break
         sizes = page.locator("img").evaluate_all(
             "is => is.filter(i => i.naturalWidth > 0).map(i => [i.naturalWidth, i.naturalHeight])"
         )
