@@ -33,8 +33,9 @@
 //! - `live`: kills `ember train` 10 times at seeded moments and resumes it while TensorBoard
 //!   watches (its Python loader and rustboard, over HTTP); each must show every step once, as
 //!   the uninterrupted run.
-//! - `objects`: `ember train --logdir s3://…` against a loopback S3 server (moto), read back by
-//!   TensorBoard's own S3 reader, killed mid-run, and against an endpoint that does not answer.
+//! - `objects`: `ember train --logdir s3://…`, `gs://…` and `az://…` against loopback emulators
+//!   (moto, fake-gcs-server, Azurite), read back by TensorBoard (its loader and its page),
+//!   killed mid-run and resumed from the bucket, and against an endpoint that does not answer.
 //! - `recovery [--rounds R]`: how long a killed `ember train` takes to train again, part by
 //!   part, for the digits model and a 10.1 M-parameter one, into `target/bench/recovery.md`.
 //! - `resume`: kills `ember train` with SIGKILL at seeded random moments, resumes each run, and
@@ -60,6 +61,8 @@ mod mpi;
 mod objects;
 mod objects_azure;
 mod objects_bench;
+mod objects_clouds;
+mod objects_gcs;
 mod objects_scenarios;
 mod process;
 mod recovery;
@@ -94,7 +97,7 @@ fn main() -> anyhow::Result<()> {
         Some("scaling") => scaling::run(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  docs     run the README's and docs/'s sh blocks (those not marked `# needs: …`) and check their links and pip lines\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, ember train on 1..N GPUs (--epochs E), and the scaling table against burn-train's strategies (--rounds R)\n  hosts    ranks on hosts of their own (network namespaces, as root): equivalence, a cut link, slow links into target/bench/hosts.md\n  live     kill and resume ember train 10 times under a live TensorBoard (Python loader and rustboard), which must show each step once, as an uninterrupted run\n  layers   check the crate layering against docs/architecture.md, no module cycle in any crate, the doc's paths, and no function over 80 lines without a `// length: <why>`\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3:// on a loopback S3 server (moto), read back by TensorBoard's S3 reader (--bench: what it costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  recovery how long a killed ember train takes to train again, part by part, into target/bench/recovery.md (--rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader\n  scaling  examples/s of 1 and 2 workers, ember against burn-train's own strategies, into target/bench/scaling.md (--rounds R; --mpi: ember as mpirun ranks too; --wgpu: on two wgpu devices too; --quick: one small round, as CI runs it)"
+                "usage: cargo xtask <task>\n\ntasks:\n  bench    criterion + `ember bench write` workloads into target/bench/report.md (--peers: vs tensorboardX; --skip-criterion; --rounds R)\n  browser  the browser step of compat alone: TensorBoard's and MindInsight's pages in headless Chromium, over the last compat log\n  ci       run what CI runs\n  compat   check that TensorBoard and MindInsight read back every value kind ember writes, and show it in a browser\n  codegen  regenerate ember-pack's protobuf code (--check: fail if stale)\n  devices  train on two distinct wgpu devices (lavapipe without a GPU) against one device and the flex build\n  docs     run the README's and docs/'s sh blocks (those not marked `# needs: …`) and check their links and pip lines\n  features logging-only ember builds no Burn; docs of both feature sets build\n  gpu      on a machine with CUDA GPUs: the two-device suite, ember train on 1..N GPUs (--epochs E), and the scaling table against burn-train's strategies (--rounds R)\n  hosts    ranks on hosts of their own (network namespaces, as root): equivalence, a cut link, slow links into target/bench/hosts.md\n  live     kill and resume ember train 10 times under a live TensorBoard (Python loader and rustboard), which must show each step once, as an uninterrupted run\n  layers   check the crate layering against docs/architecture.md, no module cycle in any crate, the doc's paths, and no function over 80 lines without a `// length: <why>`\n  mpi      train 2 ranks under mpirun and check equivalence and fault handling (--bench: all-reduce cost)\n  objects  ember train --logdir s3://, gs://, az:// on loopback emulators (moto, fake-gcs-server, Azurite), read back by TensorBoard (--bench: what each costs, vs local disk and tensorboardX's s3:// writer; --rounds R)\n  recovery how long a killed ember train takes to train again, part by part, into target/bench/recovery.md (--rounds R)\n  resume   kill ember train with SIGKILL at seeded moments, resume it, and compare model and logs with an uninterrupted run in every reader\n  scaling  examples/s of 1 and 2 workers, ember against burn-train's own strategies, into target/bench/scaling.md (--rounds R; --mpi: ember as mpirun ranks too; --wgpu: on two wgpu devices too; --quick: one small round, as CI runs it)"
             );
             Ok(())
         }

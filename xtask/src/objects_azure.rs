@@ -1,8 +1,9 @@
 //! `cargo xtask objects`, Azure part: the write, read and kill scenarios run against Azurite
 //! (the Azure Storage emulator, from the npm registry) on loopback, as they run against moto.
 //!
-//! 1. Installs `azurite` (pinned) under the target directory with npm, and a venv with the
-//!    Azure SDK for Python, which makes the container (`object_store` cannot).
+//! 1. Installs `azurite` (pinned) under the target directory with npm; the Azure SDK for Python,
+//!    which makes the container (`object_store` cannot), is in the readers' venv
+//!    (`objects_clouds.rs`).
 //! 2. Starts `azurite-blob` on a free loopback port. ember gets the emulator's account from
 //!    the environment, as `object_store`'s `MicrosoftAzureBuilder::from_env` reads it
 //!    (`AZURE_STORAGE_USE_EMULATOR`, `AZURITE_BLOB_STORAGE_URL`).
@@ -13,6 +14,9 @@
 //!    and the steps stay whole, none missing.
 //! 5. Two runs to one URL at once, in both formats: both runs' files are there, whole.
 //! 6. A key the emulator does not know: one line, at once, saying access was refused.
+//! 7. TensorBoard's loader (adlfs, given Azurite's connection string) shows every value of the
+//!    run of 3. as the local run, and its page in Chromium its `train/loss`
+//!    (`objects_clouds.rs`).
 //!
 //! Node.js and npm come from Debian where CI runs as root; without them or PyPI it skips in
 //! one line, a failure under `CI=true`.
@@ -22,18 +26,15 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
+use crate::objects_clouds::Reader;
 use crate::objects_scenarios::inspect;
 use crate::process::{expect_success, run_limited, skip_or_fail};
 use crate::server::{Server, free_port, wait_for_port};
-use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects (azurite)";
 
 /// The emulator, pinned.
 const AZURITE: &str = "azurite@3.37.0";
-
-/// The Azure SDK for Python, to make the container.
-const AZURE_REQUIREMENTS: &[&str] = &["azure-storage-blob==12.31.1"];
 
 /// The emulator's well-known account and key (documented by Microsoft for Azurite).
 const ACCOUNT: &str = "devstoreaccount1";
@@ -49,18 +50,41 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
         Ok(bin) => bin,
         Err(why) => return skip_or_fail(TASK, &why),
     };
-    let python = match ensure_venv(&target.join("azure-venv"), AZURE_REQUIREMENTS) {
-        Ok(python) => python,
-        Err(VenvError::Unavailable(why)) => return skip_or_fail(TASK, &why),
-        Err(VenvError::Failed(e)) => return Err(e),
+    let Some(python) = crate::objects_clouds::readers_python(target, TASK)? else {
+        return Ok(());
     };
+    let (server, endpoint) = start(root, &azurite, &python, work, "ember")?;
+    let azure = Azure {
+        root,
+        ember,
+        work,
+        python: &python,
+        endpoint: &endpoint,
+    };
+    azure.every_value()?;
+    azure.scenarios()?;
+    azure.refused()?;
+    drop(server);
+    Ok(())
+}
+
+/// Azurite's blob server (`azurite`, from [`install_azurite`]) on a free loopback port, its
+/// data and log under `work`, with an empty container `container` (made with the Azure SDK
+/// of the readers' venv, `python`): the server, stopped when dropped, and its endpoint.
+pub(crate) fn start(
+    root: &Path,
+    azurite: &Path,
+    python: &Path,
+    work: &Path,
+    container: &str,
+) -> anyhow::Result<(Server, String)> {
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
     let data = work.join("azurite-data");
     std::fs::create_dir_all(&data)?;
     let log = std::fs::File::create(work.join("azurite.log"))?;
     let server = Server(
-        Command::new(&azurite)
+        Command::new(azurite)
             .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
             .arg("--location")
             .arg(&data)
@@ -71,29 +95,30 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
             .context("starting azurite-blob")?,
     );
     wait_for_port(port, "Azurite")?;
-    let status = Command::new(&python)
+    let status = Command::new(python)
         .arg(root.join("xtask/objects/azure_container.py"))
-        .args([&endpoint, ACCOUNT, KEY, "ember"])
+        .args([&endpoint, ACCOUNT, KEY, container])
         .status()
         .context("starting azure_container.py")?;
     ensure!(
         status.success(),
         "making the container in Azurite ({status})"
     );
-    let azure = Azure {
-        ember,
-        work,
-        endpoint: &endpoint,
-    };
-    azure.every_value()?;
-    azure.scenarios()?;
-    azure.refused()?;
-    drop(server);
-    Ok(())
+    Ok((server, endpoint))
+}
+
+/// What ember is given for Azurite at `endpoint`, as `object_store`'s
+/// `MicrosoftAzureBuilder::from_env` reads it: the emulator's account and key.
+pub(crate) fn store_env(command: &mut Command, endpoint: &str) {
+    command
+        .env("AZURE_STORAGE_USE_EMULATOR", "true")
+        .env("AZURITE_BLOB_STORAGE_URL", endpoint)
+        .env("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
+        .env("AZURE_STORAGE_ACCOUNT_KEY", KEY);
 }
 
 /// `npm install` of the pinned Azurite under the target directory, once; its blob server.
-fn install_azurite(target: &Path) -> Result<PathBuf, String> {
+pub(crate) fn install_azurite(target: &Path) -> Result<PathBuf, String> {
     let prefix = target.join("azurite");
     let bin = prefix.join("node_modules/.bin/azurite-blob");
     let stamp = prefix.join("ember-azurite.txt");
@@ -124,8 +149,10 @@ fn install_azurite(target: &Path) -> Result<PathBuf, String> {
 }
 
 struct Azure<'a> {
+    root: &'a Path,
     ember: &'a Path,
     work: &'a Path,
+    python: &'a Path,
     endpoint: &'a str,
 }
 
@@ -134,13 +161,8 @@ impl Azure<'_> {
     /// staging under the work directory (where `ember push` finds a killed run's).
     fn ember(&self, args: &[&str]) -> Command {
         let mut command = Command::new(self.ember);
-        command
-            .args(args)
-            .env("AZURE_STORAGE_USE_EMULATOR", "true")
-            .env("AZURITE_BLOB_STORAGE_URL", self.endpoint)
-            .env("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
-            .env("AZURE_STORAGE_ACCOUNT_KEY", KEY)
-            .env("TMPDIR", self.work.join("tmp"));
+        command.args(args).env("TMPDIR", self.work.join("tmp"));
+        store_env(&mut command, self.endpoint);
         command
     }
 
@@ -152,6 +174,20 @@ impl Azure<'_> {
     fn inspect(&self, url: &str) -> anyhow::Result<serde_json::Value> {
         std::fs::create_dir_all(self.work.join("tmp"))?;
         inspect(&self.command(), url)
+    }
+
+    /// TensorBoard reading Azurite: adlfs, given the emulator's connection string.
+    fn reader(&self) -> Reader<'_> {
+        let connection = format!(
+            "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};\
+             BlobEndpoint={}/{ACCOUNT};",
+            self.endpoint
+        );
+        Reader {
+            cloud: "az",
+            python: self.python,
+            env: vec![("AZURE_STORAGE_CONNECTION_STRING".into(), connection)],
+        }
     }
 
     fn every_value(&self) -> anyhow::Result<()> {
@@ -185,7 +221,11 @@ impl Azure<'_> {
              the URL gives the local run's values",
             ran.elapsed.as_secs_f64()
         );
-        Ok(())
+        let reader = self.reader();
+        let log = self.work.join("az-loader.log");
+        let said = reader.loads(self.root, "az://ember/run", &local, &log)?;
+        eprintln!("{TASK}: {said}");
+        reader.page_shows(self.root, self.ember, "az://ember/run", &local)
     }
 
     fn scenarios(&self) -> anyhow::Result<()> {
