@@ -51,6 +51,7 @@ use crate::objects_clouds::{Reader, env_of};
 use crate::objects_gcs::LocalRuns;
 use crate::objects_scenarios::{
     Kills, RESUMED_ARGS, after_kills, inspect, killed_and_resumed, pull, resumed_from_the_bucket,
+    train_into,
 };
 use crate::process::{
     Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
@@ -179,14 +180,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
 /// TensorBoard's page; returns the local run.
 fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<PathBuf> {
     let local = check.train_locally(TRAIN_ARGS, "local")?;
-    let mut train = check.ember(endpoint, TRAIN_ARGS);
-    train.args(["--logdir", "s3://ember/run"]);
-    let ran = run_limited(
-        train,
-        "ember train --logdir s3://",
+    let took = train_into(
+        &|args| check.ember(endpoint, args),
+        TRAIN_ARGS,
+        "s3://ember/run",
         &check.work.join("s3.log"),
     )?;
-    expect_success(&ran, "ember train --logdir s3://ember/run")?;
     let local_str = local.to_str().context("a path that is not UTF-8")?;
     check.script(
         endpoint,
@@ -202,7 +201,7 @@ fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<PathBuf> {
     eprintln!(
         "{TASK}: ember train --logdir s3://ember/run on a loopback S3 server ({:.1} s); ember \
          inspect of the URL gives the local run's values",
-        ran.elapsed.as_secs_f64()
+        took.as_secs_f64()
     );
     let reader = Reader {
         cloud: "s3",

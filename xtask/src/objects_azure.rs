@@ -26,8 +26,8 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects_clouds::Reader;
-use crate::objects_scenarios::inspect;
+use crate::objects_clouds::{Part, Reader};
+use crate::objects_scenarios::{inspect, train_into};
 use crate::process::{expect_success, run_limited, skip_or_fail};
 use crate::server::{Server, free_port, wait_for_port};
 
@@ -54,11 +54,15 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
         return Ok(());
     };
     let (server, endpoint) = start(root, &azurite, &python, work, "ember")?;
+    let store = |command: &mut Command| store_env(command, &endpoint);
     let azure = Azure {
-        root,
-        ember,
-        work,
-        python: &python,
+        part: Part {
+            root,
+            ember,
+            work,
+            python: &python,
+            store_env: &store,
+        },
         endpoint: &endpoint,
     };
     azure.every_value()?;
@@ -149,31 +153,15 @@ pub(crate) fn install_azurite(target: &Path) -> Result<PathBuf, String> {
 }
 
 struct Azure<'a> {
-    root: &'a Path,
-    ember: &'a Path,
-    work: &'a Path,
-    python: &'a Path,
+    part: Part<'a>,
     endpoint: &'a str,
 }
 
 impl Azure<'_> {
-    /// `ember` with `args`, given the emulator's account through the environment, and its
-    /// staging under the work directory (where `ember push` finds a killed run's).
-    fn ember(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(self.ember);
-        command.args(args).env("TMPDIR", self.work.join("tmp"));
-        store_env(&mut command, self.endpoint);
-        command
-    }
-
-    fn command(&self) -> impl Fn(&[&str]) -> Command + '_ {
-        |args| self.ember(args)
-    }
-
     /// `ember inspect --json --values` of `url`.
     fn inspect(&self, url: &str) -> anyhow::Result<serde_json::Value> {
-        std::fs::create_dir_all(self.work.join("tmp"))?;
-        inspect(&self.command(), url)
+        std::fs::create_dir_all(self.part.work.join("tmp"))?;
+        inspect(&self.part.commands(), url)
     }
 
     /// TensorBoard reading Azurite: adlfs, given the emulator's connection string.
@@ -185,64 +173,62 @@ impl Azure<'_> {
         );
         Reader {
             cloud: "az",
-            python: self.python,
+            python: self.part.python,
             env: vec![("AZURE_STORAGE_CONNECTION_STRING".into(), connection)],
         }
     }
 
     fn every_value(&self) -> anyhow::Result<()> {
-        let local = self.work.join("az-local");
-        let mut train = Command::new(self.ember);
+        let local = self.part.work.join("az-local");
+        let mut train = Command::new(self.part.ember);
         train.args(TRAIN_ARGS).arg("--logdir").arg(&local);
         expect_success(
             &run_limited(
                 train,
                 "ember train (local)",
-                &self.work.join("az-local.log"),
+                &self.part.work.join("az-local.log"),
             )?,
             "ember train into a local directory",
         )?;
-        std::fs::create_dir_all(self.work.join("tmp"))?;
-        let mut train = self.ember(TRAIN_ARGS);
-        train.args(["--logdir", "az://ember/run"]);
-        let ran = run_limited(
-            train,
-            "ember train --logdir az://",
-            &self.work.join("az.log"),
+        std::fs::create_dir_all(self.part.work.join("tmp"))?;
+        let took = train_into(
+            &self.part.commands(),
+            TRAIN_ARGS,
+            "az://ember/run",
+            &self.part.work.join("az.log"),
         )?;
-        expect_success(&ran, "ember train --logdir az://ember/run")?;
         crate::runs::same_values(
-            &crate::process::inspect_json(self.ember, &local)?,
+            &crate::process::inspect_json(self.part.ember, &local)?,
             &self.inspect("az://ember/run")?,
             Path::new("az://ember/run"),
         )?;
         eprintln!(
             "{TASK}: ember train --logdir az://ember/run on Azurite ({:.1} s); ember inspect of \
              the URL gives the local run's values",
-            ran.elapsed.as_secs_f64()
+            took.as_secs_f64()
         );
         let reader = self.reader();
-        let log = self.work.join("az-loader.log");
-        let said = reader.loads(self.root, "az://ember/run", &local, &log)?;
+        let log = self.part.work.join("az-loader.log");
+        let said = reader.loads(self.part.root, "az://ember/run", &local, &log)?;
         eprintln!("{TASK}: {said}");
-        reader.page_shows(self.root, self.ember, "az://ember/run", &local)
+        reader.page_shows(self.part.root, self.part.ember, "az://ember/run", &local)
     }
 
     fn scenarios(&self) -> anyhow::Result<()> {
-        crate::objects_scenarios::against(&self.command(), "az", self.work, TASK)
+        crate::objects_scenarios::against(&self.part.commands(), "az", self.part.work, TASK)
     }
 
     /// A key the emulator does not know: one line saying access was refused.
     fn refused(&self) -> anyhow::Result<()> {
         let url = "az://ember/denied";
-        let mut train = self.ember(TRAIN_ARGS);
+        let mut train = self.part.command(TRAIN_ARGS);
         train
             .env("AZURE_STORAGE_ACCOUNT_KEY", "bm90LXRoZS1rZXk=")
             .args(["--logdir", url]);
         let ran = run_limited(
             train,
             "ember train with a wrong key",
-            &self.work.join("az-denied.log"),
+            &self.part.work.join("az-denied.log"),
         )?;
         ensure!(!ran.success, "ember train with a wrong key succeeded");
         let lines: Vec<&str> = ran

