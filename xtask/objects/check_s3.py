@@ -1,5 +1,6 @@
 """The S3 side of `cargo xtask objects`: a bucket on a loopback S3 server (moto), and what
-TensorBoard's own S3 reader makes of what ember shipped there.
+TensorBoard's own S3 reader makes of what ember shipped there; `compare` also reads `gs://` and
+`az://` runs, through the fsspec readers TensorBoard uses for them (gcsfs, adlfs).
 
 Usage:
   check_s3.py bucket <endpoint> <bucket>             create the bucket
@@ -12,7 +13,8 @@ Usage:
   check_s3.py killed <s3 url>                         every object holds whole records only, and
                                                       the loader shows train/loss at 1..N
 Credentials and the endpoint come from the environment (AWS_ACCESS_KEY_ID, S3_ENDPOINT, ...),
-as TensorBoard's S3 file system reads them.
+as TensorBoard's S3 file system reads them; for gs:// and az://, as gcsfs and adlfs read them
+(STORAGE_EMULATOR_HOST, AZURE_STORAGE_CONNECTION_STRING, ...).
 """
 
 import os
@@ -20,8 +22,6 @@ import struct
 import sys
 import urllib.parse
 import urllib.request
-
-import boto3
 
 from tensorboard.backend.event_processing import event_accumulator as ea
 
@@ -96,13 +96,23 @@ def segment(key):
     return len(number) == 8 and number.isdigit() and ("tfevents" in stem or ".summary." in stem)
 
 
-def client():
-    return boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"])
+def client(endpoint=None):
+    # Imported here: the venv that reads gs:// and az:// has no boto3.
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint or os.environ["S3_ENDPOINT"])
 
 
 def objects(url):
     parsed = urllib.parse.urlparse(url)
     bucket, prefix = parsed.netloc, parsed.path.lstrip("/")
+    if parsed.scheme != "s3":
+        import fsspec
+
+        store = fsspec.filesystem(parsed.scheme)
+        for path in store.find(f"{bucket}/{prefix}"):
+            yield path[len(bucket) + 1:], store.cat_file(path)
+        return
     s3 = client()
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")
     for item in listed.get("Contents", []):
@@ -126,7 +136,7 @@ def whole_records(data):
 def main():
     mode = sys.argv[1]
     if mode == "bucket":
-        boto3.client("s3", endpoint_url=sys.argv[2]).create_bucket(Bucket=sys.argv[3])
+        client(sys.argv[2]).create_bucket(Bucket=sys.argv[3])
         return
     if mode == "compare":
         url, local = sys.argv[2], sys.argv[3]
@@ -160,7 +170,8 @@ def main():
             sys.exit(1)
         counts = ", ".join(f"{sum(len(v) if isinstance(v, list) else 1 for v in want[k].values())}"
                            f" {k}" for k in ("scalars", "histograms", "images", "tensors"))
-        print(f"s3: TensorBoard's S3 reader shows every value of the run ({counts}, the graph) "
+        reader = "S3 reader" if url.startswith("s3://") else "fsspec reader"
+        print(f"{url}: TensorBoard's {reader} shows every value of the run ({counts}, the graph) "
               f"from {len(segments)} segment objects of whole records; its {len(files)} other "
               f"files are in the bucket as written")
         return

@@ -93,6 +93,18 @@ fn venv(target: &Path, name: &str, requirements: &[&str]) -> anyhow::Result<Opti
     }
 }
 
+/// The system Chromium and the Python of the venv whose Playwright drives it (also what
+/// `cargo xtask objects` opens TensorBoard's page over each cloud with); `None`, said in one
+/// line (a failure under CI), where either cannot be had.
+pub(crate) fn chromium_and_driver(target: &Path) -> anyhow::Result<Option<(PathBuf, PathBuf)>> {
+    if let Err(why) = ensure_installed(TASK, PACKAGES, chromium_missing) {
+        return skip_or_fail(TASK, &why).map(|()| None);
+    }
+    let chromium = chromium().context("chromium vanished after it was found")?;
+    let python = venv(target, "compat-browser-venv", BROWSER_REQUIREMENTS)?;
+    Ok(python.map(|python| (chromium, python)))
+}
+
 /// Checks `dir` (a compat log) in TensorBoard's pages, run by `tensorboard` (a venv's Python),
 /// and, with `mindinsight`, `dir/mindinsight` in MindInsight's.
 pub(crate) fn run(
@@ -101,12 +113,8 @@ pub(crate) fn run(
     tensorboard: &Path,
     mindinsight: bool,
 ) -> anyhow::Result<()> {
-    if let Err(why) = ensure_installed(TASK, PACKAGES, chromium_missing) {
-        return skip_or_fail(TASK, &why);
-    }
-    let chromium = chromium().context("chromium vanished after it was found")?;
     let target = target_dir(root);
-    let Some(python) = venv(&target, "compat-browser-venv", BROWSER_REQUIREMENTS)? else {
+    let Some((chromium, python)) = chromium_and_driver(&target)? else {
         return Ok(());
     };
     let mindinsight = if mindinsight {

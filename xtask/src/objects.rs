@@ -1,6 +1,6 @@
 //! `cargo xtask objects`: `ember train --logdir s3://bucket/run` against a real S3 server on
-//! loopback (moto in server mode), read back by TensorBoard's own S3 reader; then `az://`
-//! against Azurite.
+//! loopback (moto in server mode), read back by TensorBoard's own S3 reader; then `gs://`
+//! against fake-gcs-server and `az://` against Azurite, read back by TensorBoard through fsspec.
 //!
 //! 1. Makes (or reuses) a venv under the target directory with pinned `moto[server]`, `boto3`
 //!    and the compat checker's TensorBoard, and builds `ember` with the `object-store` feature.
@@ -30,8 +30,13 @@
 //!     uninterrupted run's model byte for byte (`ember pull`) and its values in `ember inspect`,
 //!     each step once; TensorBoard's S3 reader shows the last as the local run. Then the same
 //!     in MindInsight's format, pulled and read by MindInsight 2.3.1.
-//! 12. The write, read, kill (with `ember push`, and resumed), two-at-once and refused-key scenarios against
-//!     Azurite, the Azure Storage emulator from the npm registry (`objects_azure.rs`).
+//! 12. The write, read, kill (with `ember push`, and resumed), two-at-once and
+//!     resumed-from-the-bucket scenarios against fake-gcs-server (`objects_gcs.rs`), then the
+//!     same and refused keys against Azurite, the Azure Storage emulator from the npm registry
+//!     (`objects_azure.rs`).
+//! 13. TensorBoard itself on each cloud (`objects_clouds.rs`): its loader (its S3 reader; fsspec's
+//!     gcsfs and adlfs) shows every value of the `s3://`, `gs://` and `az://` runs as the local
+//!     run, and its web page in headless Chromium draws their `train/loss`, each step once.
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
 
@@ -42,7 +47,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 
 use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::objects_scenarios::inspect;
+use crate::objects_clouds::{Reader, env_of};
+use crate::objects_gcs::LocalRuns;
+use crate::objects_scenarios::{
+    Kills, RESUMED_ARGS, after_kills, inspect, killed_and_resumed, pull, resumed_from_the_bucket,
+    train_into,
+};
 use crate::process::{
     Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
 };
@@ -86,51 +96,6 @@ impl Check<'_> {
     }
 
     /// `ember train` with `args` into the local directory `name` of the work directory.
-    /// `ember train ARGS --logdir url` killed with SIGKILL after `at`, then resumed from the
-    /// bucket, or, refused for want of a whole checkpoint, restarted; whether it was refused.
-    fn killed_and_resumed(
-        &self,
-        endpoint: &str,
-        args: &[&str],
-        url: &str,
-        run: &Path,
-        at: Duration,
-    ) -> anyhow::Result<bool> {
-        let mut train = self.ember(endpoint, args);
-        train.args(["--logdir", url]);
-        crate::runs::start_and_kill(train, run, at)?;
-        let mut ran = run_limited(
-            self.ember(endpoint, &["train", "--resume", url]),
-            "ember train --resume s3://",
-            &run.with_extension("resume.log"),
-        )?;
-        let refused = !ran.success && ran.output.contains("no checkpoint to resume from");
-        if refused {
-            ran = run_limited(
-                self.ember(endpoint, &["train", "--restart", url]),
-                "ember train --restart s3://",
-                &run.with_extension("restart.log"),
-            )?;
-        }
-        expect_success(&ran, &format!("resuming {url} (killed after {at:?})"))?;
-        Ok(refused)
-    }
-
-    /// `ember pull url into`.
-    fn pull(&self, endpoint: &str, url: &str, into: &Path) -> anyhow::Result<()> {
-        let out = self
-            .ember(endpoint, &["pull", url])
-            .arg(into)
-            .output()
-            .context("starting ember pull")?;
-        ensure!(
-            out.status.success(),
-            "ember pull {url}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    }
-
     fn train_locally(&self, args: &[&str], name: &str) -> anyhow::Result<PathBuf> {
         let local = self.work.join(name);
         let mut train = Command::new(self.ember);
@@ -184,7 +149,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         "creating the bucket",
     )?;
 
-    every_kind(&check, &endpoint)?;
+    let every_kind_local = every_kind(&check, &endpoint)?;
     mindinsight(&check, &target, &endpoint)?;
     killed(&check, &endpoint)?;
     let s3 = |args: &[&str]| {
@@ -193,28 +158,34 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         command
     };
     crate::objects_scenarios::against(&s3, "s3", &work, TASK)?;
-    resumed_in_the_bucket(&check, &endpoint)?;
+    let resumed_local = resumed_in_the_bucket(&check, &endpoint)?;
     resumed_for_mindinsight(&check, &endpoint)?;
     restarted(&check)?;
     refused(&check)?;
     unreachable(&check)?;
+    let gcs_work = work.join("gcs");
+    std::fs::create_dir_all(&gcs_work)?;
+    let locals = LocalRuns {
+        every_kind: &every_kind_local,
+        resumed: &resumed_local,
+    };
+    crate::objects_gcs::run(root, &target, &ember, &gcs_work, &locals)?;
     let azure_work = work.join("azure");
     std::fs::create_dir_all(&azure_work)?;
     crate::objects_azure::run(root, &target, &ember, &azure_work)
 }
 
 /// A run into the bucket and the same run on the local disk: every value of every kind in
-/// TensorBoard's S3 reader and in `ember inspect` of the URL.
-fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+/// TensorBoard's S3 reader and in `ember inspect` of the URL, and its `train/loss` in
+/// TensorBoard's page; returns the local run.
+fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<PathBuf> {
     let local = check.train_locally(TRAIN_ARGS, "local")?;
-    let mut train = check.ember(endpoint, TRAIN_ARGS);
-    train.args(["--logdir", "s3://ember/run"]);
-    let ran = run_limited(
-        train,
-        "ember train --logdir s3://",
+    let took = train_into(
+        &|args| check.ember(endpoint, args),
+        TRAIN_ARGS,
+        "s3://ember/run",
         &check.work.join("s3.log"),
     )?;
-    expect_success(&ran, "ember train --logdir s3://ember/run")?;
     let local_str = local.to_str().context("a path that is not UTF-8")?;
     check.script(
         endpoint,
@@ -230,9 +201,15 @@ fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<()> {
     eprintln!(
         "{TASK}: ember train --logdir s3://ember/run on a loopback S3 server ({:.1} s); ember \
          inspect of the URL gives the local run's values",
-        ran.elapsed.as_secs_f64()
+        took.as_secs_f64()
     );
-    Ok(())
+    let reader = Reader {
+        cloud: "s3",
+        python: check.python,
+        env: env_of(|command| s3_env(command, endpoint)),
+    };
+    reader.page_shows(check.root, check.ember, "s3://ember/run", &local)?;
+    Ok(local)
 }
 
 /// MindInsight through a local sync: `ember pull` of a MindInsight-format run, read by
@@ -261,16 +238,11 @@ fn mindinsight(check: &Check, target: &Path, endpoint: &str) -> anyhow::Result<(
         "ember train --format mindinsight --logdir s3://ember/mi",
     )?;
     let pulled = base.join("pulled");
-    let out = check
-        .ember(endpoint, &["pull", "s3://ember/mi"])
-        .arg(&pulled)
-        .output()
-        .context("starting ember pull")?;
-    ensure!(
-        out.status.success(),
-        "ember pull s3://ember/mi failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pull(
+        &|args| check.ember(endpoint, args),
+        "s3://ember/mi",
+        &pulled,
+    )?;
     let status = Command::new(&python)
         .arg(check.root.join("xtask/resume/check_mindinsight.py"))
         .arg(&base)
@@ -331,60 +303,23 @@ fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
 /// Kills of runs in the bucket resumed from the bucket: (`EMBER_RESUME_SEED` replays a seed).
 const BUCKET_KILLS: usize = 10;
 
-/// The runs killed and resumed in the bucket: short, with a checkpoint every optimizer step.
-const RESUMED_ARGS: &[&str] = &[
-    "train",
-    "--epochs",
-    "3",
-    "--devices",
-    "2",
-    "--checkpoint-every",
-    "1",
-];
-
 /// `ember train --logdir s3://…` killed with SIGKILL at [`BUCKET_KILLS`] seeded moments and
-/// resumed with `--resume s3://…` (or, killed before its first checkpoint, refused and then
-/// `--restart`ed): each ends with the model of the same run trained locally without a kill,
-/// byte for byte, and `ember inspect` of the URL shows its values, each step once; TensorBoard's
-/// own S3 reader shows the last one as the local run.
-fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+/// resumed from the bucket (`objects_scenarios::resumed_from_the_bucket`): each with the
+/// uninterrupted run's model byte for byte and values; TensorBoard's own S3 reader shows the
+/// last one as the local run. Returns the local run, which the Google part compares with too.
+fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<PathBuf> {
     let local = check.train_locally(RESUMED_ARGS, "resume-local")?;
-    let reference = crate::process::inspect_json(check.ember, &local)?;
-    // The kill moments are spread over an uninterrupted run into the bucket (which starts
-    // slower than a local one: the store is tried first), as `cargo xtask resume` spreads them
-    // over its reference run.
-    let mut train = check.ember(endpoint, RESUMED_ARGS);
-    train.args(["--logdir", "s3://ember/resumed-reference"]);
-    let ran = run_limited(
-        train,
-        "ember train --logdir s3:// (reference)",
-        &check.work.join("resumed-reference.log"),
-    )?;
-    expect_success(&ran, "the uninterrupted run into the bucket")?;
-    let duration = ran.elapsed;
-    let reference_model = crate::runs::model_without_ids(&local.join("model.bpk"))?;
     let seed = std::env::var("EMBER_RESUME_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_261_205u64);
-    let mut rng = crate::runs::XorShift(seed);
-    let mut refused = 0;
-    let mut last = String::new();
-    for kill in 0..BUCKET_KILLS {
-        let url = format!("s3://ember/resumed-{kill:02}");
-        let at = duration.mul_f64(rng.unit());
-        let run = check.work.join(format!("resumed-{kill:02}"));
-        refused += usize::from(check.killed_and_resumed(endpoint, RESUMED_ARGS, &url, &run, at)?);
-        let pulled = check.work.join(format!("resumed-{kill:02}-pulled"));
-        check.pull(endpoint, &url, &pulled)?;
-        ensure!(
-            crate::runs::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
-            "{url}: the resumed run's parameters differ from the uninterrupted run's"
-        );
-        let inspected = inspect(&|args| check.ember(endpoint, args), &url)?;
-        crate::runs::same_values(&reference, &inspected, Path::new(&url))?;
-        last = url;
-    }
+    let kills = Kills {
+        count: BUCKET_KILLS,
+        seed,
+        local: &local,
+    };
+    let ember = |args: &[&str]| check.ember(endpoint, args);
+    let (last, after) = resumed_from_the_bucket(&ember, check.ember, "s3", check.work, &kills)?;
     let local_str = local.to_str().context("a path that is not UTF-8")?;
     check.script(
         endpoint,
@@ -393,11 +328,11 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<()> {
     )?;
     eprintln!(
         "{TASK}: {BUCKET_KILLS} runs in the bucket killed with SIGKILL (seed {seed}) and resumed \
-         from it ({refused} before their first checkpoint, refused and restarted): each with \
-         the uninterrupted run's model byte for byte and its values in ember inspect, each step \
-         once; TensorBoard's S3 reader shows the last as the local run"
+         from it ({}): each with the uninterrupted run's model byte for byte and its values in \
+         ember inspect, each step once; TensorBoard's S3 reader shows the last as the local run",
+        after_kills(&after)
     );
-    Ok(())
+    Ok(local)
 }
 
 /// MindInsight-format runs in the bucket killed at [`MI_BUCKET_KILLS`] seeded moments.
@@ -435,8 +370,9 @@ fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> 
         let url = format!("s3://ember/mi-{job}");
         let run = check.work.join(format!("mi-{job}"));
         let at = ran.elapsed.mul_f64(rng.unit());
-        check.killed_and_resumed(endpoint, &args, &url, &run, at)?;
-        check.pull(endpoint, &url, &base.join(&job))?;
+        let ember = |args: &[&str]| check.ember(endpoint, args);
+        killed_and_resumed(&ember, &args, &url, &run, at)?;
+        pull(&ember, &url, &base.join(&job))?;
         jobs.push(job);
     }
     let mut read = Command::new(&python);

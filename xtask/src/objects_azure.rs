@@ -1,8 +1,9 @@
 //! `cargo xtask objects`, Azure part: the write, read and kill scenarios run against Azurite
 //! (the Azure Storage emulator, from the npm registry) on loopback, as they run against moto.
 //!
-//! 1. Installs `azurite` (pinned) under the target directory with npm, and a venv with the
-//!    Azure SDK for Python, which makes the container (`object_store` cannot).
+//! 1. Installs `azurite` (pinned) under the target directory with npm; the Azure SDK for Python,
+//!    which makes the container (`object_store` cannot), is in the readers' venv
+//!    (`objects_clouds.rs`).
 //! 2. Starts `azurite-blob` on a free loopback port. ember gets the emulator's account from
 //!    the environment, as `object_store`'s `MicrosoftAzureBuilder::from_env` reads it
 //!    (`AZURE_STORAGE_USE_EMULATOR`, `AZURITE_BLOB_STORAGE_URL`).
@@ -13,6 +14,9 @@
 //!    and the steps stay whole, none missing.
 //! 5. Two runs to one URL at once, in both formats: both runs' files are there, whole.
 //! 6. A key the emulator does not know: one line, at once, saying access was refused.
+//! 7. TensorBoard's loader (adlfs, given Azurite's connection string) shows every value of the
+//!    run of 3. as the local run, and its page in Chromium its `train/loss`
+//!    (`objects_clouds.rs`).
 //!
 //! Node.js and npm come from Debian where CI runs as root; without them or PyPI it skips in
 //! one line, a failure under `CI=true`.
@@ -22,18 +26,15 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects_scenarios::inspect;
+use crate::objects_clouds::{Part, Reader};
+use crate::objects_scenarios::{inspect, train_into};
 use crate::process::{expect_success, run_limited, skip_or_fail};
 use crate::server::{Server, free_port, wait_for_port};
-use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects (azurite)";
 
 /// The emulator, pinned.
 const AZURITE: &str = "azurite@3.37.0";
-
-/// The Azure SDK for Python, to make the container.
-const AZURE_REQUIREMENTS: &[&str] = &["azure-storage-blob==12.31.1"];
 
 /// The emulator's well-known account and key (documented by Microsoft for Azurite).
 const ACCOUNT: &str = "devstoreaccount1";
@@ -49,18 +50,45 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
         Ok(bin) => bin,
         Err(why) => return skip_or_fail(TASK, &why),
     };
-    let python = match ensure_venv(&target.join("azure-venv"), AZURE_REQUIREMENTS) {
-        Ok(python) => python,
-        Err(VenvError::Unavailable(why)) => return skip_or_fail(TASK, &why),
-        Err(VenvError::Failed(e)) => return Err(e),
+    let Some(python) = crate::objects_clouds::readers_python(target, TASK)? else {
+        return Ok(());
     };
+    let (server, endpoint) = start(root, &azurite, &python, work, "ember")?;
+    let store = |command: &mut Command| store_env(command, &endpoint);
+    let azure = Azure {
+        part: Part {
+            root,
+            ember,
+            work,
+            python: &python,
+            store_env: &store,
+        },
+        endpoint: &endpoint,
+    };
+    azure.every_value()?;
+    azure.scenarios()?;
+    azure.refused()?;
+    drop(server);
+    Ok(())
+}
+
+/// Azurite's blob server (`azurite`, from [`install_azurite`]) on a free loopback port, its
+/// data and log under `work`, with an empty container `container` (made with the Azure SDK
+/// of the readers' venv, `python`): the server, stopped when dropped, and its endpoint.
+pub(crate) fn start(
+    root: &Path,
+    azurite: &Path,
+    python: &Path,
+    work: &Path,
+    container: &str,
+) -> anyhow::Result<(Server, String)> {
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
     let data = work.join("azurite-data");
     std::fs::create_dir_all(&data)?;
     let log = std::fs::File::create(work.join("azurite.log"))?;
     let server = Server(
-        Command::new(&azurite)
+        Command::new(azurite)
             .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
             .arg("--location")
             .arg(&data)
@@ -71,29 +99,30 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
             .context("starting azurite-blob")?,
     );
     wait_for_port(port, "Azurite")?;
-    let status = Command::new(&python)
+    let status = Command::new(python)
         .arg(root.join("xtask/objects/azure_container.py"))
-        .args([&endpoint, ACCOUNT, KEY, "ember"])
+        .args([&endpoint, ACCOUNT, KEY, container])
         .status()
         .context("starting azure_container.py")?;
     ensure!(
         status.success(),
         "making the container in Azurite ({status})"
     );
-    let azure = Azure {
-        ember,
-        work,
-        endpoint: &endpoint,
-    };
-    azure.every_value()?;
-    azure.scenarios()?;
-    azure.refused()?;
-    drop(server);
-    Ok(())
+    Ok((server, endpoint))
+}
+
+/// What ember is given for Azurite at `endpoint`, as `object_store`'s
+/// `MicrosoftAzureBuilder::from_env` reads it: the emulator's account and key.
+pub(crate) fn store_env(command: &mut Command, endpoint: &str) {
+    command
+        .env("AZURE_STORAGE_USE_EMULATOR", "true")
+        .env("AZURITE_BLOB_STORAGE_URL", endpoint)
+        .env("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
+        .env("AZURE_STORAGE_ACCOUNT_KEY", KEY);
 }
 
 /// `npm install` of the pinned Azurite under the target directory, once; its blob server.
-fn install_azurite(target: &Path) -> Result<PathBuf, String> {
+pub(crate) fn install_azurite(target: &Path) -> Result<PathBuf, String> {
     let prefix = target.join("azurite");
     let bin = prefix.join("node_modules/.bin/azurite-blob");
     let stamp = prefix.join("ember-azurite.txt");
@@ -124,85 +153,82 @@ fn install_azurite(target: &Path) -> Result<PathBuf, String> {
 }
 
 struct Azure<'a> {
-    ember: &'a Path,
-    work: &'a Path,
+    part: Part<'a>,
     endpoint: &'a str,
 }
 
 impl Azure<'_> {
-    /// `ember` with `args`, given the emulator's account through the environment, and its
-    /// staging under the work directory (where `ember push` finds a killed run's).
-    fn ember(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(self.ember);
-        command
-            .args(args)
-            .env("AZURE_STORAGE_USE_EMULATOR", "true")
-            .env("AZURITE_BLOB_STORAGE_URL", self.endpoint)
-            .env("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
-            .env("AZURE_STORAGE_ACCOUNT_KEY", KEY)
-            .env("TMPDIR", self.work.join("tmp"));
-        command
-    }
-
-    fn command(&self) -> impl Fn(&[&str]) -> Command + '_ {
-        |args| self.ember(args)
-    }
-
     /// `ember inspect --json --values` of `url`.
     fn inspect(&self, url: &str) -> anyhow::Result<serde_json::Value> {
-        std::fs::create_dir_all(self.work.join("tmp"))?;
-        inspect(&self.command(), url)
+        std::fs::create_dir_all(self.part.work.join("tmp"))?;
+        inspect(&self.part.commands(), url)
+    }
+
+    /// TensorBoard reading Azurite: adlfs, given the emulator's connection string.
+    fn reader(&self) -> Reader<'_> {
+        let connection = format!(
+            "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};\
+             BlobEndpoint={}/{ACCOUNT};",
+            self.endpoint
+        );
+        Reader {
+            cloud: "az",
+            python: self.part.python,
+            env: vec![("AZURE_STORAGE_CONNECTION_STRING".into(), connection)],
+        }
     }
 
     fn every_value(&self) -> anyhow::Result<()> {
-        let local = self.work.join("az-local");
-        let mut train = Command::new(self.ember);
+        let local = self.part.work.join("az-local");
+        let mut train = Command::new(self.part.ember);
         train.args(TRAIN_ARGS).arg("--logdir").arg(&local);
         expect_success(
             &run_limited(
                 train,
                 "ember train (local)",
-                &self.work.join("az-local.log"),
+                &self.part.work.join("az-local.log"),
             )?,
             "ember train into a local directory",
         )?;
-        std::fs::create_dir_all(self.work.join("tmp"))?;
-        let mut train = self.ember(TRAIN_ARGS);
-        train.args(["--logdir", "az://ember/run"]);
-        let ran = run_limited(
-            train,
-            "ember train --logdir az://",
-            &self.work.join("az.log"),
+        std::fs::create_dir_all(self.part.work.join("tmp"))?;
+        let took = train_into(
+            &self.part.commands(),
+            TRAIN_ARGS,
+            "az://ember/run",
+            &self.part.work.join("az.log"),
         )?;
-        expect_success(&ran, "ember train --logdir az://ember/run")?;
         crate::runs::same_values(
-            &crate::process::inspect_json(self.ember, &local)?,
+            &crate::process::inspect_json(self.part.ember, &local)?,
             &self.inspect("az://ember/run")?,
             Path::new("az://ember/run"),
         )?;
         eprintln!(
             "{TASK}: ember train --logdir az://ember/run on Azurite ({:.1} s); ember inspect of \
              the URL gives the local run's values",
-            ran.elapsed.as_secs_f64()
+            took.as_secs_f64()
         );
-        Ok(())
+        let reader = self.reader();
+        let log = self.part.work.join("az-loader.log");
+        let said = reader.loads(self.part.root, "az://ember/run", &local, &log)?;
+        eprintln!("{TASK}: {said}");
+        reader.page_shows(self.part.root, self.part.ember, "az://ember/run", &local)
     }
 
     fn scenarios(&self) -> anyhow::Result<()> {
-        crate::objects_scenarios::against(&self.command(), "az", self.work, TASK)
+        crate::objects_scenarios::against(&self.part.commands(), "az", self.part.work, TASK)
     }
 
     /// A key the emulator does not know: one line saying access was refused.
     fn refused(&self) -> anyhow::Result<()> {
         let url = "az://ember/denied";
-        let mut train = self.ember(TRAIN_ARGS);
+        let mut train = self.part.command(TRAIN_ARGS);
         train
             .env("AZURE_STORAGE_ACCOUNT_KEY", "bm90LXRoZS1rZXk=")
             .args(["--logdir", url]);
         let ran = run_limited(
             train,
             "ember train with a wrong key",
-            &self.work.join("az-denied.log"),
+            &self.part.work.join("az-denied.log"),
         )?;
         ensure!(!ran.success, "ember train with a wrong key succeeded");
         let lines: Vec<&str> = ran

