@@ -366,15 +366,24 @@ pub(crate) fn killed_and_resumed(
         "ember train --resume URL",
         &run.with_extension("resume.log"),
     )?;
+    // Killed before its command line reached the bucket, the run cannot say how it was
+    // started: `--restart` then takes the arguments again.
+    let command_lost = !ran.success && ran.output.contains("is not a run `ember train` can resume");
     let after = match ran.success {
         true => AfterKill::Resumed,
-        false if ran.output.contains("no checkpoint to resume from") => AfterKill::Restarted,
+        false if command_lost || ran.output.contains("no checkpoint to resume from") => {
+            AfterKill::Restarted
+        }
         false if ran.output.contains("has finished") => AfterKill::FinishedThenRestarted,
         false => AfterKill::Resumed,
     };
     if after != AfterKill::Resumed {
+        let mut restart = ember(&["train", "--restart", url]);
+        if command_lost {
+            restart.args(args.iter().skip_while(|&&arg| arg == "train"));
+        }
         ran = run_limited(
-            ember(&["train", "--restart", url]),
+            restart,
             "ember train --restart URL",
             &run.with_extension("restart.log"),
         )?;
