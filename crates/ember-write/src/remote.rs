@@ -57,6 +57,7 @@ use std::time::Duration;
 use crate::FullQueuePolicy;
 
 mod bucket;
+mod cut;
 mod download;
 pub mod lease;
 mod markers;
@@ -64,6 +65,7 @@ mod shipper;
 pub(crate) mod staging;
 
 pub use bucket::{Bucket, BucketSnapshot, Listed};
+pub use cut::{LogCut, ShippedCut};
 pub use download::{Downloaded, download, download_private};
 pub use lease::{LeaseHolder, LeaseTiming, check_lease};
 use shipper::Shipper;
@@ -109,6 +111,8 @@ pub const DEFAULT_BACKLOG_BUDGET: u64 = 256 << 20;
 #[derive(Debug)]
 pub struct RemoteMirror {
     url: String,
+    staging: std::path::PathBuf,
+    cuts: Arc<std::sync::Mutex<cut::Cuts>>,
     tx: Option<mpsc::Sender<Request>>,
     thread: Option<JoinHandle<MirrorStats>>,
     stats: Arc<std::sync::Mutex<MirrorStats>>,
@@ -183,12 +187,15 @@ impl RemoteMirror {
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(std::sync::Mutex::new(MirrorStats::default()));
         let backlog = Arc::new(AtomicU64::new(0));
+        let cuts = Arc::default();
         let shipper = Shipper {
             store,
             prefix,
             staging: staging.to_path_buf(),
             url: state.url.clone(),
             shipped: state.shipped,
+            segment_ends: BTreeMap::new(),
+            cuts: Arc::clone(&cuts),
             whole: BTreeMap::new(),
             claimed: state.claimed,
             marked: std::collections::BTreeSet::new(),
@@ -202,6 +209,8 @@ impl RemoteMirror {
             .map_err(|_| RemoteError::Thread("could not start"))?;
         Ok(Self {
             url: state.url,
+            staging: staging.to_path_buf(),
+            cuts,
             tx: Some(tx),
             thread: Some(thread),
             stats,
@@ -218,6 +227,16 @@ impl RemoteMirror {
     /// the error of the upload that failed; it is tried again at the next interval).
     pub fn ship(&self) -> Result<(), String> {
         self.ask(Request::Ship)
+    }
+
+    /// The log's position now, for a checkpoint: every record the pool has written (flush it
+    /// first) and every other file there, taken from the staging directory without waiting for
+    /// the store. Ship it with [`LogCut::shipped`] (on any thread) before writing the
+    /// checkpoint; see the `cut` module.
+    pub fn cut(&self) -> Result<LogCut, String> {
+        let tx = self.tx.clone().ok_or("the mirror is closed")?;
+        let id = cut::Cuts::lock(&self.cuts).take(&self.staging)?;
+        Ok(LogCut::new(id, tx))
     }
 
     fn ask(&self, request: fn(Sender<Result<(), String>>) -> Request) -> Result<(), String> {

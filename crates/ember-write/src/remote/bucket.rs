@@ -186,7 +186,7 @@ pub struct BucketSnapshot {
 }
 
 /// The projector config, rewritten whole: its text is kept, not its size.
-const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
+pub(super) const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
 
 /// The line a [`BucketSnapshot`]'s text starts with: the version that tells the run's objects by
 /// their markers, and the one before, by their names alone.
@@ -215,6 +215,27 @@ impl BucketSnapshot {
             }
         }
         Ok(snapshot)
+    }
+
+    /// This snapshot (the log when the run began writing to it) with what the run's mirror
+    /// shipped up to a cut: the objects a listing would count as this writer's once the cut is
+    /// shipped, as they were at the cut, without the listing (see [`LogCut`](super::LogCut)).
+    pub fn with_shipped(
+        &self,
+        shipped: super::ShippedCut,
+        exclude: &[String],
+        ownership: crate::Ownership,
+    ) -> Self {
+        let mut snapshot = self.clone();
+        snapshot.by_name_alone = false;
+        let ours = |name: &str| owned(name, exclude, ownership);
+        snapshot
+            .objects
+            .extend(shipped.objects.into_iter().filter(|(name, _)| ours(name)));
+        if shipped.projector_config.is_some() && ours(PROJECTOR_CONFIG) {
+            snapshot.projector_config = shipped.projector_config;
+        }
+        snapshot
     }
 
     /// Whether the object `name` is this writer's, `marked` the files the bucket's markers

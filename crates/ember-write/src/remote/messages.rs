@@ -32,6 +32,10 @@ pub(super) enum Request {
     Ship(Sender<Result<(), String>>),
     /// Ship what is left and stop.
     Close(Sender<Result<(), String>>),
+    /// Ship at least up to the cut of this number, and say which objects hold the log up to it.
+    ShipTo(u64, Sender<Result<super::cut::ShippedCut, String>>),
+    /// The cut of this number is not needed any more.
+    Forget(u64),
 }
 
 impl std::fmt::Debug for Request {
@@ -39,6 +43,8 @@ impl std::fmt::Debug for Request {
         f.write_str(match self {
             Request::Ship(_) => "Ship",
             Request::Close(_) => "Close",
+            Request::ShipTo(..) => "ShipTo",
+            Request::Forget(_) => "Forget",
         })
     }
 }

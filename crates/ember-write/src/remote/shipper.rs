@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
+use super::cut::{Cut, Cuts, ShippedCut};
 use super::markers::{marked_file, marker_of};
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
 
@@ -48,6 +49,11 @@ pub(super) struct Shipper {
     pub(super) url: String,
     /// For each event file (relative name): bytes shipped, segments shipped.
     pub(super) shipped: BTreeMap<String, (u64, u64)>,
+    /// For each event file this mirror shipped segments of, where each segment ends, in order
+    /// (from its first segment on: a mirror of a killed writer's staging has none).
+    pub(super) segment_ends: BTreeMap<String, Vec<u64>>,
+    /// The cuts taken and not yet shipped: no segment crosses one (see [`super::cut`]).
+    pub(super) cuts: Arc<std::sync::Mutex<Cuts>>,
     /// For each other file: the version shipped, and the version seen at the last pass.
     pub(super) whole: BTreeMap<String, (Option<Version>, Version)>,
     /// For each staged event file and export directory (a top-level name), the name its
@@ -65,10 +71,10 @@ pub(super) struct Shipper {
 }
 
 /// A file of the staging directory, by its name relative to it (`/`-separated).
-struct Staged {
-    relative: String,
-    path: PathBuf,
-    event_file: bool,
+pub(super) struct Staged {
+    pub(super) relative: String,
+    pub(super) path: PathBuf,
+    pub(super) event_file: bool,
 }
 
 impl Shipper {
@@ -89,6 +95,17 @@ impl Shipper {
                     let result = runtime.block_on(self.ship_all(true));
                     let _ = ack.send(result);
                 }
+                Ok(Request::ShipTo(id, ack)) => {
+                    let cut = Cuts::lock(&self.cuts).close(id);
+                    let result = match cut {
+                        Some(cut) => runtime
+                            .block_on(self.ship_all(true))
+                            .and_then(|()| self.shipped_cut(cut)),
+                        None => Err(format!("no cut numbered {id} is open")),
+                    };
+                    let _ = ack.send(result);
+                }
+                Ok(Request::Forget(id)) => drop(Cuts::lock(&self.cuts).close(id)),
                 Ok(Request::Close(ack)) => {
                     // The last records have nowhere else to go: a store that is down gets a
                     // while to come back before the close gives up on them.
@@ -182,7 +199,20 @@ impl Shipper {
     async fn ship_records(&mut self, file: &Staged) -> Result<(), String> {
         loop {
             let (from, segment) = self.shipped.get(&file.relative).copied().unwrap_or((0, 0));
-            let bytes = read_segment(&file.path, from, MAX_SEGMENT)
+            // The file's length and the nearest cut are read together (see `super::cut`).
+            let until = {
+                let cuts = Cuts::lock(&self.cuts);
+                let len = fs::metadata(&file.path).map_or(0, |meta| meta.len());
+                cuts.bound(&file.relative, from)
+                    .map_or(len, |cut| cut.min(len))
+            };
+            let max = usize::try_from(until.saturating_sub(from))
+                .unwrap_or(usize::MAX)
+                .min(MAX_SEGMENT);
+            if max == 0 {
+                return Ok(());
+            }
+            let bytes = read_segment(&file.path, from, max)
                 .map_err(|e| format!("reading {}: {e}", file.path.display()))?;
             let whole = whole_records(&bytes);
             if whole == 0 {
@@ -205,6 +235,10 @@ impl Shipper {
             }
             self.shipped
                 .insert(file.relative.clone(), (from + whole as u64, segment + 1));
+            let ends = self.segment_ends.entry(file.relative.clone()).or_default();
+            if ends.len() as u64 == segment {
+                ends.push(from + whole as u64);
+            }
             free_shipped(&file.path, from, whole as u64);
             self.count(|s| {
                 s.segments += 1;
@@ -370,37 +404,52 @@ impl Shipper {
         })
     }
 
-    /// Every regular file of the staging directory, its subdirectories included, in name
-    /// order; temporary files (named with a leading dot) are not the log's yet.
-    fn staged(&self) -> Result<Vec<Staged>, String> {
-        let mut files = Vec::new();
-        let mut dirs = vec![(self.staging.clone(), String::new())];
-        while let Some((dir, relative)) = dirs.pop() {
-            let entries =
-                fs::read_dir(&dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
-            for entry in entries.filter_map(Result::ok) {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') {
-                    continue;
-                }
-                let joined = if relative.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{relative}/{name}")
-                };
-                match entry.file_type() {
-                    Ok(kind) if kind.is_dir() => dirs.push((entry.path(), joined)),
-                    Ok(kind) if kind.is_file() => files.push(Staged {
-                        event_file: crate::naming::name_secs(&name).is_some(),
-                        relative: joined,
-                        path: entry.path(),
-                    }),
-                    _ => {}
-                }
+    /// The objects that hold the log up to `cut`, which every file of it has been shipped
+    /// past: each event file's segments before the cut's length (none crosses it), and every
+    /// other file then there, under the names claimed for them.
+    fn shipped_cut(&self, cut: Cut) -> Result<ShippedCut, String> {
+        let mut shipped = ShippedCut {
+            projector_config: cut.projector_config,
+            ..ShippedCut::default()
+        };
+        for (relative, len) in cut.events {
+            if len == 0 {
+                continue;
+            }
+            let ends = self
+                .segment_ends
+                .get(&relative)
+                .map_or(&[][..], Vec::as_slice);
+            let count = ends.iter().take_while(|&&end| end <= len).count();
+            if count == 0 || ends[count - 1] != len {
+                return Err(format!(
+                    "{relative} is not shipped up to the checkpoint's {len} bytes as segments \
+                     of its own"
+                ));
+            }
+            let name = self.claimed_name(&relative);
+            let mut start = 0;
+            for (index, &end) in ends[..count].iter().enumerate() {
+                shipped
+                    .objects
+                    .insert(format!("{name}.{:08}", index + 1), end - start);
+                start = end;
             }
         }
-        files.sort_by(|a, b| a.relative.cmp(&b.relative));
-        Ok(files)
+        for (relative, len) in cut.whole {
+            if !matches!(self.whole.get(&relative), Some((Some(_), _))) {
+                return Err(format!("{relative} is not shipped yet"));
+            }
+            if relative != super::cut::PROJECTOR_CONFIG {
+                shipped.objects.insert(self.object_relative(&relative), len);
+            }
+        }
+        Ok(shipped)
+    }
+
+    /// Every regular file of the staging directory: see [`staged_files`].
+    fn staged(&self) -> Result<Vec<Staged>, String> {
+        staged_files(&self.staging)
     }
 
     /// Measures the backlog between passes.
@@ -438,6 +487,38 @@ impl Shipper {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner));
     }
+}
+
+/// Every regular file of the staging directory, its subdirectories included, in name order;
+/// temporary files (named with a leading dot) are not the log's yet.
+pub(super) fn staged_files(staging: &Path) -> Result<Vec<Staged>, String> {
+    let mut files = Vec::new();
+    let mut dirs = vec![(staging.to_path_buf(), String::new())];
+    while let Some((dir, relative)) = dirs.pop() {
+        let entries = fs::read_dir(&dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let joined = if relative.is_empty() {
+                name.clone()
+            } else {
+                format!("{relative}/{name}")
+            };
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => dirs.push((entry.path(), joined)),
+                Ok(kind) if kind.is_file() => files.push(Staged {
+                    event_file: crate::naming::name_secs(&name).is_some(),
+                    relative: joined,
+                    path: entry.path(),
+                }),
+                _ => {}
+            }
+        }
+    }
+    files.sort_by(|a, b| a.relative.cmp(&b.relative));
+    Ok(files)
 }
 
 fn version(path: &Path) -> Option<Version> {

@@ -26,6 +26,10 @@ pub(crate) struct LogPlace {
     /// The checkpoint directory, relative to the log directory, when it is inside it.
     pub(crate) exclude: Vec<PathBuf>,
     pub(crate) ownership: Ownership,
+    /// A bucket's objects of this run when it began writing (after a resume's rollback): a
+    /// checkpoint's snapshot is these and what the mirror shipped since, up to its cut.
+    #[cfg(feature = "object-store")]
+    base: Option<ember_write::remote::BucketSnapshot>,
 }
 
 /// A log's position at a checkpoint.
@@ -99,7 +103,39 @@ impl LogPlace {
             dir,
             exclude,
             ownership: summary.ownership(),
+            #[cfg(feature = "object-store")]
+            base: None,
         }
+    }
+
+    /// This place, a bucket's objects of the run now recorded as what the run's checkpoints
+    /// add their shipped cuts to: one listing, when the run begins writing (after its
+    /// rollback), instead of one at every checkpoint.
+    #[cfg(feature = "object-store")]
+    pub(crate) fn with_base(mut self) -> Result<Self, CheckpointError> {
+        if let (true, Snapshot::Bucket(base)) = (self.remote(), self.take()?) {
+            self.base = Some(base);
+        }
+        Ok(self)
+    }
+
+    /// The log's position at a cut the run's mirror has shipped.
+    #[cfg(feature = "object-store")]
+    pub(crate) fn shipped(
+        &self,
+        shipped: ember_write::remote::ShippedCut,
+    ) -> Result<Snapshot, CheckpointError> {
+        let base = self.base.as_ref().ok_or_else(|| CheckpointError::Io {
+            op: "snapshot",
+            path: self.dir.clone(),
+            source: std::io::Error::other("the run's objects were not listed when it began"),
+        })?;
+        let exclude = self.excluded_objects();
+        Ok(Snapshot::Bucket(base.with_shipped(
+            shipped,
+            &exclude,
+            self.ownership,
+        )))
     }
 
     /// Whether the log directory is an object-store URL.
@@ -116,12 +152,16 @@ impl LogPlace {
             path: self.dir.clone(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        let exclude = self
-            .exclude
+        Ok((bucket, self.excluded_objects()))
+    }
+
+    /// What to leave out of a bucket's snapshot, as object names.
+    #[cfg(feature = "object-store")]
+    fn excluded_objects(&self) -> Vec<String> {
+        self.exclude
             .iter()
             .map(|p| p.to_string_lossy().replace('\\', "/"))
-            .collect();
-        Ok((bucket, exclude))
+            .collect()
     }
 
     /// The log's position now (the caller has flushed it).

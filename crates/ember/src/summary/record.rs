@@ -524,6 +524,18 @@ impl SummaryRecord {
     /// [`stats`](Self::stats) (`records_failed`, its writer's `failed`) and kept for
     /// [`take_errors`](Self::take_errors), which is where a caller that must know looks.
     pub fn flush(&mut self) -> Result<(), SummaryError> {
+        let flushed = self.flush_writers();
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            let shipped = remote.ship();
+            return flushed.and(shipped);
+        }
+        flushed
+    }
+
+    /// [`flush`](Self::flush) into the files (a URL's staging directory), without waiting
+    /// for an object store to take them.
+    pub(crate) fn flush_writers(&mut self) -> Result<(), SummaryError> {
         self.ensure_open()?;
         let mut first_error = None;
         for child in self.children.values() {
@@ -536,13 +548,15 @@ impl SummaryRecord {
         {
             first_error.get_or_insert(SummaryError::from(error));
         }
-        #[cfg(feature = "object-store")]
-        if let Some(remote) = &self.remote
-            && let Err(error) = remote.ship()
-        {
-            first_error.get_or_insert(error);
-        }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// The log's position now, for a checkpoint in a bucket, taken without waiting for the
+    /// store (flush the writers first): see [`ember_write::remote::LogCut`]. `None` where the
+    /// log directory is local.
+    #[cfg(feature = "object-store")]
+    pub(crate) fn cut_log(&self) -> Result<Option<ember_write::remote::LogCut>, SummaryError> {
+        self.remote.as_ref().map(remote::Remote::cut).transpose()
     }
 
     /// Whether the log directory is an object-store URL (written through a local staging

@@ -84,6 +84,15 @@ impl Remote {
         }
     }
 
+    /// The log's position now: see [`RemoteMirror::cut`].
+    pub(super) fn cut(&self) -> Result<ember_write::remote::LogCut, SummaryError> {
+        let mirror = self.mirror.as_ref().ok_or(SummaryError::Closed)?;
+        mirror.cut().map_err(|message| SummaryError::RemoteShip {
+            url: mirror.url().to_owned(),
+            message,
+        })
+    }
+
     /// What was shipped so far.
     pub(super) fn stats(&self) -> Option<MirrorStats> {
         self.mirror

@@ -26,10 +26,12 @@ use crate::checkpoint::log_place::{LogPlace, Snapshot};
 use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded};
 use crate::faults::SummaryFaults;
 
+mod log_at;
 mod meta;
 mod position;
 mod sections;
 
+use log_at::{Taken, flushed_snapshot};
 use meta::{Fields, decode_meta, decode_part_position, encode_meta, encode_part_meta};
 pub(crate) use position::{EpochTotals, Identity, Position};
 use sections::{
@@ -116,11 +118,12 @@ impl Checkpointer {
         }
         self.wait()?;
         let mut lost_from = None;
-        let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some(Taken::Snapshot(place, snapshot, lost)) => {
+        let log_at = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
+            Some(Taken::At(at, lost)) => {
                 lost_from = lost;
-                Some((place, snapshot))
+                Some(*at)
             }
+            #[cfg(feature = "object-store")]
             Some(Taken::Skipped) => {
                 self.pass_over(optimizer_steps, position.epoch_done);
                 return Ok(());
@@ -139,13 +142,10 @@ impl Checkpointer {
         let meta = encode_meta(position, steps, optimizer_steps, state, identity, lost_from);
         let stamp = job_stamp(optimizer_steps, position.epoch_done);
         let build = move || -> Result<Checkpoint, CheckpointError> {
-            // The log's bytes the snapshot counts reach the disk before the checkpoint that
-            // relies on them does.
-            let log = match snapshot {
-                Some((place, snapshot)) => {
-                    snapshot.sync(&place)?;
-                    snapshot.encode()
-                }
+            // The log's records the snapshot counts reach the disk, or the store, before the
+            // checkpoint that relies on them does.
+            let log = match log_at {
+                Some(at) => at.settled()?.encode(),
                 None => String::new(),
             };
             let record_err = |what| {
@@ -228,10 +228,16 @@ impl Checkpointer {
             return Ok(true);
         }
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some(Taken::Snapshot(place, snapshot, _)) => {
-                snapshot.sync(&place)?;
-                snapshot.encode()
-            }
+            Some(Taken::At(at, _)) => match (at.remote(), (*at).settled()) {
+                (_, Ok(snapshot)) => snapshot.encode(),
+                (true, Err(error)) => {
+                    log::warn!("skipping a checkpoint: {error}");
+                    self.pass_over(optimizer_steps, epoch_done);
+                    return Ok(false);
+                }
+                (false, Err(error)) => return Err(error.into()),
+            },
+            #[cfg(feature = "object-store")]
             Some(Taken::Skipped) => {
                 self.pass_over(optimizer_steps, epoch_done);
                 return Ok(false);
@@ -345,42 +351,6 @@ fn same_directory(
     }
 }
 
-/// Flushes the summaries and records the log's lengths: the log's position at this
-/// checkpoint (the fsync is the caller's, on whichever thread may wait for the disk). Every
-/// writer has flushed before the lengths are taken; a flush error goes where the record's
-/// policy sends it (raised: no checkpoint; logged: counted, and the snapshot records the files
-/// as the failed writer left them).
-///
-/// An object-store log is snapshot only when the flush shipped everything: records still in the
-/// staging directory would be shipped after the snapshot, as if they came after the checkpoint,
-/// and a resume would remove them. With the store down, the checkpoint is skipped (logged); the
-/// next one is tried as usual.
-fn flushed_snapshot(
-    (place, summary): (&LogPlace, &mut SummaryRecord),
-    faults: &mut SummaryFaults,
-) -> Result<Taken, TrainError> {
-    let flushed = summary.flush();
-    let shipped = flushed.is_ok();
-    faults.check(flushed)?;
-    if place.remote() && !shipped {
-        log::warn!(
-            "skipping a checkpoint: {} has not taken every record yet",
-            place.dir.display()
-        );
-        return Ok(Taken::Skipped);
-    }
-    // Read after the flush: every record up to this step has its fate.
-    let lost_from = summary.first_lost_step();
-    match place.take() {
-        Ok(snapshot) => Ok(Taken::Snapshot(place.clone(), snapshot, lost_from)),
-        Err(error) if place.remote() => {
-            log::warn!("skipping a checkpoint: {error}");
-            Ok(Taken::Skipped)
-        }
-        Err(error) => Err(error.into()),
-    }
-}
-
 /// Warns of each gap a resumed run found in its log (records lost while training went on,
 /// before the checkpoint it went on from: a resume cannot write them again), and notes it in the
 /// log at its first step under [`LOG_GAP_TAG`](crate::LOG_GAP_TAG), once: the checkpoints after
@@ -406,14 +376,6 @@ pub(crate) fn note_log_gaps(
         faults.check(summary.add_text(crate::LOG_GAP_TAG, &note, from))?;
     }
     Ok(())
-}
-
-/// What [`flushed_snapshot`] took.
-enum Taken {
-    /// The log's place and position, and the first step its record lost, if any.
-    Snapshot(LogPlace, Snapshot, Option<i64>),
-    /// No checkpoint now: the log's store is not taking what was written.
-    Skipped,
 }
 
 /// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,

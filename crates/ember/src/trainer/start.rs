@@ -92,6 +92,9 @@ impl<M: Trainable> Trainer<M> {
             }
             None => (model, None),
         };
+        // What the run's checkpoints in a bucket add their log's cuts to, the log rolled back.
+        #[cfg(feature = "object-store")]
+        let log_place = log_place.map(LogPlace::with_base).transpose()?;
         // A resharded run's checkpoints name the devices it started on, whose data split it
         // goes on with.
         let identity = Identity {

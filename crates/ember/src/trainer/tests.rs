@@ -129,7 +129,7 @@ fn a_run_in_a_bucket_resumes_from_the_bucket_bit_identical_with_one_log() {
     for crash_at in [5, 8, 11] {
         let run = format!("crash-{crash_at}");
         let crashed = catch_unwind(AssertUnwindSafe(|| {
-            fit_in_bucket(bucket.path(), &run, Some(crash_at), false, 1)
+            fit_in_bucket(bucket.path(), &run, Some(crash(crash_at)), false, 1)
         }));
         assert!(crashed.is_err());
         let (url, result) = fit_in_bucket(bucket.path(), &run, None, true, 100 + crash_at as u64);
@@ -147,15 +147,132 @@ fn a_run_in_a_bucket_resumes_from_the_bucket_bit_identical_with_one_log() {
     }
 }
 
+/// A crash at pool step `step`, for [`fit_in_bucket`].
+#[cfg(feature = "object-store")]
+fn crash(step: usize) -> OnStep {
+    Box::new(move |report: &StepReport| {
+        if report.step == step as i64 {
+            panic!("simulated crash at step {step}");
+        }
+    })
+}
+
+#[cfg(feature = "object-store")]
+type OnStep = Box<dyn FnMut(&StepReport) + Send>;
+
+/// A checkpoint in a bucket is written only once the log up to it is in the store: one taken
+/// while the store refuses the log's segments is not written (the run goes on), the next one,
+/// once they go through again, is. Crashed after that and resumed, the run ends as one never
+/// stopped, each step once in its log.
+#[cfg(feature = "object-store")]
+#[test]
+fn a_checkpoint_in_a_bucket_is_written_only_once_its_log_up_to_it_is_in_the_store() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    let bucket = tempfile::tempdir().unwrap();
+    let (whole, result) = fit_in_bucket(bucket.path(), "whole", None, false, 1);
+    let (expected, whole_report) = result.unwrap();
+    let expected_series = comparable_series(&whole);
+    // The segments' next names taken by directories from step 5 (once the first checkpoint,
+    // at step 4, is written, which is after its log's segments are) to step 9: the log's
+    // uploads fail meanwhile, its checkpoints' objects do not. Of the checkpoints at steps 4,
+    // 6 (the epoch's end), 8 and 12, the one at 6 is shipped while they fail (the one at 8
+    // may be, or may be shipped once they go through again).
+    let segments_refused = |dir: std::path::PathBuf, crash_at: Option<usize>| -> OnStep {
+        Box::new(move |report: &StepReport| match report.step {
+            5 => {
+                let first = dir.join("checkpoints/ckpt-000000000001.ember");
+                let waited = std::time::Instant::now();
+                while !first.exists() && waited.elapsed() < std::time::Duration::from_secs(60) {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                refuse_next_segments(&dir, true);
+            }
+            9 => refuse_next_segments(&dir, false),
+            step if Some(step as usize) == crash_at => panic!("simulated crash at step {step}"),
+            _ => {}
+        })
+    };
+    let not_written =
+        |dir: &std::path::Path| !dir.join("checkpoints/ckpt-000000000002.ember").exists();
+    let refused = bucket.path().join("refused");
+    let (url, result) = fit_in_bucket(
+        bucket.path(),
+        "refused",
+        Some(segments_refused(refused.clone(), None)),
+        false,
+        1,
+    );
+    let (got, report) = result.unwrap();
+    assert_eq!(whole_report.checkpoints_written, 4, "{whole_report:?}");
+    assert!(
+        (2..=3).contains(&report.checkpoints_written) && not_written(&refused),
+        "{report:?}"
+    );
+    assert_eq!(got, expected);
+    assert_eq!(comparable_series(&url), expected_series);
+
+    let crashed = bucket.path().join("crashed");
+    let hook = segments_refused(crashed.clone(), Some(10));
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        fit_in_bucket(bucket.path(), "crashed", Some(hook), false, 1)
+    }));
+    assert!(run.is_err());
+    assert!(not_written(&crashed));
+    let (url, result) = fit_in_bucket(bucket.path(), "crashed", None, true, 7);
+    let (got, report) = result.unwrap();
+    let from = report.resumed_from.expect("resumed");
+    assert!(
+        from.ends_with("ckpt-000000000001.ember") || from.ends_with("ckpt-000000000003.ember"),
+        "{from:?}"
+    );
+    assert_eq!(got, expected);
+    assert_eq!(comparable_series(&url), expected_series);
+}
+
+/// Makes (or removes) directories at the next 100 segment names of every event file in the
+/// file-store run directory `dir`, so that their uploads fail.
+#[cfg(feature = "object-store")]
+fn refuse_next_segments(dir: &std::path::Path, refuse: bool) {
+    let mut last: std::collections::BTreeMap<String, u32> = Default::default();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((file, segment)) = name.rsplit_once('.') else {
+            continue;
+        };
+        if file.starts_with("events.out.tfevents.")
+            && let Ok(segment) = segment.parse::<u32>()
+        {
+            let at = last.entry(file.to_owned()).or_default();
+            *at = (*at).max(segment);
+        }
+    }
+    for (file, segment) in last {
+        for next in segment + 1..segment + 100 {
+            let path = dir.join(format!("{file}.{next:08}"));
+            if refuse {
+                std::fs::create_dir_all(&path).unwrap();
+            } else if path.is_dir() {
+                std::fs::remove_dir(&path).unwrap();
+            }
+        }
+    }
+}
+
 /// Trains run `run` with its log and checkpoints under `file://<bucket>/<run>`: 2 workers,
-/// accumulation 2, histograms and a checkpoint every 2 optimizer steps; panicking at pool step
-/// `crash_at`, and resuming from the bucket's checkpoints when `resume`. `seed` initialises
-/// the model (a resumed run's must not matter). Returns the run's URL and its parameters.
+/// accumulation 2, histograms and a checkpoint every 2 optimizer steps; `on_step` after each
+/// step (a crash, say), and resuming from the bucket's checkpoints when `resume`. `seed`
+/// initialises the model (a resumed run's must not matter). Returns the run's URL and its
+/// parameters.
 #[cfg(feature = "object-store")]
 fn fit_in_bucket(
     bucket: &std::path::Path,
     run: &str,
-    crash_at: Option<usize>,
+    on_step: Option<OnStep>,
     resume: bool,
     seed: u64,
 ) -> (String, Result<(Vec<f32>, TrainReport), TrainError>) {
@@ -182,12 +299,8 @@ fn fit_in_bucket(
             ..TrainerConfig::default()
         },
     );
-    if let Some(step) = crash_at {
-        trainer = trainer.on_step(move |report| {
-            if report.step == step as i64 {
-                panic!("simulated crash at step {step}");
-            }
-        });
+    if let Some(on_step) = on_step {
+        trainer = trainer.on_step(on_step);
     }
     if resume {
         trainer = trainer.resume_from(&checkpoints);
