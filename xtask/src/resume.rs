@@ -302,7 +302,14 @@ fn resume_or_restart(
         &format!("resuming {name}"),
         &run.with_extension("resume.log"),
     )?;
-    if !resumed.success && resumed.output.contains("no checkpoint to resume from") {
+    // Killed before `ember train` wrote its command line (a first run on a cold machine may
+    // take that long), the run cannot say how it was started: `--restart` takes the arguments.
+    let command_lost = !resumed.success
+        && resumed
+            .output
+            .contains("is not a run `ember train` can resume");
+    if command_lost || (!resumed.success && resumed.output.contains("no checkpoint to resume from"))
+    {
         // burn-train's own checkpoints may be torn where ember's snapshots are whole.
         ensure!(
             !checkpointed
@@ -323,8 +330,12 @@ fn resume_or_restart(
             run.display()
         );
         hits.refused += 1;
+        let mut restart = program.command(dir, run, Begin::Restart);
+        if let (true, Program::Cli { format, .. }) = (command_lost, program) {
+            restart.args(TRAIN_ARGS).args(["--format", format]);
+        }
         run_limited(
-            program.command(dir, run, Begin::Restart),
+            restart,
             &format!("restarting {name}"),
             &run.with_extension("restart.log"),
         )
