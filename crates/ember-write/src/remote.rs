@@ -23,7 +23,10 @@
 //!   it) after the pool has written it, and at once when [`ship`](RemoteMirror::ship) is
 //!   called (a flush, a close);
 //! - shipped records leave the local disk (a hole is punched where they were, on Linux), so
-//!   the staging directory holds about what is not in the store yet.
+//!   the staging directory holds about what is not in the store yet;
+//! - a checkpoint's position in the log is a [`LogCut`], taken from the staging directory
+//!   without waiting for the store: no segment crosses it, and once it is shipped the mirror
+//!   names the objects up to it (see `cut`).
 //!
 //! Credentials, endpoint and region come from the environment as the `object_store` crate reads
 //! them (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
@@ -60,14 +63,17 @@ mod bucket;
 mod cut;
 mod download;
 pub mod lease;
+mod log_cut;
 mod markers;
 mod shipper;
+mod staged;
 pub(crate) mod staging;
 
 pub use bucket::{Bucket, BucketSnapshot, Listed};
-pub use cut::{LogCut, ShippedCut};
+pub use cut::ShippedCut;
 pub use download::{Downloaded, download, download_private};
 pub use lease::{LeaseHolder, LeaseTiming, check_lease};
+pub use log_cut::LogCut;
 use shipper::Shipper;
 pub use staging::{new_staging, staging_parent};
 

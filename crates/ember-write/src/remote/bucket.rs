@@ -7,6 +7,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::markers::{marked_file, marked_files};
+use super::staged::PROJECTOR_CONFIG;
 use super::store::{RemoteError, in_short, open_store, outside_any_runtime};
 
 /// A prefix of an object store (`s3://bucket/run/checkpoints`), its objects read and written
@@ -185,9 +186,6 @@ pub struct BucketSnapshot {
     by_name_alone: bool,
 }
 
-/// The projector config, rewritten whole: its text is kept, not its size.
-pub(super) const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
-
 /// The line a [`BucketSnapshot`]'s text starts with: the version that tells the run's objects by
 /// their markers, and the one before, by their names alone.
 const BUCKET_SNAPSHOT: &str = "bucket-snapshot 2";
@@ -222,7 +220,7 @@ impl BucketSnapshot {
     /// shipped, as they were at the cut, without the listing (see [`LogCut`](super::LogCut)).
     pub fn with_shipped(
         &self,
-        shipped: super::ShippedCut,
+        shipped: super::cut::ShippedCut,
         exclude: &[String],
         ownership: crate::Ownership,
     ) -> Self {

@@ -7,7 +7,7 @@
 //! alone, how long each event file is (the pool has just flushed, so each ends on a whole
 //! record) and which other files there are. From then on the mirror never lets a segment cross
 //! a cut's length, so the objects up to the cut are exactly the segments before it; the
-//! checkpoint thread asks for the cut to be shipped ([`LogCut::shipped`]) and gets those
+//! checkpoint thread asks for the cut to be shipped ([`LogCut::shipped`](super::LogCut::shipped)) and gets those
 //! objects' names from the mirror's own account of what it uploaded, without a listing. A
 //! checkpoint written after that is written after its log is in the store: one that exists is
 //! whole.
@@ -19,12 +19,9 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::messages::Request;
-
-pub(super) use super::bucket::PROJECTOR_CONFIG;
+use super::staged::{PROJECTOR_CONFIG, staged_files};
 
 /// The cuts not yet shipped, shared by the mirror's handle and its thread.
 #[derive(Debug, Default)]
@@ -61,7 +58,7 @@ impl Cuts {
     /// Records the staging directory as it is now; its number.
     pub(super) fn take(&mut self, staging: &Path) -> Result<u64, String> {
         let mut cut = Cut::default();
-        for file in super::shipper::staged_files(staging)? {
+        for file in staged_files(staging)? {
             let len = fs::metadata(&file.path)
                 .map_err(|e| format!("reading {}: {e}", file.path.display()))?
                 .len();
@@ -86,40 +83,6 @@ impl Cuts {
     /// The cut `id`, no longer open.
     pub(super) fn close(&mut self, id: u64) -> Option<Cut> {
         self.open.remove(&id)
-    }
-}
-
-/// A cut of the log, to be shipped (on any thread) before the checkpoint that relies on it is
-/// written; see the module docs. Dropped unshipped, it no longer bounds the mirror's segments.
-#[derive(Debug)]
-pub struct LogCut {
-    id: u64,
-    tx: Option<Sender<Request>>,
-}
-
-impl LogCut {
-    pub(super) fn new(id: u64, tx: Sender<Request>) -> Self {
-        Self { id, tx: Some(tx) }
-    }
-
-    /// Returns once the log up to the cut is in the store, with the objects that hold it (an
-    /// error where an upload failed or the mirror has closed: the checkpoint then must not be
-    /// written).
-    pub fn shipped(mut self) -> Result<ShippedCut, String> {
-        let tx = self.tx.take().ok_or("the cut was shipped already")?;
-        let (ack, done) = mpsc::channel();
-        tx.send(Request::ShipTo(self.id, ack))
-            .map_err(|_| "the mirror has closed".to_owned())?;
-        done.recv()
-            .map_err(|_| "the mirror's thread stopped".to_owned())?
-    }
-}
-
-impl Drop for LogCut {
-    fn drop(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send(Request::Forget(self.id));
-        }
     }
 }
 

@@ -25,6 +25,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 use super::cut::{Cut, Cuts, ShippedCut};
 use super::markers::{marked_file, marker_of};
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
+use super::staged::{PROJECTOR_CONFIG, Staged, staged_files};
 
 /// The most bytes of records one segment object holds: far under the 5 GiB a single PUT may
 /// carry on S3, and what the shipper holds in memory at once.
@@ -68,13 +69,6 @@ pub(super) struct Shipper {
     /// The run's lease, when the mirror holds one: renewed between passes and between the
     /// files of a pass, released at the close.
     pub(super) lease: Option<super::lease::Lease>,
-}
-
-/// A file of the staging directory, by its name relative to it (`/`-separated).
-pub(super) struct Staged {
-    pub(super) relative: String,
-    pub(super) path: PathBuf,
-    pub(super) event_file: bool,
 }
 
 impl Shipper {
@@ -440,7 +434,7 @@ impl Shipper {
             if !matches!(self.whole.get(&relative), Some((Some(_), _))) {
                 return Err(format!("{relative} is not shipped yet"));
             }
-            if relative != super::cut::PROJECTOR_CONFIG {
+            if relative != PROJECTOR_CONFIG {
                 shipped.objects.insert(self.object_relative(&relative), len);
             }
         }
@@ -487,38 +481,6 @@ impl Shipper {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner));
     }
-}
-
-/// Every regular file of the staging directory, its subdirectories included, in name order;
-/// temporary files (named with a leading dot) are not the log's yet.
-pub(super) fn staged_files(staging: &Path) -> Result<Vec<Staged>, String> {
-    let mut files = Vec::new();
-    let mut dirs = vec![(staging.to_path_buf(), String::new())];
-    while let Some((dir, relative)) = dirs.pop() {
-        let entries = fs::read_dir(&dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
-        for entry in entries.filter_map(Result::ok) {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            let joined = if relative.is_empty() {
-                name.clone()
-            } else {
-                format!("{relative}/{name}")
-            };
-            match entry.file_type() {
-                Ok(kind) if kind.is_dir() => dirs.push((entry.path(), joined)),
-                Ok(kind) if kind.is_file() => files.push(Staged {
-                    event_file: crate::naming::name_secs(&name).is_some(),
-                    relative: joined,
-                    path: entry.path(),
-                }),
-                _ => {}
-            }
-        }
-    }
-    files.sort_by(|a, b| a.relative.cmp(&b.relative));
-    Ok(files)
 }
 
 fn version(path: &Path) -> Option<Version> {
