@@ -59,7 +59,8 @@ pub(crate) struct Resumed<M> {
 
 /// Writes a run's checkpoints: the state is taken on the training thread (it must be this
 /// step's), the file written, fsynced and renamed on a thread of its own, so that training
-/// goes on while the disk works; one write at a time, the next waiting for the last.
+/// goes on while the disk or the store works; up to [`IN_FLIGHT`] at a time, the next waiting
+/// for the oldest beyond that.
 pub(crate) struct Checkpointer {
     store: Checkpoints,
     /// What the local checkpoint directory was when the run began writing to it: a write finds
@@ -67,7 +68,7 @@ pub(crate) struct Checkpointer {
     dir_identity: Option<(u64, u64)>,
     every: Option<usize>,
     next_seq: u64,
-    in_flight: Option<JoinHandle<Result<PathBuf, CheckpointError>>>,
+    in_flight: std::collections::VecDeque<JoinHandle<Result<PathBuf, CheckpointError>>>,
     /// The job's optimizer step and epoch state of the last checkpoint taken, not to take it
     /// twice.
     last: Option<(usize, bool)>,
@@ -85,7 +86,7 @@ impl Checkpointer {
             dir_identity: durable::identity(&config.dir),
             store,
             every: config.every.filter(|n| *n > 0),
-            in_flight: None,
+            in_flight: std::collections::VecDeque::new(),
             last: None,
             written: 0,
             failed: 0,
@@ -116,7 +117,7 @@ impl Checkpointer {
         if self.last == Some((optimizer_steps, position.epoch_done)) {
             return Ok(());
         }
-        self.wait()?;
+        self.make_room()?;
         let mut lost_from = None;
         let log_at = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
             Some(Taken::At(at, lost)) => {
@@ -202,7 +203,7 @@ impl Checkpointer {
                 path: self.store.dir().to_path_buf(),
                 source,
             })?;
-        self.in_flight = Some(writing);
+        self.in_flight.push_back(writing);
         Ok(())
     }
 
@@ -271,35 +272,66 @@ impl Checkpointer {
         self.last = Some((optimizer_steps, epoch_done));
     }
 
-    /// Waits for the checkpoint being written, if any. A checkpoint a bucket did not take (the
-    /// store is down), or a full disk had no room for, is logged and passed over: the run goes
-    /// on (its model is worth more than the checkpoint), and the next checkpoint is tried as
-    /// usual; the one before it stays the newest whole one. Any other failure ends the run.
+    /// Waits for every checkpoint being written; see [`finished`](Self::finished) for what
+    /// a failed one does.
     pub(crate) fn wait(&mut self) -> Result<(), TrainError> {
-        if let Some(handle) = self.in_flight.take() {
-            match handle.join().map_err(|_| CheckpointError::WriterPanicked)? {
-                Ok(_) => self.written += 1,
-                Err(error) if self.store.is_remote() => {
-                    log::warn!("a checkpoint was not written ({error}); training goes on");
-                }
-                Err(error) if no_room(&error) => {
-                    self.failed += 1;
-                    // The first says it; the disk stays full for the ones after, as a rule.
-                    if self.failed == 1 {
-                        log::error!(
-                            "a checkpoint was not written ({error}); training goes on, and a \
-                             resume goes on from the last one written until there is room"
-                        );
-                    } else {
-                        log::debug!("a checkpoint was not written: {error}");
-                    }
-                }
-                Err(error) => return Err(error.into()),
+        while let Some(handle) = self.in_flight.pop_front() {
+            self.finished(handle)?;
+        }
+        Ok(())
+    }
+
+    /// Collects the checkpoints written meanwhile, and waits for the oldest while
+    /// [`IN_FLIGHT`] are being written: a store slower than the checkpoints come holds
+    /// training up only once that many are queued (each holds a snapshot of the model and
+    /// optimizer, which Burn copies once training writes over it).
+    fn make_room(&mut self) -> Result<(), TrainError> {
+        while let Some(handle) = self.in_flight.pop_front() {
+            if handle.is_finished() || self.in_flight.len() + 1 >= IN_FLIGHT {
+                self.finished(handle)?;
+            } else {
+                self.in_flight.push_front(handle);
+                break;
             }
         }
         Ok(())
     }
+
+    /// The result of a checkpoint's thread. A checkpoint a bucket did not take (the store is
+    /// down), or a full disk had no room for, is logged and passed over: the run goes on (its
+    /// model is worth more than the checkpoint), and the next checkpoint is tried as usual; the
+    /// one before it stays the newest whole one. Any other failure ends the run.
+    fn finished(
+        &mut self,
+        handle: JoinHandle<Result<PathBuf, CheckpointError>>,
+    ) -> Result<(), TrainError> {
+        match handle.join().map_err(|_| CheckpointError::WriterPanicked)? {
+            Ok(_) => self.written += 1,
+            Err(error) if self.store.is_remote() => {
+                log::warn!("a checkpoint was not written ({error}); training goes on");
+            }
+            Err(error) if no_room(&error) => {
+                self.failed += 1;
+                // The first says it; the disk stays full for the ones after, as a rule.
+                if self.failed == 1 {
+                    log::error!(
+                        "a checkpoint was not written ({error}); training goes on, and a \
+                             resume goes on from the last one written until there is room"
+                    );
+                } else {
+                    log::debug!("a checkpoint was not written: {error}");
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+        Ok(())
+    }
 }
+
+/// How many checkpoints may be written at once: two lets the next be taken while the store
+/// still takes the last (a bucket's round trips can outlast the steps between them) without
+/// holding training up.
+const IN_FLIGHT: usize = 2;
 
 /// The section every rank's part and rank 0's checkpoint carry alike: the job's optimizer
 /// step (the same on every rank, whose pool steps differ once a shard is done), which
