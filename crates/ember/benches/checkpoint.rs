@@ -19,7 +19,8 @@
 //!    bucket, where a checkpoint also waits until every record before it is in the bucket; and
 //!    the every-step run with its checkpoints in the bucket. `cargo xtask objects --bench` starts a loopback S3 server (moto) and runs it so.
 //!
-//! `cargo bench -p ember --bench checkpoint [-- PAIRS]`
+//! `cargo bench -p ember --bench checkpoint [-- PAIRS] [trainer]` (`trainer`: 2. and 3.'s Trainer
+//! runs alone)
 
 #[path = "support/stats.rs"]
 mod stats;
@@ -257,20 +258,24 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(40);
+    // `trainer`: the Trainer runs (2.) alone.
+    let trainer_only = std::env::args().any(|a| a == "trainer");
     let device = Device::flex().autodiff();
     let bucket = bucket();
-    checkpoint_cost(
-        "digits MLP 64-64-10",
-        Mlp::new(&[64, 64, 10], &device),
-        50,
-        bucket.as_ref(),
-    );
-    checkpoint_cost(
-        "MLP 64-3136-3136-10",
-        Mlp::new(&[64, 3136, 3136, 10], &device),
-        7,
-        bucket.as_ref(),
-    );
+    if !trainer_only {
+        checkpoint_cost(
+            "digits MLP 64-64-10",
+            Mlp::new(&[64, 64, 10], &device),
+            50,
+            bucket.as_ref(),
+        );
+        checkpoint_cost(
+            "MLP 64-3136-3136-10",
+            Mlp::new(&[64, 3136, 3136, 10], &device),
+            7,
+            bucket.as_ref(),
+        );
+    }
     if let Some(bucket) = &bucket {
         in_the_bucket(pairs, bucket);
     }

@@ -115,3 +115,58 @@ fn a_snapshot_is_unchanged_by_the_steps_after_it() {
     );
     assert_eq!(bytes(shared_model, &shared_optimizer), at_the_step);
 }
+
+/// A checkpoint taken while one is still being written goes out beside it; the next waits
+/// only for the oldest, then training goes on with one in flight; every one is written.
+#[test]
+fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_oldest() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex, mpsc};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
+    let mut checkpointer = Checkpointer::new(&config).unwrap();
+    // Each checkpoint's thread waits for its own release.
+    let mut releases = Vec::new();
+    let mut taken = |checkpointer: &mut Checkpointer| {
+        checkpointer.make_room().unwrap();
+        let (release, released) = mpsc::channel::<()>();
+        releases.push(release);
+        let released = Mutex::new(released);
+        checkpointer
+            .write_in_background(move || {
+                released.lock().unwrap().recv().unwrap();
+                Ok(Checkpoint::new().with("meta", b"m".to_vec()))
+            })
+            .unwrap();
+    };
+    taken(&mut checkpointer);
+    taken(&mut checkpointer);
+    assert_eq!(checkpointer.in_flight.len(), 2, "the second did not wait");
+
+    let first_done = Arc::new(AtomicBool::new(false));
+    let release_first = releases[0].clone();
+    let done = Arc::clone(&first_done);
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        done.store(true, Ordering::SeqCst);
+        release_first.send(()).unwrap();
+    });
+    checkpointer.make_room().unwrap();
+    assert!(
+        first_done.load(Ordering::SeqCst),
+        "a third went out before the oldest was written"
+    );
+    assert_eq!((checkpointer.in_flight.len(), checkpointer.written), (1, 1));
+    releaser.join().unwrap();
+
+    releases[1].send(()).unwrap();
+    checkpointer.wait().unwrap();
+    assert_eq!(checkpointer.written, 2);
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".ember"))
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
