@@ -308,11 +308,14 @@ fn resume_or_restart(
         && resumed
             .output
             .contains("is not a run `ember train` can resume");
-    if command_lost || (!resumed.success && resumed.output.contains("no checkpoint to resume from"))
-    {
+    // Killed after its last checkpoint, while it closed: finished, which a resume refuses.
+    let finished = !resumed.success && resumed.output.contains("has finished");
+    let no_checkpoint = !resumed.success && resumed.output.contains("no checkpoint to resume from");
+    if command_lost || finished || no_checkpoint {
         // burn-train's own checkpoints may be torn where ember's snapshots are whole.
         ensure!(
-            !checkpointed
+            finished
+                || !checkpointed
                 || matches!(
                     program,
                     Program::Library {
@@ -329,7 +332,11 @@ fn resume_or_restart(
             "{}: the refused resume changed the run's files",
             run.display()
         );
-        hits.refused += 1;
+        if finished {
+            hits.finished_then_restarted += 1;
+        } else {
+            hits.refused += 1;
+        }
         let mut restart = program.command(dir, run, Begin::Restart);
         if let (true, Program::Cli { format, .. }) = (command_lost, program) {
             restart.args(TRAIN_ARGS).args(["--format", format]);
@@ -352,6 +359,8 @@ struct Hits {
     before_first_checkpoint: usize,
     /// Resumes refused for want of a whole checkpoint, the run then restarted.
     refused: usize,
+    /// Resumes refused for a run killed after its last checkpoint, the run then restarted.
+    finished_then_restarted: usize,
     during_checkpoint: usize,
     torn_summary_tail: usize,
 }
@@ -411,12 +420,14 @@ impl std::fmt::Display for Hits {
         write!(
             f,
             "{} kills ({} runs finished first): {} before the first checkpoint ({} resumes \
-             refused, changing nothing, then restarted), {} during a checkpoint write, {} left a \
-             torn summary record",
+             refused, changing nothing, then restarted), {} after the last (refused as \
+             finished, then restarted), {} during a checkpoint write, {} left a torn summary \
+             record",
             self.killed,
             self.finished_first,
             self.before_first_checkpoint,
             self.refused,
+            self.finished_then_restarted,
             self.during_checkpoint,
             self.torn_summary_tail
         )
