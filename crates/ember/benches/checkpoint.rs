@@ -27,6 +27,7 @@ mod stats;
 #[path = "support/trainer_run.rs"]
 mod trainer_run;
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use burn::module::Module;
@@ -38,7 +39,7 @@ use burn::tensor::{Bytes, Device, Tensor};
 use ember::checkpoint::{Checkpoint, write_durably};
 use ember::{CheckpointConfig, SummaryRecord};
 use stats::quantile;
-use trainer_run::{SMALL, Size, run_sized};
+use trainer_run::{SMALL, Size, run_reported};
 
 /// An MLP of the given widths, ReLU between layers.
 #[derive(Module, Debug)]
@@ -329,17 +330,23 @@ fn paired(
     (size, every): (Size, usize),
     checkpoints: impl Fn() -> Option<CheckpointConfig>,
 ) {
+    let (stall, end_wait) = (Cell::new(Duration::ZERO), Cell::new(Duration::ZERO));
     let mut run = |on: bool| {
-        run_sized(
+        let (took, report) = run_reported(
             summary.as_deref_mut(),
             on.then(&checkpoints).flatten(),
             size,
-        )
+        );
+        stall.set(stall.get() + report.checkpoint_stall);
+        end_wait.set(end_wait.get() + report.checkpoint_end_wait);
+        took
     };
     for _ in 0..2 {
         run(false);
         run(true);
     }
+    stall.set(Duration::ZERO);
+    end_wait.set(Duration::ZERO);
     let mut ratios = Vec::with_capacity(pairs);
     let (mut off_total, mut on_total) = (Duration::ZERO, Duration::ZERO);
     for pair in 0..pairs {
@@ -354,6 +361,7 @@ fn paired(
         on_total += on;
         ratios.push(on.as_secs_f64() / off.as_secs_f64());
     }
+    let (stall, end_wait) = (stall.get(), end_wait.get());
     ratios.sort_by(f64::total_cmp);
     // Every `every` steps, and at the epoch's end unless a step's checkpoint is there already.
     let per_run = size.steps / every + usize::from(size.steps % every != 0) + 1;
@@ -361,7 +369,8 @@ fn paired(
         "Trainer, {} steps on 2 workers, {what}, checkpoints every {every} optimizer step(s) \
          and at the epoch's end ({per_run} a run) vs none, {pairs} pairs: on/off median {:.3} \
          (quartiles {:.3}-{:.3}); totals off {:.1} ms ({:.2} ms a step), on {:.1} ms ({:.3}), \
-         {:.2} ms a checkpoint",
+         {:.2} ms a checkpoint; the training thread held up {:.2} ms a checkpoint while it \
+         trained, and {:.1} ms a run at its end for the last to be written",
         size.steps,
         quantile(&ratios, 0.5),
         quantile(&ratios, 0.25),
@@ -370,7 +379,9 @@ fn paired(
         off_total.as_secs_f64() * 1e3 / (pairs * size.steps) as f64,
         on_total.as_secs_f64() * 1e3,
         on_total.as_secs_f64() / off_total.as_secs_f64(),
-        (on_total.as_secs_f64() - off_total.as_secs_f64()) * 1e3 / (pairs * per_run) as f64
+        (on_total.as_secs_f64() - off_total.as_secs_f64()) * 1e3 / (pairs * per_run) as f64,
+        stall.as_secs_f64() * 1e3 / (pairs * per_run) as f64,
+        end_wait.as_secs_f64() * 1e3 / pairs as f64
     );
 }
 

@@ -50,6 +50,15 @@ pub(crate) fn run_sized(
     checkpoints: Option<CheckpointConfig>,
     size: Size,
 ) -> Duration {
+    run_reported(summary, checkpoints, size).0
+}
+
+/// [`run_sized`], with the run's report.
+pub(crate) fn run_reported(
+    summary: Option<&mut SummaryRecord>,
+    checkpoints: Option<CheckpointConfig>,
+    size: Size,
+) -> (Duration, ember::TrainReport) {
     let device = Device::flex().autodiff();
     let train = regression_loader(11, size.steps * 2 * size.batch, size.batch, &device);
     let trainer = Trainer::<Mlp>::new(
@@ -65,8 +74,8 @@ pub(crate) fn run_sized(
     );
     let model = Mlp::new(size.hidden, &device);
     let started = Instant::now();
-    trainer
+    let (_, report) = trainer
         .fit(model, train, None, summary)
         .expect("training runs");
-    started.elapsed()
+    (started.elapsed(), report)
 }

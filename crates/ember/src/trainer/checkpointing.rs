@@ -75,6 +75,9 @@ pub(crate) struct Checkpointer {
     pub(crate) written: usize,
     /// Checkpoints the disk had no room for (the run went on without them).
     pub(crate) failed: usize,
+    /// How long taking checkpoints held the training thread up (see
+    /// [`TrainReport::checkpoint_stall`](crate::TrainReport::checkpoint_stall)).
+    pub(crate) stalled: std::time::Duration,
 }
 
 impl Checkpointer {
@@ -90,6 +93,7 @@ impl Checkpointer {
             last: None,
             written: 0,
             failed: 0,
+            stalled: std::time::Duration::ZERO,
         })
     }
 

@@ -78,6 +78,14 @@ pub struct TrainReport {
     pub log_gaps: Vec<LogGap>,
     /// For a resumed run, how long each part of going on took, up to its first optimizer step.
     pub recovery: Option<Recovery>,
+    /// How long this process's checkpoints held the training thread up while it trained:
+    /// taking each (the log flushed and its position taken, the state's snapshot) and waiting
+    /// for older ones while two were still being written. Writing the file, and in a bucket
+    /// shipping the log up to it, are the checkpoint thread's.
+    pub checkpoint_stall: std::time::Duration,
+    /// How long the run's end waited for the checkpoints still being written (the last one
+    /// is whole before [`Trainer::fit`](super::Trainer::fit) returns).
+    pub checkpoint_end_wait: std::time::Duration,
 }
 
 /// How long a resumed run took to train again, part by part (see [`TrainReport::recovery`]):

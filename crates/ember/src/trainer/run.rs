@@ -200,7 +200,8 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
         let Some(checkpointer) = self.checkpointer.as_mut() else {
             return Ok(());
         };
-        checkpointer.save(
+        let started = std::time::Instant::now();
+        let saved = checkpointer.save(
             position,
             self.state.report.steps,
             self.stepper.updates,
@@ -213,7 +214,9 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
             ),
             self.log_place.as_ref().zip(self.summary.as_deref_mut()),
             self.faults,
-        )
+        );
+        checkpointer.stalled += started.elapsed();
+        saved
     }
 
     /// One round every rank joins once rank 0's checkpoint is written (rank 0 failing to
@@ -258,6 +261,7 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
         };
         let mut written = true;
         if !self.lead {
+            let started = std::time::Instant::now();
             written = checkpointer.save_part(
                 ranks.rank(),
                 position,
@@ -266,6 +270,7 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
                 self.log_place.as_ref().zip(self.summary.as_deref_mut()),
                 self.faults,
             )?;
+            checkpointer.stalled += started.elapsed();
         }
         let mut nothing = ember_pool::step::burn::GradientWindow::new(self.config.reduction);
         let state = RoundState {
@@ -311,9 +316,13 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
     /// with the checkpoint directory's lock (for the caller to hold until it has saved it).
     fn finish(mut self) -> Result<(M, Option<DirLock>), TrainError> {
         if let Some(checkpointer) = self.checkpointer.as_mut() {
+            let started = std::time::Instant::now();
             checkpointer.wait()?;
-            self.state.report.checkpoints_written = checkpointer.written;
-            self.state.report.checkpoints_failed = checkpointer.failed;
+            let report = &mut self.state.report;
+            report.checkpoints_written = checkpointer.written;
+            report.checkpoints_failed = checkpointer.failed;
+            report.checkpoint_stall = checkpointer.stalled;
+            report.checkpoint_end_wait = started.elapsed();
         }
         Ok((self.stepper.model, self.lock))
     }
