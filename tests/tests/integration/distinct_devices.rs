@@ -37,6 +37,8 @@ use ember_tests::{
     regression_rows, rows_loader,
 };
 
+mod reshard;
+
 /// Two distinct devices, `EMBER_TEST_DEVICES` or `wgpu:0,wgpu:1`; the first is the main device.
 fn two_devices() -> Vec<Device> {
     let list = std::env::var("EMBER_TEST_DEVICES").unwrap_or_else(|_| "wgpu:0,wgpu:1".into());
