@@ -203,7 +203,16 @@ fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
 
     let logdir = match args.logdir.clone() {
         Some(logdir) => logdir,
-        None => logdir::default_logdir_at(job.rank_zero_s(logdir::now_secs())?),
+        None => {
+            // Rank 0 claims the directory; every rank names the one it claimed.
+            let runs = Path::new(logdir::RUNS);
+            let secs = job.rank_zero_s(logdir::now_secs())?;
+            let claimed = match job.lead() {
+                true => logdir::claim_default_logdir(runs, secs)?,
+                false => 0,
+            };
+            logdir::default_logdir_at(runs, secs, job.rank_zero_s(claimed)?)
+        }
     };
     let begin = if args.resume_if_any && begin == Begin::Fresh {
         if_any::begin(&args, &logdir, job.size())?

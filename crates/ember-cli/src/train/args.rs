@@ -28,7 +28,8 @@ pub(crate) struct TrainArgs {
     /// Passes over the training set.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
     pub(super) epochs: u16,
-    /// Where to write the summaries [default: runs/YYYY-MM-DDTHH-MM-SSZ, the UTC start time].
+    /// Where to write the summaries [default: runs/YYYY-MM-DDTHH-MM-SSZ, the UTC start time;
+    /// -2, -3, … after it for runs started in the same second].
     #[arg(long)]
     pub(super) logdir: Option<PathBuf>,
     /// Event file format.
