@@ -261,7 +261,14 @@ fn a_job_stopped_on_one_rank_checkpoints_every_rank_mid_epoch_and_resumes_as_nev
     // the stop on rank 0 and on rank 1). Rank 1 in the middle of epoch 2's second window:
     // the window ends at step 4 of the epoch on both. Rank 0 at its shard's last step: the
     // stop rides on the round of rank 1's last window, which ends the epoch as well.
-    for (stopper, at, resumed_at) in [(1, 7, [9, 10]), (0, 8, [9, 11]), (1, 1, [3, 3])] {
+    // Rank 1 at its epoch's last step, after the round that ended the epoch: the next epoch's
+    // first round carries the stop.
+    for (stopper, at, resumed_at) in [
+        (1, 7, [9, 10]),
+        (0, 8, [9, 11]),
+        (1, 1, [3, 3]),
+        (1, 5, [7, 8]),
+    ] {
         let dir = root.path().join(format!("stopped-{stopper}-{at}"));
         let stopping = Plan {
             stop_at: Some((stopper, at)),

@@ -49,10 +49,13 @@ impl<M: Trainable> Loop<'_, M> {
             totals = position.totals;
         }
         loop {
-            if self.stop_requested() {
+            // Across ranks the stop rides on this rank's next round, which ends the epoch on
+            // every rank at one optimizer step; the steps come back `None` after it. Raised
+            // after the epoch's last round, it has no round left here: the epoch ends as on
+            // every other rank, and the next epoch's first round carries it.
+            let no_round_left = self.world > 1 && run.rounds_over();
+            if self.stop_requested() && !no_round_left {
                 self.state.report.interrupted = true;
-                // Across ranks the stop rides on this rank's next round, which ends the epoch
-                // on every rank at one optimizer step; the steps come back `None` after it.
                 if self.world > 1 {
                     run.ask_stop();
                 } else {
