@@ -50,19 +50,24 @@ use check::Check;
 use launch::{Cluster, TASK, hold_machine, kill_leftovers};
 use net::Network;
 
-pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let profile = match args {
+        [] => Profile::Debug,
+        [flag] if flag == "--release" => Profile::Release,
+        _ => anyhow::bail!("usage: cargo xtask hosts [--release]"),
+    };
     let target = target_dir(root);
     let Some(python) = ready(&target)? else {
         return Ok(());
     };
-    build_programs(root)?;
+    build_programs(root, profile)?;
     let _machine = hold_machine()?;
     let work = target.join("hosts-check");
     kill_leftovers(&work.join("agent"))?;
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let bin = work.join("bin");
-    let ember = installed_programs(root, &target, &bin)?;
+    let ember = installed_programs(root, &target, &bin, profile)?;
 
     // Dropped in reverse: the server, then the network with every process left inside it.
     let network = Network::up()?;
@@ -84,7 +89,13 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let cut = cut::cut(&check, &endpoint, &one_host)?;
     terminated::terminated(&check, &endpoint, &one_host, equal_seconds)?;
     let rates = slow::slow(&check)?;
-    let md = report::write(&target.join("bench"), (equal_seconds, worst), &cut, &rates)?;
+    let md = report::write(
+        &target.join("bench"),
+        profile,
+        (equal_seconds, worst),
+        &cut,
+        &rates,
+    )?;
     eprintln!("{md}");
     eprintln!("{TASK}: all scenarios passed; report in target/bench/hosts.md");
     Ok(())
@@ -116,38 +127,59 @@ fn ready(target: &Path) -> anyhow::Result<Option<PathBuf>> {
     }
 }
 
-/// `ember` with MPI and object stores and the all-reduce benchmark, both release, and the
-/// `mpi_ranks` example as `cargo xtask mpi` builds it (debug, so CI finds it built).
-fn build_programs(root: &Path) -> anyhow::Result<()> {
+/// Which build of `ember` the hosts run. CI checks behaviour, which a debug build shows as
+/// well, and `cargo xtask mpi` and `slurm` have already built most of it; a release build of
+/// these features rebuilds Burn (about 10 minutes cold), which only the step times of scenario
+/// (c), the figures of docs/benchmarks.md, need.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Profile {
+    Debug,
+    Release,
+}
+
+impl Profile {
+    /// The profile's directory under the target directory.
+    fn dir(self) -> &'static str {
+        match self {
+            Profile::Debug => "debug",
+            Profile::Release => "release",
+        }
+    }
+}
+
+/// `ember` with MPI and object stores in `profile`, the all-reduce benchmark (release: it
+/// builds no Burn), and the `mpi_ranks` example as `cargo xtask mpi` builds it (debug, so CI
+/// finds it built).
+fn build_programs(root: &Path, profile: Profile) -> anyhow::Result<()> {
     build(root, crate::mpi::launch::MPI_RANKS_BUILD)?;
-    build(
-        root,
-        &[
-            "build",
-            "--release",
-            "-p",
-            "ember-cli",
-            "--features",
-            "mpi,object-store",
-        ],
-    )?;
+    let mut ember = vec!["build", "-p", "ember-cli", "--features", "mpi,object-store"];
+    if profile == Profile::Release {
+        ember.push("--release");
+    }
+    build(root, &ember)?;
     build(root, crate::mpi::launch::ALLREDUCE_BUILD)
 }
 
 /// Copies the programs the task runs into `bin`, and returns `ember`'s copy: the target
 /// directory is shared, and any other build of `ember-cli` there (another task, another
-/// engineer) replaces `release/ember` with its own features at any moment. The copy must have
+/// engineer) replaces `ember` with its own features at any moment. The copy must have
 /// this task's (`push` and `--collective-timeout`); when it has not, another build got in
 /// between, and the programs are built and copied again (at most three times).
-fn installed_programs(root: &Path, target: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
+fn installed_programs(
+    root: &Path,
+    target: &Path,
+    bin: &Path,
+    profile: Profile,
+) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(bin)?;
     let ember = bin.join("ember");
     for attempt in 0..3 {
         if attempt > 0 {
-            build_programs(root)?;
+            build_programs(root, profile)?;
         }
+        let built_ember = format!("{}/ember", profile.dir());
         for (from, to) in [
-            ("release/ember", "ember"),
+            (built_ember.as_str(), "ember"),
             ("debug/examples/mpi_ranks", "mpi_ranks"),
             ("release/examples/allreduce", "allreduce"),
         ] {
@@ -169,7 +201,7 @@ fn installed_programs(root: &Path, target: &Path, bin: &Path) -> anyhow::Result<
     anyhow::bail!(
         "{} keeps being replaced by a build of other features; run the task when no other \
          build of ember-cli shares the target directory",
-        target.join("release/ember").display()
+        target.join(profile.dir()).join("ember").display()
     )
 }
 

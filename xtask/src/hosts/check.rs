@@ -15,7 +15,7 @@ use crate::process::{Ran, expect_success, run_limited};
 pub(super) struct Check<'a> {
     pub(super) root: &'a Path,
     pub(super) python: &'a Path,
-    /// `ember` built with `mpi,object-store`, release.
+    /// `ember` built with `mpi,object-store` (debug, or release with `--release`).
     pub(super) ember: &'a Path,
     /// ember's `mpi_ranks` example, debug (as `cargo xtask mpi` builds it).
     pub(super) ranks: &'a Path,

@@ -7,11 +7,13 @@ use serde_json::{Value, json};
 
 use super::cut::{BOUND, CutFigures};
 use super::launch::KEEPALIVE;
+use super::Profile;
 use super::slow::AtRate;
 
 /// Writes the report into `dir`; returns the Markdown.
 pub(super) fn write(
     dir: &Path,
+    profile: Profile,
     (equal_seconds, worst): (f64, f32),
     cut: &CutFigures,
     rates: &[AtRate],
@@ -21,6 +23,13 @@ pub(super) fn write(
          Two hosts (network namespaces on one machine, each with its own address on a veth link \
          to a bridge), one rank each under `mpirun`, Open MPI's TCP transport between them.\n\n",
     );
+    if profile == Profile::Debug {
+        md.push_str(
+            "`ember` is the debug build here: its step times are not the release figures of \
+             docs/benchmarks.md (`cargo xtask hosts --release` measures those); the all-reduce \
+             is the release build either way.\n\n",
+        );
+    }
     let keepalive: Vec<String> = KEEPALIVE.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(
         md,
@@ -43,6 +52,7 @@ pub(super) fn write(
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("hosts.md"), &md)?;
     let report = json!({
+        "ember_build": profile.dir(),
         "equivalence_seconds": equal_seconds,
         "hosts_against_one_process_max_difference": worst,
         "cut": {
