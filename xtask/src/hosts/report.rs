@@ -5,9 +5,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use super::Profile;
 use super::cut::{BOUND, CutFigures};
 use super::launch::KEEPALIVE;
-use super::Profile;
 use super::slow::AtRate;
 
 /// Writes the report into `dir`; returns the Markdown.
