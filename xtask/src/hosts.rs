@@ -46,7 +46,7 @@ mod slow;
 mod store;
 mod terminated;
 
-use check::Check;
+use check::{Check, Profile};
 use launch::{Cluster, TASK, hold_machine, kill_leftovers};
 use net::Network;
 
@@ -124,26 +124,6 @@ fn ready(target: &Path) -> anyhow::Result<Option<PathBuf>> {
         Ok(python) => Ok(Some(python)),
         Err(VenvError::Unavailable(why)) => skip_or_fail(TASK, &why).map(|()| None),
         Err(VenvError::Failed(e)) => Err(e),
-    }
-}
-
-/// Which build of `ember` the hosts run. CI checks behaviour, which a debug build shows as
-/// well, and `cargo xtask mpi` and `slurm` have already built most of it; a release build of
-/// these features rebuilds Burn (about 10 minutes cold), which only the step times of scenario
-/// (c), the figures of docs/benchmarks.md, need.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Profile {
-    Debug,
-    Release,
-}
-
-impl Profile {
-    /// The profile's directory under the target directory.
-    fn dir(self) -> &'static str {
-        match self {
-            Profile::Debug => "debug",
-            Profile::Release => "release",
-        }
     }
 }
 

@@ -12,6 +12,26 @@ use super::launch::Cluster;
 use super::net::Network;
 use crate::process::{Ran, expect_success, run_limited};
 
+/// Which build of `ember` the hosts run. CI checks behaviour, which a debug build shows as
+/// well, and `cargo xtask mpi` and `slurm` have already built most of it; a release build of
+/// these features rebuilds Burn (about 10 minutes cold), which only the step times of scenario
+/// (c), the figures of docs/benchmarks.md, need.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Profile {
+    Debug,
+    Release,
+}
+
+impl Profile {
+    /// The profile's directory under the target directory.
+    pub(super) fn dir(self) -> &'static str {
+        match self {
+            Profile::Debug => "debug",
+            Profile::Release => "release",
+        }
+    }
+}
+
 pub(super) struct Check<'a> {
     pub(super) root: &'a Path,
     pub(super) python: &'a Path,

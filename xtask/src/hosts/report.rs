@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::Profile;
+use super::check::Profile;
 use super::cut::{BOUND, CutFigures};
 use super::launch::KEEPALIVE;
 use super::slow::AtRate;
