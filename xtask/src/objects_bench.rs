@@ -1,4 +1,4 @@
-//! `cargo xtask objects --bench [--rounds R]`: what an object-store log directory costs, on each
+//! `cargo xtask objects --bench [--rounds R] [--checkpoints]`: what an object-store log directory costs, on each
 //! cloud's emulator on loopback (moto's S3, fake-gcs-server, Azurite), against the local disk and
 //! against tensorboardX's `s3://` writer.
 //!
@@ -157,13 +157,18 @@ const EMBER_BUILD: &[&str] = &[
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let rounds = crate::process::positive_arg(args, "--rounds", 5)?;
+    // The Trainer's checkpoints alone (bucket against local disk, side by side in each run),
+    // without the write workloads and the `remote` bench: what a change to checkpointing moves.
+    let checkpoints_only = args.iter().any(|a| a == "--checkpoints");
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-bench-venv"), &requirements()) {
         Ok(python) => python,
         Err(VenvError::Unavailable(why)) => bail!("objects --bench needs Python and PyPI: {why}"),
         Err(VenvError::Failed(e)) => return Err(e),
     };
-    build(root, EMBER_BUILD)?;
+    if !checkpoints_only {
+        build(root, EMBER_BUILD)?;
+    }
     let ember = target.join("release").join("ember");
     let work = target.join("objects-bench");
     if work.exists() {
@@ -181,7 +186,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let mut report = String::from(
         "| workload | side | steps/s median (min–max) | MB/s | event bytes | bytes on the wire | wire / event bytes |\n|---|---|---:|---:|---:|---:|---:|\n",
     );
-    for workload in WORKLOADS {
+    for workload in WORKLOADS.iter().filter(|_| !checkpoints_only) {
         let figures = bench.rounds(workload, rounds)?;
         report_rows(&mut report, workload, &figures, &bench.stores);
     }
@@ -200,9 +205,18 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     for store in &bench.stores {
         let env = |command: &mut Command| (store.env)(command, &store.direct);
         let trainer_url = format!("{}://bench/trainer", store.scheme);
-        let trainer = ember_bench(root, &env, "remote", &[], &trainer_url)?;
+        let trainer = if checkpoints_only {
+            String::new()
+        } else {
+            ember_bench(root, &env, "remote", &[], &trainer_url)?
+        };
         let checkpoint_url = format!("{}://bench/checkpoint", store.scheme);
-        let checkpoints = ember_bench(root, &env, "checkpoint", &["20"], &checkpoint_url)?;
+        let checkpoint_args: &[&str] = if checkpoints_only {
+            &["20", "trainer"]
+        } else {
+            &["20"]
+        };
+        let checkpoints = ember_bench(root, &env, "checkpoint", checkpoint_args, &checkpoint_url)?;
         text.push_str(&format!(
             "## {}:// ({})\n\n{trainer}\n\n### Checkpoints\n\n{checkpoints}\n\n",
             store.scheme, store.name
