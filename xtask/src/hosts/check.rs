@@ -13,9 +13,9 @@ use super::net::Network;
 use crate::process::{Ran, expect_success, run_limited};
 
 /// Which build of `ember` the hosts run. CI checks behaviour, which a debug build shows as
-/// well, and `cargo xtask mpi` and `slurm` have already built most of it; a release build of
-/// these features rebuilds Burn (about 10 minutes cold), which only the step times of scenario
-/// (c), the figures of docs/benchmarks.md, need.
+/// well, and by the time CI gets here `cargo xtask objects` and `mpi` have built each of its
+/// two features in debug; a release build of both rebuilds Burn (about 10 minutes cold), which
+/// only the step times of scenario (c), the figures of docs/benchmarks.md, need.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Profile {
     Debug,
