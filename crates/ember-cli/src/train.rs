@@ -207,9 +207,10 @@ fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
             // Rank 0 claims the directory; every rank names the one it claimed.
             let runs = Path::new(logdir::RUNS);
             let secs = job.rank_zero_s(logdir::now_secs())?;
-            let claimed = match job.lead() {
-                true => logdir::claim_default_logdir(runs, secs)?,
-                false => 0,
+            let claimed = if job.lead() {
+                logdir::claim_default_logdir(runs, secs)?
+            } else {
+                0
             };
             logdir::default_logdir_at(runs, secs, job.rank_zero_s(claimed)?)
         }
