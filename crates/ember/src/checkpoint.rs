@@ -16,8 +16,9 @@
 //! - `burn_train`: the checkpoints of a burn-train run logged by
 //!   [`SummaryLogger`](crate::burn_train::SummaryLogger).
 //!
-//! A resume either finds a whole checkpoint of this very run (same devices, ranks,
-//! accumulation, reduction and model) or refuses before it changes anything
+//! A resume either finds a whole checkpoint of this very run (same accumulation, reduction
+//! and model; as many devices and ranks, or fewer that divide the ones it began with) or
+//! refuses before it changes anything
 //! ([`CheckpointError::NothingToResume`], [`CheckpointError::Mismatch`]); so does a resume
 //! with a summary record from a checkpoint with no `log` section
 //! ([`CheckpointError::Section`]) or with an empty one (taken with no summary record) while

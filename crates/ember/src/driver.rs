@@ -152,6 +152,10 @@ where
     pool: DevicePool<BurnStep<M>>,
     /// This process's training data (its rank's shard), which `loaders` split.
     train: Arc<dyn DataLoader<M::Input>>,
+    /// The job's training data, all ranks' (for a job resumed with fewer ranks).
+    whole: Arc<dyn DataLoader<M::Input>>,
+    /// The slices each rank shard of the data is split into: the devices a rank began with.
+    slices: usize,
     /// One slice of `train` per shard of the run's data (see [`reshard`](Self::reshard)).
     loaders: Vec<Arc<dyn DataLoader<M::Input>>>,
     devices: Vec<Device>,
@@ -182,6 +186,7 @@ where
         };
         let pool = DevicePool::new(devices.to_vec(), options)?
             .with_max_abandoned_workers(max_abandoned_workers);
+        let whole = train.clone();
         let train = match ranks {
             Some(ranks) => {
                 let shard = ranks.shard(train.num_items());
@@ -193,6 +198,8 @@ where
             pool,
             loaders: split_dataloader(train.clone(), devices),
             train,
+            whole,
+            slices: devices.len(),
             devices: devices.to_vec(),
             main,
             reduction,
@@ -200,21 +207,45 @@ where
         }))
     }
 
-    /// How many shards the run's data is split into (one per device, unless resharded).
+    /// How many slices each rank shard of the data is split into (one per device, unless
+    /// resharded).
     pub(crate) fn shards(&self) -> usize {
-        self.loaders.len()
+        self.slices
     }
 
-    /// Splits the data into `shards` slices, as a run on that many devices did, to go on with
-    /// it on these devices: each step then runs `shards / devices` batches on each device
-    /// (shard `k` on device `k % devices`), one after the other, and sums their gradients in
-    /// shard order, so a step trains on the batches and sums the gradients that step did on
-    /// `shards` devices. `shards` must be a multiple of the device count.
-    pub(crate) fn reshard(&mut self, shards: usize) {
-        let devices: Vec<Device> = (0..shards.max(1))
-            .map(|shard| self.devices[shard % self.devices.len()].clone())
-            .collect();
-        self.loaders = split_dataloader(self.train.clone(), &devices);
+    /// Splits the data as a job of `data_ranks` ranks on `shards` devices each did, to go on
+    /// with it as rank `rank` of `world` on these devices: this rank runs the rank shards of
+    /// `data_ranks / world` of those ranks (the job's data cut as [`Ranks::shard`] cuts it), each
+    /// split into `shards` slices. Each step then runs every slice's batch, `devices` at a time
+    /// (slice `k` on device `k % devices`), and sums their gradients in slice order, so a step
+    /// trains on the batches and sums the gradients that step did on the job's devices. The
+    /// slices must be a multiple of the device count.
+    pub(crate) fn reshard(
+        &mut self,
+        shards: usize,
+        (data_ranks, rank, world): (usize, usize, usize),
+    ) {
+        let shards = shards.max(1);
+        self.slices = shards;
+        let per_rank = (data_ranks / world.max(1)).max(1);
+        let place = |slice: usize| self.devices[slice % self.devices.len()].clone();
+        if per_rank == 1 {
+            // This rank's own shard of the data, as the job that began it cut it.
+            let devices: Vec<Device> = (0..shards).map(place).collect();
+            self.loaders = split_dataloader(self.train.clone(), &devices);
+            return;
+        }
+        let items = self.whole.num_items();
+        let mut loaders = Vec::with_capacity(per_rank * shards);
+        for of in rank * per_rank..(rank + 1) * per_rank {
+            let range = crate::collective::shard_range(items, data_ranks, of);
+            let devices: Vec<Device> = (loaders.len()..loaders.len() + shards).map(place).collect();
+            loaders.extend(split_dataloader(
+                self.whole.slice(range.start, range.end),
+                &devices,
+            ));
+        }
+        self.loaders = loaders;
     }
 
     /// The main device.

@@ -232,9 +232,12 @@ pub(super) fn admit(
         .rank(rank as u32, world_size)
         .epochs(usize::from(args.epochs));
     if begin == Begin::Resume {
-        for (name, value) in recorded_settings(args, world_size, (workers, test_fraction))? {
-            admission = admission.setting(name, value);
-        }
+        let [batch_size, train_examples, valid_examples] =
+            recorded_settings(args, world_size, (workers, test_fraction))?;
+        admission = admission
+            .setting(batch_size.0, batch_size.1)
+            .rank_setting(train_examples.0, train_examples.1)
+            .setting(valid_examples.0, valid_examples.1);
     }
     let admitted = admission.admit();
     match admitted {

@@ -45,7 +45,9 @@ pub struct Admission {
     rank: u32,
     world_size: usize,
     epochs: Option<usize>,
-    settings: Vec<(String, usize)>,
+    /// (name, value, whether the value is a rank's share, which a job of other ranks counts
+    /// otherwise).
+    settings: Vec<(String, usize, bool)>,
 }
 
 impl Admission {
@@ -92,7 +94,15 @@ impl Admission {
     /// A setting the run was recorded with, that a resumed checkpoint must hold the same
     /// (`batch_size`: the examples of a worker's first batch, as the Trainer counts them).
     pub fn setting(mut self, name: &str, value: usize) -> Self {
-        self.settings.push((name.to_owned(), value));
+        self.settings.push((name.to_owned(), value, false));
+        self
+    }
+
+    /// A setting that counts this rank's share of the job (`train_examples`: the examples of
+    /// an epoch on rank 0), compared only with a checkpoint of a job of as many ranks: a job
+    /// resumed with fewer ranks runs the shares of several.
+    pub fn rank_setting(mut self, name: &str, value: usize) -> Self {
+        self.settings.push((name.to_owned(), value, true));
         self
     }
 
@@ -164,6 +174,22 @@ impl Admission {
             }
         })?;
         let field = |key: &str| meta_field(&loaded, key);
+        // A job goes on with as many ranks as began it, or with fewer that divide them.
+        let number = |key: &str| field(key).and_then(|n| n.parse::<usize>().ok());
+        if let Some(ranks) = number("ranks")
+            && !number("data_ranks")
+                .unwrap_or(ranks)
+                .is_multiple_of(self.world_size.max(1))
+        {
+            return Err(CheckpointError::Mismatch {
+                path: loaded.path,
+                reason: format!(
+                    "it was taken by a job of {ranks} rank(s), this one has {}; a job goes on \
+                     with as many ranks as began it, or with fewer that divide them",
+                    self.world_size
+                ),
+            });
+        }
         if let Some(epochs) = self.epochs
             && field("epoch_done") == Some("true")
             && field("epoch")
@@ -176,7 +202,11 @@ impl Admission {
                 checkpoint: loaded.path,
             });
         }
-        for (setting, recorded) in &self.settings {
+        let same_ranks = number("ranks").is_none_or(|ranks| ranks == self.world_size);
+        for (setting, recorded, per_rank) in &self.settings {
+            if *per_rank && !same_ranks {
+                continue;
+            }
             let held = field(setting).and_then(|value| value.parse::<usize>().ok());
             if let Some(held) = held.filter(|held| held != recorded) {
                 return Err(CheckpointError::SettingChanged {
@@ -377,9 +407,16 @@ mod tests {
         assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Restart);
         checkpoint_at(&dir, "epoch=1\nranks=1");
         assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Resume);
-        // A job of another rank count finds none whole: named, not started over.
+        // A job of more ranks than began it is refused: named, not started over.
         let error = begin_if_any(&dir, 2).unwrap_err().to_string();
         assert!(error.contains("1 rank(s), this one has 2"), "{error}");
+        // A job of fewer ranks that divide them goes on, once the checkpoint is whole with the
+        // part of every rank that took it.
+        checkpoint_at(&dir, "epoch=1\nranks=2");
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Restart);
+        let part = Checkpoint::new().with("meta", b"rank=1".to_vec());
+        Checkpoints::new(&dir, 3).write_part(1, 1, &part).unwrap();
+        assert_eq!(begin_if_any(&dir, 1).unwrap(), Begin::Resume);
     }
 
     /// Every file under `dir` and its bytes (the lock files aside: taking a lock writes one).

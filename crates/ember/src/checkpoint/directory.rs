@@ -250,7 +250,9 @@ impl Checkpoints {
             .map_err(|passed_over| self.nothing_to_resume(passed_over))
     }
 
-    /// The newest whole checkpoint, or every file passed over and why.
+    /// The newest whole checkpoint, or every file passed over and why. A checkpoint that names
+    /// the ranks of the job that took it is whole with their parts (a job may go on with
+    /// other ranks); one that does not, with those of a job of `ranks`.
     fn newest_whole(
         &self,
         ranks: usize,
@@ -260,7 +262,7 @@ impl Checkpoints {
             let name = format!("{PREFIX}{seq:012}{SUFFIX}");
             let whole = self.read_file(&name).and_then(|bytes| {
                 let checkpoint = Checkpoint::decode(&bytes)?;
-                for rank in 1..ranks {
+                for rank in 1..taken_by(&checkpoint).unwrap_or(ranks) {
                     let path = self.part_path(seq, rank);
                     let of_part = |e: String| format!("rank {rank}'s part {}: {e}", path.display());
                     let bytes = self.read_file(&part_name(seq, rank)).map_err(of_part)?;
@@ -387,6 +389,16 @@ impl Checkpoints {
         }
         Ok(())
     }
+}
+
+/// The ranks of the job that took `checkpoint`, where its meta names them.
+fn taken_by(checkpoint: &Checkpoint) -> Option<usize> {
+    std::str::from_utf8(checkpoint.section("meta")?)
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("ranks="))?
+        .parse()
+        .ok()
 }
 
 /// The section a job's checkpoint and each rank's part carry alike, naming the job's step.

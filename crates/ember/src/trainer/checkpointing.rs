@@ -9,53 +9,34 @@
 //! their generators where the killed run's were; the batches the resumed epoch had already
 //! trained on are then drawn and dropped without training.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
-use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
-use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
 use ember_write::durable;
 
 use super::{CheckpointConfig, OptimizerShards, RunState, TrainError};
 use crate::SummaryRecord;
-use crate::checkpoint::log_place::{LogPlace, Snapshot};
-use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded};
+use crate::checkpoint::log_place::LogPlace;
+use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints};
 use crate::faults::SummaryFaults;
 
+mod load;
 mod log_at;
 mod meta;
 mod position;
+mod regroup;
 mod sections;
 
+use load::carried_log;
+pub(crate) use load::{load, snapshot_of};
 use log_at::{Taken, flushed_snapshot};
-use meta::{Fields, decode_meta, decode_part_position, encode_meta, encode_part_meta};
+use meta::{encode_meta, encode_part_meta};
 pub(crate) use position::{EpochTotals, Identity, Position};
-use sections::{
-    encode_ids, load_optimizer, optimizer_holder, param_ids, record_err, section, with_optimizer,
-    with_part_ids,
-};
-
-/// A resumed run's starting point, read from a checkpoint.
-pub(crate) struct Resumed<M> {
-    pub(crate) model: M,
-    pub(crate) optimizer: OptimizerShards,
-    pub(crate) scheduler: ModuleLrScheduler,
-    pub(crate) position: Position,
-    /// How many shards the run's data is split into (the devices it started on).
-    pub(crate) shards: usize,
-    pub(crate) steps: usize,
-    pub(crate) optimizer_steps: usize,
-    pub(crate) state: RunState,
-    pub(crate) path: PathBuf,
-    pub(crate) seq: u64,
-    /// How long choosing and reading the checkpoint took, and its state into Burn's.
-    pub(crate) read: std::time::Duration,
-    pub(crate) restore: std::time::Duration,
-}
+use sections::{encode_ids, param_ids, with_optimizer};
 
 /// Writes a run's checkpoints: the state is taken on the training thread (it must be this
 /// step's), the file written, fsynced and renamed on a thread of its own, so that training
@@ -72,6 +53,9 @@ pub(crate) struct Checkpointer {
     /// The job's optimizer step and epoch state of the last checkpoint taken, not to take it
     /// twice.
     last: Option<(usize, bool)>,
+    /// The log snapshots of ranks this job lacks, which each checkpoint carries on (see
+    /// [`load`]).
+    carried_logs: Vec<(String, Vec<u8>)>,
     pub(crate) written: usize,
     /// Checkpoints the disk had no room for (the run went on without them).
     pub(crate) failed: usize,
@@ -81,7 +65,12 @@ pub(crate) struct Checkpointer {
 }
 
 impl Checkpointer {
-    pub(crate) fn new(config: &CheckpointConfig) -> Result<Self, CheckpointError> {
+    /// The checkpoints of `config`, each carrying on `carried_logs`, the log snapshots of the
+    /// ranks this job lacks: (rank, snapshot), as a resume read them.
+    pub(crate) fn new(
+        config: &CheckpointConfig,
+        carried_logs: &[(usize, String)],
+    ) -> Result<Self, CheckpointError> {
         let store = Checkpoints::new(&config.dir, config.keep);
         store.clean()?;
         Ok(Self {
@@ -91,6 +80,10 @@ impl Checkpointer {
             every: config.every.filter(|n| *n > 0),
             in_flight: std::collections::VecDeque::new(),
             last: None,
+            carried_logs: carried_logs
+                .iter()
+                .map(|(rank, text)| (carried_log(*rank), text.clone().into_bytes()))
+                .collect(),
             written: 0,
             failed: 0,
             stalled: std::time::Duration::ZERO,
@@ -146,6 +139,7 @@ impl Checkpointer {
         let scheduler = scheduler.to_record();
         let meta = encode_meta(position, steps, optimizer_steps, state, identity, lost_from);
         let stamp = job_stamp(optimizer_steps, position.epoch_done);
+        let carried_logs = self.carried_logs.clone();
         let build = move || -> Result<Checkpoint, CheckpointError> {
             // The log's records the snapshot counts reach the disk, or the store, before the
             // checkpoint that relies on them does.
@@ -170,6 +164,7 @@ impl Checkpointer {
                     bytes(model.into_bytes().map_err(record_err("save the model"))?),
                 );
             checkpoint = with_optimizer(checkpoint, optimizer)?;
+            checkpoint = with_carried(checkpoint, carried_logs);
             Ok(checkpoint
                 .with(
                     "scheduler",
@@ -346,6 +341,15 @@ fn job_stamp(optimizer_steps: usize, epoch_done: bool) -> Vec<u8> {
     format!("optimizer_steps={optimizer_steps} epoch_done={epoch_done}").into_bytes()
 }
 
+/// `checkpoint` with the log snapshots it carries on for ranks the job lacks.
+fn with_carried(checkpoint: Checkpoint, carried_logs: Vec<(String, Vec<u8>)>) -> Checkpoint {
+    carried_logs
+        .into_iter()
+        .fold(checkpoint, |checkpoint, (name, log)| {
+            checkpoint.with(&name, log)
+        })
+}
+
 /// Whether `error` is a write the file system had no room for (a full disk, a quota).
 fn no_room(error: &CheckpointError) -> bool {
     match error {
@@ -412,149 +416,6 @@ pub(crate) fn note_log_gaps(
         faults.check(summary.add_text(crate::LOG_GAP_TAG, &note, from))?;
     }
     Ok(())
-}
-
-/// Reads the newest whole checkpoint of `dir` into a run of `identity` on `model`'s structure,
-/// with `optimizer` and `scheduler` as configured; an error saying why when there is none. The
-/// log is not touched here.
-pub(crate) fn load<M: Module>(
-    dir: &Path,
-    identity: &Identity,
-    rank: usize,
-    model: M,
-    optimizer: OptimizerShards,
-    scheduler: ModuleLrScheduler,
-) -> Result<(Resumed<M>, Loaded), CheckpointError> {
-    let started = std::time::Instant::now();
-    let store = Checkpoints::new(dir, 1);
-    let loaded = newest_of_this_job(&store, identity)?;
-    let read = started.elapsed();
-    let path = loaded.path.clone();
-    let meta = std::str::from_utf8(section(&loaded.checkpoint, &path, "meta")?).map_err(|e| {
-        CheckpointError::Section {
-            path: path.clone(),
-            section: "meta".into(),
-            reason: e.to_string(),
-        }
-    })?;
-    let fields = Fields::parse(meta);
-    if let Some(reason) = identity.mismatch(&fields) {
-        return Err(CheckpointError::Mismatch { path, reason });
-    }
-    let (position, steps, optimizer_steps, state) =
-        decode_meta(&fields).map_err(|reason| CheckpointError::Section {
-            path: path.clone(),
-            section: "meta".into(),
-            reason,
-        })?;
-    let bytes = |name: &str| {
-        section(&loaded.checkpoint, &path, name).map(|b| Bytes::from_bytes_vec(b.to_vec()))
-    };
-    let record =
-        ModuleRecord::from_bytes(bytes("model")?).map_err(record_err(&path, "its model"))?;
-    let model = model
-        .try_load_record(record)
-        .map_err(record_err(&path, "its model does not fit this one"))?;
-    // Across ranks each rank steps its own parameters, so the state of its optimizer is in its
-    // part, keyed by the ids its parameters had; the model record gave rank 0's. A part of a
-    // job whose ranks each stepped every parameter has neither: rank 0's state serves all.
-    let part = match rank {
-        0 => None,
-        rank => Some((
-            store.read_part(loaded.seq, rank)?,
-            store.part_path(loaded.seq, rank),
-        )),
-    };
-    let model = with_part_ids(model, part.as_ref())?;
-    // A rank goes on from its own place in the epoch: its shard may have run out before rank
-    // 0's checkpoint, which gives the job's place.
-    let (position, steps) = match &part {
-        Some((part, part_path)) => part_place(part, part_path)?.unwrap_or((position, steps)),
-        None => (position, steps),
-    };
-    let optimizer = load_optimizer(optimizer, optimizer_holder(&loaded, part.as_ref()))?;
-    let scheduler = scheduler.load_record(
-        LrSchedulerRecord::from_bytes(bytes("scheduler")?)
-            .map_err(record_err(&path, "its scheduler state"))?,
-    );
-    let resumed = Resumed {
-        model,
-        optimizer,
-        scheduler,
-        position,
-        shards: fields.usize("devices").unwrap_or(identity.devices),
-        steps,
-        optimizer_steps,
-        state,
-        path: loaded.path.clone(),
-        seq: loaded.seq,
-        read,
-        restore: started.elapsed() - read,
-    };
-    Ok((resumed, loaded))
-}
-
-/// The place in the epoch a rank's part holds (`None` for a part from before parts held one).
-fn part_place(
-    part: &Checkpoint,
-    path: &Path,
-) -> Result<Option<(Position, usize)>, CheckpointError> {
-    let bad = |reason: String| CheckpointError::Section {
-        path: path.to_path_buf(),
-        section: "meta".into(),
-        reason,
-    };
-    let meta = std::str::from_utf8(section(part, path, "meta")?).map_err(|e| bad(e.to_string()))?;
-    decode_part_position(&Fields::parse(meta)).map_err(bad)
-}
-
-/// The newest checkpoint with every rank's part whole. Across ranks, every rank reads the
-/// same directory before any writes to it, so each picks the same one.
-fn newest_of_this_job(store: &Checkpoints, identity: &Identity) -> Result<Loaded, CheckpointError> {
-    store.to_resume(identity.ranks).map_err(|error| {
-        // A job of more ranks than took the checkpoints finds none whole (the new ranks'
-        // parts never existed): name the difference rather than each missing part.
-        let taken_by = store.latest_of_job(1).ok().flatten();
-        taken_by
-            .and_then(|loaded| {
-                let meta = std::str::from_utf8(loaded.checkpoint.section("meta")?).ok()?;
-                let reason = identity.mismatch(&Fields::parse(meta))?;
-                Some(CheckpointError::Mismatch {
-                    path: loaded.path,
-                    reason,
-                })
-            })
-            .unwrap_or(error)
-    })
-}
-
-/// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,
-/// another rank's in its part.
-pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<Snapshot, CheckpointError> {
-    let part;
-    let (path, holder) = if rank == 0 {
-        (loaded.path.clone(), &loaded.checkpoint)
-    } else {
-        let dir = loaded.path.parent().unwrap_or(Path::new("."));
-        let store = Checkpoints::new(dir, 1);
-        part = store.read_part(loaded.seq, rank)?;
-        (store.part_path(loaded.seq, rank), &part)
-    };
-    // Without the section nothing tells which of the log's records came after the checkpoint:
-    // refused, rather than taken for an empty log (which would remove every file of the run).
-    let text = holder
-        .section("log")
-        .ok_or_else(|| CheckpointError::Section {
-            path: path.clone(),
-            section: "log".into(),
-            reason: "missing: nothing tells which of the log's records came after it".into(),
-        })?;
-    let text = std::str::from_utf8(text).map_err(|e| CheckpointError::Section {
-        path,
-        section: "log".into(),
-        reason: e.to_string(),
-    })?;
-    Snapshot::decode(text)
 }
 
 #[cfg(test)]

@@ -112,18 +112,24 @@ impl OptimizerShards {
         self
     }
 
-    /// These shards split by thread into `count` (the count a checkpoint's state was saved
-    /// in, each shard's parameters its own), before any state is loaded; an optimizer split by
-    /// device is one optimizer, kept as it is.
-    pub(crate) fn regrouped(self, count: usize) -> Self {
-        if !self.devices.is_empty() || count == self.len() || count == 0 {
-            return self;
+    /// The shard that steps each float parameter of `module`, in visit order: the split its
+    /// steps use (fixed here if no step fixed it yet). An optimizer split by device is one
+    /// optimizer, which steps them all.
+    pub(crate) fn shard_of_each<M: Module>(&mut self, module: &M) -> Vec<usize> {
+        let mut sizes = ParamSizes(Vec::new());
+        module.visit(&mut sizes);
+        if !self.devices.is_empty() || self.shards.len() == 1 {
+            return vec![0; sizes.0.len()];
         }
-        Self {
-            shards: vec![self.shards[0].clone(); count],
-            owners: None,
-            ..self
-        }
+        let (count, min_elements) = (self.shards.len(), self.min_elements);
+        let owners = self
+            .owners
+            .get_or_insert_with(|| split_by_elements(module, count, min_elements));
+        sizes
+            .0
+            .iter()
+            .map(|(id, _)| owners.get(id).copied().unwrap_or(0))
+            .collect()
     }
 
     /// How many shards step the model.

@@ -92,7 +92,7 @@ impl<M: Trainable> Trainer<M> {
             .config
             .checkpoints
             .as_ref()
-            .map(Checkpointer::new)
+            .map(|config| Checkpointer::new(config, &started.carried_logs))
             .transpose()?;
         let lead = self.lead();
         if let Some(summary) = summary.as_deref_mut() {

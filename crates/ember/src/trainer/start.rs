@@ -41,6 +41,8 @@ pub(super) struct Started<M: TrainStep + Module + 'static> {
     pub(super) log_place: Option<LogPlace>,
     /// Held for as long as the run trains: one run per local checkpoint directory and rank.
     pub(super) lock: Option<DirLock>,
+    /// The log snapshots of the ranks this job lacks, which rank 0's checkpoints carry on.
+    pub(super) carried_logs: Vec<(usize, String)>,
 }
 
 impl<M: Trainable> Trainer<M> {
@@ -79,12 +81,17 @@ impl<M: Trainable> Trainer<M> {
         let log_place = summary
             .zip(checkpoint_dir.as_deref())
             .map(|(summary, dir)| LogPlace::of(summary, dir));
+        let mut data_ranks = identity.data_ranks;
+        let mut carried_logs = Vec::new();
         let (model, from) = match self.resume.take() {
             // `IfAny` is settled above; were it not, going on is what it asks first.
             Some(Resume::Continue(dir) | Resume::IfAny(dir)) => {
                 let place = log_place.as_ref().zip(summary);
                 let within = (&mut driver, items);
-                self.resume(&dir, model, &identity, within, place, state)?
+                let resumed = self.resume(&dir, model, &identity, within, place, state)?;
+                data_ranks = resumed.data_ranks;
+                carried_logs = resumed.carried_logs;
+                (resumed.model, resumed.from)
             }
             Some(Resume::StartOver(dir)) => {
                 start_over(&dir, summary, log_place.as_ref())?;
@@ -95,10 +102,11 @@ impl<M: Trainable> Trainer<M> {
         // What the run's checkpoints in a bucket add their log's cuts to, the log rolled back.
         #[cfg(feature = "object-store")]
         let log_place = log_place.map(LogPlace::with_base).transpose()?;
-        // A resharded run's checkpoints name the devices it started on, whose data split it
-        // goes on with.
+        // A resharded run's checkpoints name the devices and ranks it started on, whose data
+        // split it goes on with.
         let identity = Identity {
             devices: driver.shards(),
+            data_ranks,
             ..identity
         };
         Ok(Started {
@@ -108,6 +116,7 @@ impl<M: Trainable> Trainer<M> {
             identity,
             log_place,
             lock,
+            carried_logs,
         })
     }
 
@@ -199,7 +208,7 @@ impl<M: Trainable> Trainer<M> {
         (driver, items): (&mut Driver<M>, usize),
         log: Option<(&LogPlace, &SummaryRecord)>,
         state: &mut RunState,
-    ) -> Result<(M, Option<Position>), TrainError> {
+    ) -> Result<ResumedRun<M>, TrainError> {
         let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
         let (resumed, loaded) = checkpointing::load(
             dir,
@@ -224,6 +233,9 @@ impl<M: Trainable> Trainer<M> {
                 format!("{items} training item(s) an epoch"),
             ));
         }
+        if let Some((place, _)) = log {
+            same_ranks_in_a_bucket(place, (resumed.taken_ranks, identity.ranks), &resumed.path)?;
+        }
         let rolling_back = std::time::Instant::now();
         if let Some((place, summary)) = log {
             place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
@@ -234,15 +246,16 @@ impl<M: Trainable> Trainer<M> {
             rollback: rolling_back.elapsed(),
             ..crate::Recovery::default()
         };
-        if resumed.shards != driver.shards() {
+        let world = identity.ranks.max(1);
+        if resumed.shards != driver.shards() || resumed.data_ranks != world {
+            let shards = resumed.shards * resumed.data_ranks / world;
             log::info!(
-                "going on on {} device(s) with the {} shards of the data it started with: each \
+                "going on on {} device(s) with {shards} shards of the data, as it started: each \
                  device runs {} of a step's batches",
                 self.devices.len(),
-                resumed.shards,
-                resumed.shards / self.devices.len().max(1)
+                shards / self.devices.len().max(1)
             );
-            driver.reshard(resumed.shards);
+            driver.reshard(resumed.shards, (resumed.data_ranks, rank, world));
         }
         self.optimizer = resumed.optimizer;
         self.scheduler = resumed.scheduler;
@@ -261,7 +274,12 @@ impl<M: Trainable> Trainer<M> {
             position.epoch,
             state.report.steps
         );
-        Ok((resumed.model, Some(position)))
+        Ok(ResumedRun {
+            model: resumed.model,
+            from: Some(position),
+            data_ranks: resumed.data_ranks,
+            carried_logs: resumed.carried_logs,
+        })
     }
 
     /// Records what the run is, at step 0: its hyper-parameters (the session start, declaring
@@ -314,6 +332,38 @@ impl<M: Trainable> Trainer<M> {
         faults.check(summary.record(0))?;
         Ok(())
     }
+}
+
+/// Refuses a resume with another rank count (`ranks`: the job's that took the checkpoint at
+/// `path`, and this one's) of a log in a bucket, whose rollback tells a rank's objects by name
+/// among every rank's, as many ranks as write there: a job of other ranks would take the
+/// others' for its own.
+fn same_ranks_in_a_bucket(
+    place: &LogPlace,
+    (taken, ranks): (usize, usize),
+    path: &Path,
+) -> Result<(), TrainError> {
+    if taken == ranks || !place.remote() {
+        return Ok(());
+    }
+    Err(CheckpointError::Mismatch {
+        path: path.to_path_buf(),
+        reason: format!(
+            "its job had {taken} rank(s) and this one has {ranks}: a log in a bucket ({}) goes \
+             on only with as many ranks as wrote it",
+            place.dir.display()
+        ),
+    }
+    .into())
+}
+
+/// What a resume gives the run: the checkpoint's model, where to go on from, the shards its
+/// data is cut into across ranks, and the log snapshots rank 0 carries on.
+pub(super) struct ResumedRun<M> {
+    model: M,
+    from: Option<Position>,
+    data_ranks: usize,
+    carried_logs: Vec<(usize, String)>,
 }
 
 /// Discards what a run stopped before wrote, for [`Trainer::start_over`]: its checkpoints in

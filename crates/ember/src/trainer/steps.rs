@@ -43,22 +43,27 @@ pub(super) fn device_tag(rank: Option<usize>, device: usize, name: &str) -> Stri
 }
 
 /// Each device's scalars of a step: its own step (fork, forward and backward) and how long it
-/// then waited for the slowest device.
+/// then waited for the slowest device. A device that ran several slices of a step (a run
+/// resumed on fewer devices or ranks) has one value of each: their times added up.
 pub(super) fn device_times(
     rank: Option<usize>,
     done: &StepDone<impl Sized>,
 ) -> impl Iterator<Item = (String, f64)> + '_ {
-    done.items.iter().flat_map(move |output| {
-        let wait = done.timing.devices.saturating_sub(output.elapsed);
+    let mut busy: Vec<(usize, std::time::Duration)> = Vec::new();
+    for output in &done.items {
+        match busy.iter_mut().find(|(device, _)| *device == output.device) {
+            Some((_, elapsed)) => *elapsed += output.elapsed,
+            None => busy.push((output.device, output.elapsed)),
+        }
+    }
+    busy.into_iter().flat_map(move |(device, elapsed)| {
+        let wait = done.timing.devices.saturating_sub(elapsed);
         [
             (
-                device_tag(rank, output.device, "step_seconds"),
-                output.elapsed.as_secs_f64(),
+                device_tag(rank, device, "step_seconds"),
+                elapsed.as_secs_f64(),
             ),
-            (
-                device_tag(rank, output.device, "wait_seconds"),
-                wait.as_secs_f64(),
-            ),
+            (device_tag(rank, device, "wait_seconds"), wait.as_secs_f64()),
         ]
     })
 }

@@ -24,6 +24,7 @@ pub(super) fn encode_meta(
     let mut lines = vec![
         format!("devices={}", identity.devices),
         format!("ranks={}", identity.ranks),
+        format!("data_ranks={}", identity.data_ranks),
         format!("grad_accumulation={}", identity.grad_accumulation),
         format!("reduction={}", identity.reduction),
         format!("model={}", identity.model),
@@ -268,23 +269,35 @@ impl Identity {
     /// Why a run of `self` cannot continue from a checkpoint of `taken`; `None` if it can.
     pub(super) fn mismatch(&self, taken: &Fields) -> Option<String> {
         let number = |key: &str| taken.usize(key).ok();
+        // A job goes on with fewer ranks when each can run the data shards of an equal share
+        // of the ranks that began it: its steps, batches and gradients stay the job's.
+        let ranks = number("ranks").filter(|ranks| *ranks > 0);
+        let data_ranks = number("data_ranks").or(ranks);
+        let Some(data_ranks) = data_ranks.filter(|d| d.is_multiple_of(self.ranks.max(1))) else {
+            return Some(format!(
+                "it was taken by a job of {} rank(s), this one has {}; a job goes on with as \
+                 many ranks, or with fewer that divide the {} it began with (each then runs \
+                 the data of an equal share of them); not with more",
+                taken.text("ranks").unwrap_or("?"),
+                self.ranks,
+                data_ranks.map_or("?".to_owned(), |d| d.to_string()),
+            ));
+        };
         // A run goes on on fewer devices when each can run an equal share of a step's batches
         // (`Driver::reshard`): the step, its batches and their gradients stay the run's.
-        let shards = number("devices").filter(|shards| *shards > 0);
+        let shards = number("devices")
+            .filter(|shards| *shards > 0)
+            .map(|shards| shards * (data_ranks / self.ranks.max(1)));
         if shards.is_none_or(|shards| !shards.is_multiple_of(self.devices.max(1))) {
             return Some(format!(
                 "it was taken on {} device(s), this run has {}; a run goes on on as many \
                  devices, or on fewer that divide them (each then runs an equal share of a \
                  step's batches, so the step is the same); not on more",
-                taken.text("devices").unwrap_or("?"),
+                shards.map_or_else(
+                    || taken.text("devices").unwrap_or("?").to_owned(),
+                    |s| s.to_string()
+                ),
                 self.devices
-            ));
-        }
-        if number("ranks") != Some(self.ranks) {
-            return Some(format!(
-                "it was taken by a job of {} rank(s), this one has {}",
-                taken.text("ranks").unwrap_or("?"),
-                self.ranks
             ));
         }
         if number("grad_accumulation") != Some(self.grad_accumulation) {

@@ -36,6 +36,9 @@ pub(crate) struct Identity {
     /// devices keeps (each device then runs several shards a step).
     pub(crate) devices: usize,
     pub(crate) ranks: usize,
+    /// The shards the data is cut into across ranks: the ranks the job started with, which a
+    /// job resumed with fewer ranks keeps (each rank then runs several).
+    pub(crate) data_ranks: usize,
     pub(crate) grad_accumulation: usize,
     pub(crate) reduction: &'static str,
     /// Every parameter's name and size.
@@ -58,6 +61,7 @@ impl Identity {
         Self {
             devices,
             ranks,
+            data_ranks: ranks,
             grad_accumulation,
             reduction: match reduction {
                 Reduction::Mean => "mean",

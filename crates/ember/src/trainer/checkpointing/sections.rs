@@ -4,11 +4,13 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::OptimizerRecord;
-use burn::tensor::{Bytes, Tensor};
+use burn::tensor::Tensor;
 
-use crate::checkpoint::{Checkpoint, CheckpointError, Loaded};
+use super::regroup::{Saved, regroup};
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::collective::owners_by_elements;
 use crate::trainer::OptimizerShards;
 
 /// `checkpoint` with one section per optimizer shard's record.
@@ -42,27 +44,6 @@ pub(super) fn param_ids<M: Module>(model: &M) -> Vec<u64> {
     ids.0
 }
 
-/// `model` with its float parameters' ids replaced by `ids` (in visit order); `None` when
-/// the model has a different number of them.
-pub(super) fn with_param_ids<M: Module>(model: M, ids: &[u64]) -> Option<M> {
-    if param_ids(&model).len() != ids.len() {
-        return None;
-    }
-    struct Rename<'a> {
-        ids: &'a [u64],
-        at: usize,
-    }
-    impl ModuleMapper for Rename<'_> {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            let id = ParamId::from(self.ids[self.at]);
-            self.at += 1;
-            let (_, value, mapper) = param.consume();
-            Param::from_mapped_value(id, value, mapper)
-        }
-    }
-    Some(model.map(&mut Rename { ids, at: 0 }))
-}
-
 pub(super) fn encode_ids(ids: &[u64]) -> String {
     ids.iter().map(|id| format!("{id}\n")).collect()
 }
@@ -84,71 +65,141 @@ pub(super) fn optimizer_section(shard: usize) -> String {
     }
 }
 
-/// `model` with the parameter ids a rank's part (and its path) holds, when it holds them.
-pub(super) fn with_part_ids<M: Module>(
-    model: M,
-    part: Option<&(Checkpoint, PathBuf)>,
-) -> Result<M, CheckpointError> {
-    let Some((part, part_path)) = part else {
-        return Ok(model);
-    };
-    let Some(ids) = part.section("ids") else {
-        return Ok(model);
-    };
-    let ids = decode_ids(ids).ok_or_else(|| CheckpointError::Section {
-        path: part_path.clone(),
-        section: "ids".into(),
-        reason: "not one parameter id a line".into(),
-    })?;
-    let count = ids.len();
-    with_param_ids(model, &ids).ok_or_else(|| CheckpointError::Mismatch {
-        path: part_path.clone(),
-        reason: format!("its {count} parameter ids do not fit this model"),
-    })
+/// Where a checkpoint's optimizer state is: the job that saved it had `ranks` ranks, each of
+/// which stepped the parameters [`owners_by_elements`] gave it; rank 0's records are in the
+/// checkpoint, keyed by the ids of its model record, every other rank's in its part, with the
+/// ids its records are keyed by.
+pub(super) struct SavedState<'c> {
+    pub(super) checkpoint: (&'c Checkpoint, &'c Path),
+    /// Rank `r`'s part, for each `r` of `1..ranks` read.
+    pub(super) parts: &'c [(usize, Checkpoint, PathBuf)],
+    pub(super) ranks: usize,
 }
 
-/// What holds the optimizer's state: this rank's part where it holds some, else the checkpoint.
-pub(super) fn optimizer_holder<'c>(
-    loaded: &'c Loaded,
-    part: Option<&'c (Checkpoint, PathBuf)>,
-) -> (&'c Checkpoint, PathBuf) {
-    match part {
-        Some((part, part_path)) if part.section(&optimizer_section(0)).is_some() => {
-            (part, part_path.clone())
-        }
-        _ => (&loaded.checkpoint, loaded.path.clone()),
-    }
-}
-
-/// Loads every optimizer shard's state from `holder` (a checkpoint or a rank's part, read from
-/// its path). A checkpoint holds one optimizer section per shard; one written by a single
-/// optimizer holds every parameter's state, which serves each shard as well, since a shard
-/// only reads the state of the parameters it owns.
-pub(super) fn load_optimizer(
-    optimizer: OptimizerShards,
-    (holder, holder_path): (&Checkpoint, PathBuf),
+/// This rank's optimizer shards (rank `rank` of a job of `world`) with the saved state of every
+/// parameter it steps, whatever ranks and shards saved it (see [`regroup`]). `model` is the
+/// model as loaded, whose ids the state is keyed by here.
+pub(super) fn load_optimizer<M: Module>(
+    mut optimizer: OptimizerShards,
+    model: &M,
+    (rank, world): (usize, usize),
+    saved: SavedState<'_>,
 ) -> Result<OptimizerShards, CheckpointError> {
-    // Shards by thread (one per device the run started on) are kept as they were: each holds
-    // the state of the parameters it steps.
-    let saved = (0..)
-        .take_while(|shard| holder.section(&optimizer_section(*shard)).is_some())
-        .count();
-    let mut optimizer = optimizer.regrouped(saved);
-    for shard in 0..optimizer.len() {
-        let name = optimizer_section(shard);
-        let name = if holder.section(&name).is_some() {
-            name
-        } else {
-            optimizer_section(0)
-        };
-        let bytes = section(holder, &holder_path, &name)?;
-        let stepped = optimizer.shards()[shard]
+    let (ids, sizes) = params(model);
+    let owners = |ranks: usize| match ranks {
+        0 | 1 => vec![0; sizes.len()],
+        ranks => owners_by_elements(&sizes, ranks),
+    };
+    let now = owners(world);
+    let then = owners(saved.ranks);
+    let shard = optimizer.shard_of_each(model);
+    let shard_of = |place: usize| (now[place] == rank).then(|| shard[place]);
+    let holders = holders(&saved, &ids, (&then, &now), rank)?;
+    let stepped: Vec<Vec<bool>> = holders
+        .iter()
+        .map(|(_, _, _, from)| {
+            (0..sizes.len())
+                .map(|place| from.is_none_or(|from| then[place] == from))
+                .collect()
+        })
+        .collect();
+    let mut sources = Vec::new();
+    for (file, (holder, _, holder_ids, _)) in holders.iter().enumerate() {
+        for index in 0.. {
+            let Some(bytes) = holder.section(&optimizer_section(index)) else {
+                break;
+            };
+            sources.push(Saved {
+                bytes,
+                ids: holder_ids,
+                stepped: &stepped[file],
+                file,
+            });
+        }
+    }
+    let path = holders
+        .first()
+        .map_or(saved.checkpoint.1, |(_, path, _, _)| *path);
+    let regrouped = regroup(&sources, &ids, &shard_of, optimizer.len()).map_err(|reason| {
+        CheckpointError::Mismatch {
+            path: path.to_path_buf(),
+            reason,
+        }
+    })?;
+    for (index, bytes) in regrouped.into_iter().enumerate() {
+        let loaded = optimizer.shards()[index]
             .clone()
-            .from_bytes(Bytes::from_bytes_vec(bytes.to_vec()))
-            .map_err(record_err(&holder_path, "its optimizer state"))?;
-        optimizer.set_shard(shard, stepped);
+            .from_bytes(bytes)
+            .map_err(record_err(path, "its optimizer state"))?;
+        optimizer.set_shard(index, loaded);
     }
     Ok(optimizer)
+}
+
+/// What holds the state of the parameters this rank (`rank`, owning those `now` gives it)
+/// steps: each saving rank's holder (its part, or rank 0's checkpoint) with the ids its records
+/// are keyed by, and the saving rank (`None`: the checkpoint holds every parameter's state).
+/// A part without optimizer state (a job whose ranks each stepped every parameter) leaves it
+/// to the checkpoint.
+#[allow(clippy::type_complexity)]
+fn holders<'c>(
+    saved: &SavedState<'c>,
+    ids: &[u64],
+    (then, now): (&[usize], &[usize]),
+    rank: usize,
+) -> Result<Vec<(&'c Checkpoint, &'c Path, Vec<u64>, Option<usize>)>, CheckpointError> {
+    let (checkpoint, checkpoint_path) = saved.checkpoint;
+    let mut holders = Vec::new();
+    for from in 0..saved.ranks.max(1) {
+        if !(0..ids.len()).any(|place| then[place] == from && now[place] == rank) {
+            continue;
+        }
+        let part = saved
+            .parts
+            .iter()
+            .find(|(r, part, _)| *r == from && part.section(&optimizer_section(0)).is_some());
+        match part {
+            Some((_, part, path)) => {
+                let part_ids = match part.section("ids") {
+                    Some(text) => decode_ids(text).ok_or_else(|| CheckpointError::Section {
+                        path: path.clone(),
+                        section: "ids".into(),
+                        reason: "not one parameter id a line".into(),
+                    })?,
+                    None => ids.to_vec(),
+                };
+                if part_ids.len() != ids.len() {
+                    return Err(CheckpointError::Mismatch {
+                        path: path.clone(),
+                        reason: format!(
+                            "its {} parameter ids do not fit this model",
+                            part_ids.len()
+                        ),
+                    });
+                }
+                holders.push((part, path.as_path(), part_ids, Some(from)));
+            }
+            None if from == 0 || saved.ranks <= 1 => {
+                holders.push((checkpoint, checkpoint_path, ids.to_vec(), Some(0)));
+            }
+            None => holders.push((checkpoint, checkpoint_path, ids.to_vec(), None)),
+        }
+    }
+    Ok(holders)
+}
+
+/// Every float parameter's id and element count, in visit order.
+fn params<M: Module>(model: &M) -> (Vec<u64>, Vec<usize>) {
+    struct Params(Vec<u64>, Vec<usize>);
+    impl ModuleVisitor for Params {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push(param.id.val());
+            self.1.push(param.shape().num_elements());
+        }
+    }
+    let mut params = Params(Vec::new(), Vec::new());
+    model.visit(&mut params);
+    (params.0, params.1)
 }
 
 /// Section `name` of `checkpoint` (read from `path`), or the error naming it missing.

@@ -1,3 +1,4 @@
+use super::meta::{Fields, decode_meta};
 use super::*;
 use crate::EpochReport;
 
@@ -35,6 +36,7 @@ fn the_meta_section_reads_back_exactly() {
     let identity = Identity {
         devices: 2,
         ranks: 1,
+        data_ranks: 1,
         grad_accumulation: 2,
         reduction: "mean",
         model: "a.weight:6,a.bias:2".into(),
@@ -44,7 +46,7 @@ fn the_meta_section_reads_back_exactly() {
     let fields = Fields::parse(&text);
     assert_eq!(identity.mismatch(&fields), None);
     let (p, steps, updates, s) = decode_meta(&fields).unwrap();
-    assert_eq!((p, steps, updates), (position, 11, 5));
+    assert_eq!((p, steps, updates), (position.clone(), 11, 5));
     // The gap this run had is noted in its log already; the one it has now, from step 9 to
     // the checkpoint's, is for the resume to note.
     let lost = crate::LogGap { from: 9, to: 11 };
@@ -79,6 +81,61 @@ fn the_meta_section_reads_back_exactly() {
             .unwrap()
             .contains("the model changed")
     );
+}
+
+/// A job goes on with fewer ranks that divide the ones it began with, on devices that divide
+/// the slices each then runs; not with more ranks.
+#[test]
+fn a_job_goes_on_with_fewer_ranks_that_divide_the_ones_it_began_with() {
+    let position = Position::within(2, 3, EpochTotals::default());
+    let state = RunState::default();
+    let identity = Identity {
+        devices: 2,
+        ranks: 1,
+        data_ranks: 1,
+        grad_accumulation: 2,
+        reduction: "mean",
+        model: "a.weight:6,a.bias:2".into(),
+    };
+    let text = encode_meta(&position, 11, 5, &state, &identity, None);
+    let fields = Fields::parse(&text);
+    let more_ranks = Identity {
+        ranks: 2,
+        ..identity.clone()
+    };
+    let refused = more_ranks.mismatch(&fields).unwrap();
+    assert!(
+        refused.contains("a job of 1 rank(s), this one has 2") && refused.contains("not with more"),
+        "{refused}"
+    );
+    // A job of 4 ranks on 2 devices each goes on with 2 ranks (each runs 2 ranks' data, 4
+    // shards, on its 2 or 1 devices) or 1, not 3; and on 3 devices nowhere.
+    let of_four = Identity {
+        ranks: 4,
+        data_ranks: 4,
+        ..identity.clone()
+    };
+    let fields_of_four = encode_meta(&position, 11, 5, &state, &of_four, None);
+    let fields_of_four = Fields::parse(&fields_of_four);
+    for (ranks, devices, goes_on) in [
+        (2, 2, true),
+        (2, 1, true),
+        (1, 2, true),
+        (3, 2, false),
+        (2, 3, false),
+    ] {
+        let resumed = Identity {
+            ranks,
+            devices,
+            ..identity.clone()
+        };
+        assert_eq!(
+            resumed.mismatch(&fields_of_four).is_none(),
+            goes_on,
+            "{ranks} rank(s) of {devices} device(s): {:?}",
+            resumed.mismatch(&fields_of_four)
+        );
+    }
 }
 
 /// What a checkpoint takes on the training thread is the step's state, shared with Burn:
@@ -125,7 +182,7 @@ fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_old
 
     let dir = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
-    let mut checkpointer = Checkpointer::new(&config).unwrap();
+    let mut checkpointer = Checkpointer::new(&config, &[]).unwrap();
     // Each checkpoint's thread waits for its own release.
     let mut releases = Vec::new();
     let mut taken = |checkpointer: &mut Checkpointer| {
