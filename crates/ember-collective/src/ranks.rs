@@ -41,6 +41,9 @@ pub struct Ranks {
     /// This rank's block, and every rank's, kept between rounds.
     mine: Vec<f32>,
     gathered: Vec<f32>,
+    /// The gradients and presence flags of a window beyond a round's first, kept between
+    /// rounds (see [`Ranks::round`]).
+    more: Vec<f32>,
 }
 
 /// What this rank brings to a round besides its gradients.
@@ -91,6 +94,7 @@ impl Ranks {
             block: 0,
             mine: Vec::new(),
             gathered: Vec::new(),
+            more: Vec::new(),
         }
     }
 
@@ -241,26 +245,45 @@ impl Ranks {
         })
     }
 
-    /// One round: this rank's window (its plain sum, emptied) and `state` against every other
-    /// rank's. Every rank gets the same [`Round`], with the reduced gradients of the parameters
-    /// it steps (of every parameter when `every_gradient`); when a rank announced a failure in
-    /// this round, every other rank gets [`CollectiveError::PeersFailed`] instead.
+    /// One round: this rank's windows (their plain sums, emptied) and `state` against every
+    /// other rank's. Every rank gets the same [`Round`], with the reduced gradients of the
+    /// parameters it steps (of every parameter when `every_gradient`); when a rank announced a
+    /// failure in this round, every other rank gets [`CollectiveError::PeersFailed`] instead.
+    ///
+    /// A rank brings one window, or one for each rank of a larger job whose data it runs (a
+    /// job resumed with fewer ranks): those are added up here in order, each as a rank's
+    /// contribution to the sum, so that two ranks' windows in one process give the bits the
+    /// two ranks' all-reduce gave. `windows` must not be empty.
     pub fn round<M: Module>(
         &mut self,
-        window: &mut GradientWindow<M>,
+        windows: &mut [GradientWindow<M>],
         model: &M,
         state: RoundState,
         every_gradient: bool,
     ) -> Result<Round, CollectiveError> {
         let (len, params) = self.shape.ok_or(CollectiveError::NotStarted)?;
-        let reduction = window.reduction();
-        let (grads, sets) = window.take_sum();
+        let (first, others) = windows
+            .split_first_mut()
+            .ok_or(CollectiveError::NotStarted)?;
+        let reduction = first.reduction();
+        let (grads, mut sets) = first.take_sum();
         let size = self.size();
         let totals_len = self.totals_len();
         let (gradients, rest) = self.buffer.split_at_mut(len);
         let (present, rest) = rest.split_at_mut(params);
         write_gradients(model, (sets > 0).then_some(&grads), gradients, present);
         drop(grads);
+        if !others.is_empty() {
+            self.more.resize(len + params, 0.0);
+            let (more, more_present) = self.more.split_at_mut(len);
+            for window in others {
+                let (grads, count) = window.take_sum();
+                write_gradients(model, (count > 0).then_some(&grads), more, more_present);
+                sets += count;
+                add_into(gradients, more);
+                add_into(present, more_present);
+            }
+        }
         rest.fill(0.0);
         let rest = &mut rest[totals_len..];
         rest[0] = sets as f32;
@@ -360,6 +383,13 @@ impl Ranks {
     }
 }
 
+/// `to` plus `from`, element by element, as an all-reduce adds a rank's values.
+fn add_into(to: &mut [f32], from: &[f32]) {
+    for (to, from) in to.iter_mut().zip(from) {
+        *to += *from;
+    }
+}
+
 /// [`CollectiveError::PeersFailed`] naming the ranks of `size` whose failure flag `is_set`,
 /// if any.
 fn failed_ranks(size: usize, is_set: impl Fn(usize) -> bool) -> Result<(), CollectiveError> {
@@ -423,7 +453,12 @@ mod tests {
         let device = Device::flex().autodiff();
         let mut window = GradientWindow::new(Reduction::Mean);
         window.add(gradients(model, seed, &device), &device, model);
-        let round = ranks.round(&mut window, model, RoundState::default(), every);
+        let round = ranks.round(
+            std::slice::from_mut(&mut window),
+            model,
+            RoundState::default(),
+            every,
+        );
         round.unwrap().gradients.unwrap()
     }
 
@@ -472,6 +507,64 @@ mod tests {
             assert_eq!(bits(every), bits(whole), "rank {rank}'s reference");
             assert_eq!(bits(shared), bits(whole), "rank {rank}");
         }
+    }
+
+    /// A rank that runs the data of two (a job resumed with fewer ranks) brings a window for
+    /// each; its round gives the bits the two ranks' round gave, the second's window holding
+    /// two sets and the first's one, so the mean divides by all three.
+    #[test]
+    fn two_windows_in_one_rank_give_the_bits_of_two_ranks() {
+        let device = Device::flex().autodiff();
+        let model = seeded_mlp(24, 7, &device);
+        let window_of = |seeds: &[u64]| {
+            let mut window = GradientWindow::new(Reduction::Mean);
+            for seed in seeds {
+                window.add(gradients(&model, *seed, &device), &device, &model);
+            }
+            window
+        };
+        let seeds: [&[u64]; 2] = [&[1], &[2, 3]];
+        let handles: Vec<_> = LocalGroup::ranks(2, Duration::from_secs(60))
+            .into_iter()
+            .map(|comm| {
+                let (model, seeds) = (model.clone(), seeds[comm.rank()]);
+                let mut window = window_of(seeds);
+                std::thread::spawn(move || {
+                    let mut ranks = Ranks::new(comm);
+                    let model = ranks.broadcast_module(model).unwrap();
+                    let round = ranks.round(
+                        std::slice::from_mut(&mut window),
+                        &model,
+                        RoundState::default(),
+                        true,
+                    );
+                    let round = round.unwrap();
+                    (round.sets, flat(&model, &round.gradients.unwrap()))
+                })
+            })
+            .collect();
+        let two: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let comm = LocalGroup::ranks(1, Duration::from_secs(60)).pop().unwrap();
+        let mut one = Ranks::new(comm);
+        let model = one.broadcast_module(model.clone()).unwrap();
+        let mut windows = [window_of(seeds[0]), window_of(seeds[1])];
+        let round = one
+            .round(&mut windows, &model, RoundState::default(), true)
+            .unwrap();
+        assert_eq!(round.sets, 3);
+        assert_eq!(two[0].0, 3);
+        assert_eq!(
+            bits(&flat(&model, &round.gradients.unwrap())),
+            bits(&two[0].1)
+        );
+    }
+
+    /// Every parameter's gradient in `grads`, in visit order.
+    fn flat(model: &Mlp, grads: &GradientsParams) -> Vec<f32> {
+        let mut values = vec![0.0; parameter_sizes(model).iter().sum()];
+        let mut present = vec![0.0; parameter_sizes(model).len()];
+        write_gradients(model, Some(grads), &mut values, &mut present);
+        values
     }
 
     #[test]

@@ -135,6 +135,17 @@ impl<M: Module> GradientWindow<M> {
         self.count += 1;
     }
 
+    /// Adds another window's plain sum of `count` sets ([`take_sum`](Self::take_sum)) as one
+    /// contribution, the way an all-reduce adds each process's: a process that runs the data
+    /// of several ranks sums each rank's sets in a window of its own, then the windows here.
+    pub fn add_sum(&mut self, sum: GradientsParams, count: usize, main: &Device, model: &M) {
+        if count == 0 {
+            return;
+        }
+        self.add(sum, main, model);
+        self.count += count - 1;
+    }
+
     /// How many gradient sets were added since the last [`take`](Self::take).
     pub fn len(&self) -> usize {
         self.count

@@ -22,25 +22,28 @@
 //! skipped and never retried.
 
 use std::collections::HashMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
-use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use burn::train::{TrainOutput, TrainStep};
 use ember_pool::step::burn::{BurnStep, GradientWindow, Reduction};
 use ember_pool::step::{DeviceOutput, Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
 
 use crate::collective::{CollectiveError, Ranks, Round, RoundState};
 
+mod cut;
 mod lookahead;
+mod validation;
 
+use cut::Cut;
 use lookahead::Lookahead;
+pub use validation::ValidationError;
+pub(crate) use validation::validate;
 
 /// What steps a model with reduced gradients: the Trainer's optimizer and scheduler, or
 /// burn-train's `Learner`.
@@ -117,32 +120,6 @@ pub(crate) enum StepFailureSource {
     Ranks(CollectiveError),
 }
 
-/// Why validation stopped.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ValidationError {
-    /// The validation loader failed to give a batch.
-    #[error("validation batch {batch} on device {device} could not be loaded: {message}")]
-    Source {
-        /// The device validation runs on (0, the main device).
-        device: usize,
-        /// The batch, from 1.
-        batch: usize,
-        /// The loader's error.
-        message: String,
-    },
-    /// The inference step panicked.
-    #[error("validation batch {batch} on device {device} panicked: {message}")]
-    Panicked {
-        /// The device validation runs on (0, the main device).
-        device: usize,
-        /// The batch, from 1.
-        batch: usize,
-        /// The panic's message.
-        message: String,
-    },
-}
-
 /// The pool and the per-device loaders of a run.
 pub(crate) struct Driver<M: TrainStep + Module + 'static>
 where
@@ -150,13 +127,12 @@ where
     TrainOutput<M::Output>: Send,
 {
     pool: DevicePool<BurnStep<M>>,
-    /// This process's training data (its rank's shard), which `loaders` split.
+    /// The job's training data, every rank's, which `loaders` cut.
     train: Arc<dyn DataLoader<M::Input>>,
-    /// The job's training data, all ranks' (for a job resumed with fewer ranks).
-    whole: Arc<dyn DataLoader<M::Input>>,
-    /// The slices each rank shard of the data is split into: the devices a rank began with.
-    slices: usize,
-    /// One slice of `train` per shard of the run's data (see [`reshard`](Self::reshard)).
+    /// How `train` is cut into this process's slices.
+    cut: Cut,
+    /// One slice of `train` per shard of the data this process runs, cut at their first use
+    /// (see [`Cut`]).
     loaders: Vec<Arc<dyn DataLoader<M::Input>>>,
     devices: Vec<Device>,
     main: Device,
@@ -186,20 +162,18 @@ where
         };
         let pool = DevicePool::new(devices.to_vec(), options)?
             .with_max_abandoned_workers(max_abandoned_workers);
-        let whole = train.clone();
-        let train = match ranks {
-            Some(ranks) => {
-                let shard = ranks.shard(train.num_items());
-                train.slice(shard.start, shard.end)
-            }
-            None => train,
-        };
+        let (rank, world) = ranks.map_or((0, 1), |ranks| (ranks.rank(), ranks.size()));
         Ok(Some(Self {
             pool,
-            loaders: split_dataloader(train.clone(), devices),
             train,
-            whole,
-            slices: devices.len(),
+            cut: Cut {
+                in_ranks: ranks.is_some(),
+                data_ranks: world,
+                rank,
+                world,
+                slices: devices.len(),
+            },
+            loaders: Vec::new(),
             devices: devices.to_vec(),
             main,
             reduction,
@@ -210,42 +184,37 @@ where
     /// How many slices each rank shard of the data is split into (one per device, unless
     /// resharded).
     pub(crate) fn shards(&self) -> usize {
-        self.slices
+        self.cut.slices
     }
 
-    /// Splits the data as a job of `data_ranks` ranks on `shards` devices each did, to go on
+    /// Cuts the data as a job of `data_ranks` ranks on `shards` devices each did, to go on
     /// with it as rank `rank` of `world` on these devices: this rank runs the rank shards of
-    /// `data_ranks / world` of those ranks (the job's data cut as [`Ranks::shard`] cuts it), each
-    /// split into `shards` slices. Each step then runs every slice's batch, `devices` at a time
-    /// (slice `k` on device `k % devices`), and sums their gradients in slice order, so a step
-    /// trains on the batches and sums the gradients that step did on the job's devices. The
-    /// slices must be a multiple of the device count.
+    /// `data_ranks / world` of those ranks, each split into `shards` slices. Each step then
+    /// runs every slice's batch, `devices` at a time (slice `k` on device `k % devices`), and
+    /// sums their gradients in slice order, so a step trains on the batches and sums the
+    /// gradients that step did on the job's devices. The slices must be a multiple of the
+    /// device count. Before the first epoch is begun.
     pub(crate) fn reshard(
         &mut self,
         shards: usize,
         (data_ranks, rank, world): (usize, usize, usize),
     ) {
-        let shards = shards.max(1);
-        self.slices = shards;
-        let per_rank = (data_ranks / world.max(1)).max(1);
-        let place = |slice: usize| self.devices[slice % self.devices.len()].clone();
-        if per_rank == 1 {
-            // This rank's own shard of the data, as the job that began it cut it.
-            let devices: Vec<Device> = (0..shards).map(place).collect();
-            self.loaders = split_dataloader(self.train.clone(), &devices);
-            return;
+        self.cut = Cut {
+            in_ranks: self.cut.in_ranks || data_ranks > 1,
+            data_ranks: data_ranks.max(1),
+            rank,
+            world: world.max(1),
+            slices: shards.max(1),
+        };
+        self.loaders.clear();
+    }
+
+    /// The slices this process runs, cut at the first call.
+    fn loaders(&mut self) -> &[Arc<dyn DataLoader<M::Input>>] {
+        if self.loaders.is_empty() {
+            self.loaders = self.cut.slices_of(&self.train, &self.devices);
         }
-        let items = self.whole.num_items();
-        let mut loaders = Vec::with_capacity(per_rank * shards);
-        for of in rank * per_rank..(rank + 1) * per_rank {
-            let range = crate::collective::shard_range(items, data_ranks, of);
-            let devices: Vec<Device> = (loaders.len()..loaders.len() + shards).map(place).collect();
-            loaders.extend(split_dataloader(
-                self.whole.slice(range.start, range.end),
-                &devices,
-            ));
-        }
-        self.loaders = loaders;
+        &self.loaders
     }
 
     /// The main device.
@@ -256,8 +225,8 @@ where
     /// Begins `epochs` epochs on every device's slice without drawing a batch, as a resumed
     /// run does for the epochs before its checkpoint: each begin shuffles a shuffling loader
     /// once, advancing its generator as the epoch did.
-    pub(crate) fn begin_epochs(&self, epochs: usize) {
-        for loader in &self.loaders {
+    pub(crate) fn begin_epochs(&mut self, epochs: usize) {
+        for loader in self.loaders() {
             for _ in 0..epochs {
                 drop(loader.iter());
             }
@@ -275,22 +244,30 @@ where
         // The pool skips sources it saw run dry; a run that left the last epoch early (a stop)
         // must not carry that over.
         self.pool.new_epoch();
+        self.loaders();
         let sources = self
             .loaders
             .iter()
             .map(|loader| Lookahead::new(loader.iter()))
             .collect();
-        let mut window = GradientWindow::new(self.reduction);
-        // A round across ranks sums each rank's window as it is, on its main device.
-        if ranks.is_none() {
-            window.set_homes(homes);
-        }
+        // One window for each rank shard this process runs, added up as the ranks' all-reduce
+        // added theirs. A round across ranks sums each as it is, on its main device.
+        let in_ranks = ranks.is_some();
+        let windows = (0..self.cut.rank_shards())
+            .map(|_| {
+                let mut window = GradientWindow::new(self.reduction);
+                if !in_ranks {
+                    window.set_homes(homes.clone());
+                }
+                window
+            })
+            .collect();
         Epoch {
             devices: self.devices.len(),
             pool: &mut self.pool,
             sources,
             main: &self.main,
-            window,
+            windows,
             window_steps: 0,
             accumulation: self.accumulation,
             step: 0,
@@ -314,7 +291,9 @@ where
     sources: Vec<Lookahead<'d, M::Input>>,
     devices: usize,
     main: &'d Device,
-    window: GradientWindow<M>,
+    /// The accumulation window: one for each rank shard of the data this process runs
+    /// across ranks (see [`Ranks::round`]), one otherwise.
+    windows: Vec<GradientWindow<M>>,
     window_steps: usize,
     accumulation: usize,
     step: usize,
@@ -432,8 +411,10 @@ where
         };
         let devices_done = Instant::now();
         let mut items = Vec::with_capacity(outputs.len());
-        for output in outputs {
-            self.window.add(output.output.grads, self.main, &model);
+        let slices_per_window = self.sources.len().div_ceil(self.windows.len());
+        for (slice, output) in outputs {
+            let window = &mut self.windows[slice / slices_per_window];
+            window.add(output.output.grads, self.main, &model);
             items.push(DeviceItem {
                 device: output.device,
                 elapsed: output.elapsed,
@@ -453,7 +434,7 @@ where
             }
         } else if self.window_steps >= self.accumulation {
             self.window_steps = 0;
-            Some(optimizer.step(self.window.take(&model)))
+            Some(optimizer.step(self.take_windows(&model)))
         } else {
             None
         };
@@ -470,16 +451,17 @@ where
     }
 
     /// Runs this step's batch of every shard that has one, `devices` shards at a time, and
-    /// returns the outputs in shard order; `None` when every shard is done.
+    /// returns the outputs in shard order, each with its shard; `None` when every shard is
+    /// done.
     #[allow(clippy::type_complexity)]
     fn run_devices(
         &mut self,
         model: &M,
-    ) -> Result<Option<Vec<DeviceOutput<TrainOutput<M::Output>>>>, StepFailure> {
+    ) -> Result<Option<Vec<(usize, DeviceOutput<TrainOutput<M::Output>>)>>, StepFailure> {
         let resharded = self.sources.len() > self.devices;
         let mut outputs = Vec::new();
         let mut ran = false;
-        for shards in self.sources.chunks_mut(self.devices) {
+        for (chunk, shards) in self.sources.chunks_mut(self.devices).enumerate() {
             // The pool counts sources by device: each group of shards starts afresh (a shard
             // that ran dry keeps saying so).
             if resharded {
@@ -488,7 +470,8 @@ where
             match self.pool.step(shards, &BurnStep(model.clone())) {
                 Ok(Step::Ran(step)) => {
                     ran = true;
-                    outputs.extend(step.outputs);
+                    let first = chunk * self.devices;
+                    outputs.extend(step.outputs.into_iter().map(|o| (first + o.device, o)));
                 }
                 Ok(Step::EpochOver(_)) => {}
                 Err(source) => {
@@ -547,7 +530,7 @@ where
         };
         let round: Round = ranks
             .round(
-                &mut self.window,
+                &mut self.windows,
                 &model,
                 state,
                 optimizer.wants_every_gradient(),
@@ -584,58 +567,21 @@ where
                 },
             );
         }
-        if self.window.is_empty() {
+        if self.windows.iter().all(GradientWindow::is_empty) {
             return Ok(None);
         }
         let model = optimizer.model();
-        Ok(Some(optimizer.step(self.window.take(&model))))
+        Ok(Some(optimizer.step(self.take_windows(&model))))
     }
-}
 
-/// Runs `model`'s inference step on every batch of `loader`, on the main device, handing each
-/// output (with the batch number, from 1, and the loader's progress) to `on_item`. A batch the
-/// loader cannot give, or a panicking step, ends validation with a [`ValidationError`]; an
-/// error from `on_item` ends it with that error.
-pub(crate) fn validate<M, E>(
-    model: &M,
-    loader: &dyn DataLoader<<M as InferenceStep>::Input>,
-    mut on_item: impl FnMut(usize, <M as InferenceStep>::Output, Progress) -> Result<(), E>,
-) -> Result<(), E>
-where
-    M: InferenceStep + Module,
-    E: From<ValidationError>,
-{
-    let inner = model.valid();
-    let mut batches = loader.iter();
-    let mut batch = 0usize;
-    loop {
-        batch += 1;
-        let input = match batches.next() {
-            None => return Ok(()),
-            Some(Ok(input)) => input,
-            Some(Err(error)) => {
-                return Err(ValidationError::Source {
-                    device: 0,
-                    batch,
-                    message: error.to_string(),
-                }
-                .into());
-            }
-        };
-        let output = catch_unwind(AssertUnwindSafe(|| InferenceStep::step(&inner, input)))
-            .map_err(|payload| ValidationError::Panicked {
-                device: 0,
-                batch,
-                message: panic_message(payload.as_ref()),
-            })?;
-        on_item(batch, output, batches.progress())?;
+    /// The reduced gradients of every window, emptied: each window's sum added in order, as
+    /// the ranks' all-reduce adds them, then reduced.
+    fn take_windows(&mut self, model: &M) -> GradientsParams {
+        let (first, others) = self.windows.split_at_mut(1);
+        for window in others {
+            let (sum, count) = window.take_sum();
+            first[0].add_sum(sum, count, self.main, model);
+        }
+        first[0].take(model)
     }
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -138,6 +138,16 @@ impl LogPlace {
         )))
     }
 
+    /// This place with its log written by `ranks` ranks, where that is more than it counts
+    /// (a job resumed with fewer ranks than began it): a rollback then takes a missing rank's
+    /// files for that rank's, not a stranger's.
+    pub(crate) fn among_ranks(&self, ranks: usize) -> Self {
+        let mut place = self.clone();
+        let ranks = u32::try_from(ranks).unwrap_or(u32::MAX);
+        place.ownership.world_size = place.ownership.world_size.max(ranks);
+        place
+    }
+
     /// Whether the log directory is an object-store URL.
     pub(crate) fn remote(&self) -> bool {
         self.dir.to_str().is_some_and(ember_write::is_remote)

@@ -242,7 +242,12 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
             stop: true,
         };
         ranks
-            .round(&mut nothing, &self.stepper.model, state, false)
+            .round(
+                std::slice::from_mut(&mut nothing),
+                &self.stepper.model,
+                state,
+                false,
+            )
             .map_err(failed)?;
         Ok(())
     }
@@ -278,7 +283,12 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
             stop: false,
         };
         let round = ranks
-            .round(&mut nothing, &self.stepper.model, state, false)
+            .round(
+                std::slice::from_mut(&mut nothing),
+                &self.stepper.model,
+                state,
+                false,
+            )
             .map_err(|source| TrainError::Ranks {
                 epoch: position.epoch,
                 step: 0,

@@ -233,11 +233,10 @@ impl<M: Trainable> Trainer<M> {
                 format!("{items} training item(s) an epoch"),
             ));
         }
-        if let Some((place, _)) = log {
-            same_ranks_in_a_bucket(place, (resumed.taken_ranks, identity.ranks), &resumed.path)?;
-        }
         let rolling_back = std::time::Instant::now();
         if let Some((place, summary)) = log {
+            same_ranks_in_a_bucket(place, (resumed.taken_ranks, identity.ranks), &resumed.path)?;
+            let place = place.among_ranks(resumed.data_ranks);
             place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
         }
         let recovery = crate::Recovery {
