@@ -390,7 +390,7 @@ fn epoch_steps(ember: &Path, logdir: &Path) -> anyhow::Result<u64> {
 
 /// Starts the job into `run`, sends SIGTERM to `ranks` `at` after its first checkpoint, and
 /// returns the step the job says it was interrupted after (it must exit with 143).
-fn terminate_after_first_checkpoint(
+pub(super) fn terminate_after_first_checkpoint(
     ember: &Path,
     run: &Path,
     ranks: &[usize],
@@ -431,7 +431,7 @@ fn terminate_after_first_checkpoint(
 }
 
 /// The file name of the newest checkpoint of rank 0 in `dir`.
-fn newest_checkpoint(dir: &Path) -> anyhow::Result<String> {
+pub(super) fn newest_checkpoint(dir: &Path) -> anyhow::Result<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
