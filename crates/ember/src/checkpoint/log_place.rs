@@ -138,13 +138,14 @@ impl LogPlace {
         )))
     }
 
-    /// This place with its log written by `ranks` ranks, where that is more than it counts
-    /// (a job resumed with fewer ranks than began it): a rollback then takes a missing rank's
+    /// This place for a job of `world` ranks whose log `ranks` ranks wrote: where they were
+    /// more (a job resumed with fewer ranks than began it), a rollback takes a missing rank's
     /// files for that rank's, not a stranger's.
-    pub(crate) fn among_ranks(&self, ranks: usize) -> Self {
+    pub(crate) fn among_ranks(&self, ranks: usize, world: usize) -> Self {
         let mut place = self.clone();
-        let ranks = u32::try_from(ranks).unwrap_or(u32::MAX);
-        place.ownership.world_size = place.ownership.world_size.max(ranks);
+        if ranks > world {
+            place.ownership.world_size = u32::try_from(ranks).unwrap_or(u32::MAX);
+        }
         place
     }
 

@@ -128,7 +128,17 @@ fn job(
     trouble: Trouble,
     resume: bool,
 ) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
-    let handles: Vec<_> = LocalGroup::ranks(2, Duration::from_secs(60))
+    job_of(2, root, trouble, resume)
+}
+
+/// [`job`] of `ranks` ranks.
+fn job_of(
+    ranks: usize,
+    root: PathBuf,
+    trouble: Trouble,
+    resume: bool,
+) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
+    let handles: Vec<_> = LocalGroup::ranks(ranks, Duration::from_secs(60))
         .into_iter()
         .map(|comm| {
             let root = root.clone();
@@ -254,6 +264,16 @@ fn a_job_stopped_mid_epoch_in_a_bucket_resumes_from_the_stop_as_never_stopped() 
         // 4 steps an epoch: stopped after the round of epoch 2's third step.
         assert_eq!(report.steps, 4 + 3, "rank {rank}");
     }
+    // A job of 1 rank is refused here, before anything changes: the bucket's rollback tells
+    // the ranks' objects by name among as many ranks as wrote them.
+    let files = ember_tests::files_under(&stopped, false);
+    let refused = job_of(1, stopped.clone(), Trouble::default(), true);
+    let error = refused[0].as_ref().unwrap_err().to_string();
+    assert!(
+        error.contains("goes on only with as many ranks as wrote it"),
+        "{error}"
+    );
+    assert_eq!(ember_tests::files_under(&stopped, false), files);
     // Epoch 1's end, then the stop's.
     resumes_as_never_stopped(
         &stopped,

@@ -236,7 +236,7 @@ impl<M: Trainable> Trainer<M> {
         let rolling_back = std::time::Instant::now();
         if let Some((place, summary)) = log {
             same_ranks_in_a_bucket(place, (resumed.taken_ranks, identity.ranks), &resumed.path)?;
-            let place = place.among_ranks(resumed.data_ranks);
+            let place = place.among_ranks(resumed.data_ranks, identity.ranks);
             place.roll_back(&checkpointing::snapshot_of(&loaded, rank)?, summary)?;
         }
         let recovery = crate::Recovery {
