@@ -6,13 +6,12 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
 use super::launch::{TASK, Transport, mpirun};
-use super::scenarios::{newest_checkpoint, terminate_after_first_checkpoint};
+use super::scenarios::{newest_checkpoint, stop_ranks, terminate_after_first_checkpoint};
 use crate::process::{expect_success, inspect_json, run_limited};
 
 /// The scenario, in `out/fewer-ranks`, against the uninterrupted job in `out/reference` (from
@@ -75,30 +74,12 @@ fn one_rank_until_stopped(ember: &Path, run: &Path, out: &Path) -> anyhow::Resul
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let pid = crate::runs::rank_process(&run.to_string_lossy(), 0)
-        .context("finding the process of the job resumed by 1 rank")?;
-    let sent = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()?;
-    ensure!(sent.success(), "kill -TERM {pid} failed");
-    let status = child.wait()?;
-    let output = std::fs::read_to_string(&log_path)?;
-    ensure!(
-        !status.success(),
-        "the job resumed by 1 rank ended as a finished one after SIGTERM:\n{output}"
-    );
+    let (stopped, output) = stop_ranks(&mut child, run, &[0], &log_path)?;
     ensure!(
         !output.contains("warning:"),
         "the job resumed by 1 rank warned:\n{output}"
     );
-    output
-        .split("interrupted after ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|steps| steps.parse().ok())
-        .with_context(|| {
-            format!("the job resumed by 1 rank did not say where it stopped:\n{output}")
-        })
+    Ok(stopped)
 }
 
 /// Every series of `run` holds each step once, and the job's own series (those rank 0 records

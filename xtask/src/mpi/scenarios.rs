@@ -407,6 +407,18 @@ pub(super) fn terminate_after_first_checkpoint(
     let first = wait_for_first_checkpoint(&mut child, run)?;
     ensure!(first, "the job ended or hung before its first checkpoint");
     std::thread::sleep(at);
+    Ok(stop_ranks(&mut child, run, ranks, &log_path)?.0)
+}
+
+/// Sends SIGTERM to `ranks` of the job writing `run` (`child` is its `mpirun`, its output in
+/// `log_path`) and waits for it: it must not end as a finished one. Returns the step it says it
+/// was interrupted after, and its output.
+pub(super) fn stop_ranks(
+    child: &mut std::process::Child,
+    run: &Path,
+    ranks: &[usize],
+    log_path: &Path,
+) -> anyhow::Result<(u64, String)> {
     for rank in ranks {
         let pid = crate::runs::rank_process(&run.to_string_lossy(), *rank)
             .with_context(|| format!("finding rank {rank}"))?;
@@ -416,7 +428,7 @@ pub(super) fn terminate_after_first_checkpoint(
         ensure!(sent.success(), "kill -TERM {pid} failed");
     }
     let status = child.wait()?;
-    let output = std::fs::read_to_string(&log_path)?;
+    let output = std::fs::read_to_string(log_path)?;
     ensure!(
         !status.success(),
         "the job ended as a finished one after SIGTERM:\n{output}"
@@ -427,7 +439,7 @@ pub(super) fn terminate_after_first_checkpoint(
         .and_then(|rest| rest.split(' ').next())
         .and_then(|steps| steps.parse().ok())
         .with_context(|| format!("the stopped job did not say where it stopped:\n{output}"))?;
-    Ok(stopped)
+    Ok((stopped, output))
 }
 
 /// The file name of the newest checkpoint of rank 0 in `dir`.

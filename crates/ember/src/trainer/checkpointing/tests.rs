@@ -33,14 +33,7 @@ fn the_meta_section_reads_back_exactly() {
             judged: 9,
         },
     };
-    let identity = Identity {
-        devices: 2,
-        ranks: 1,
-        data_ranks: 1,
-        grad_accumulation: 2,
-        reduction: "mean",
-        model: "a.weight:6,a.bias:2".into(),
-    };
+    let identity = one_rank_on_two_devices();
     state.report.log_gaps = vec![crate::LogGap { from: 3, to: 7 }];
     let text = encode_meta(&position, 11, 5, &state, &identity, Some(9));
     let fields = Fields::parse(&text);
@@ -83,20 +76,25 @@ fn the_meta_section_reads_back_exactly() {
     );
 }
 
-/// A job goes on with fewer ranks that divide the ones it began with, on devices that divide
-/// the slices each then runs; not with more ranks.
-#[test]
-fn a_job_goes_on_with_fewer_ranks_that_divide_the_ones_it_began_with() {
-    let position = Position::within(2, 3, EpochTotals::default());
-    let state = RunState::default();
-    let identity = Identity {
+/// A run of one rank on 2 devices, accumulating 2 steps, of a model of two parameters.
+fn one_rank_on_two_devices() -> Identity {
+    Identity {
         devices: 2,
         ranks: 1,
         data_ranks: 1,
         grad_accumulation: 2,
         reduction: "mean",
         model: "a.weight:6,a.bias:2".into(),
-    };
+    }
+}
+
+/// A job goes on with fewer ranks that divide the ones it began with, on devices that divide
+/// the slices each then runs; not with more ranks.
+#[test]
+fn a_job_goes_on_with_fewer_ranks_that_divide_the_ones_it_began_with() {
+    let position = Position::within(2, 3, EpochTotals::default());
+    let state = RunState::default();
+    let identity = one_rank_on_two_devices();
     let text = encode_meta(&position, 11, 5, &state, &identity, None);
     let fields = Fields::parse(&text);
     let more_ranks = Identity {
