@@ -85,15 +85,22 @@ pub(crate) fn inspect(
     serde_json::from_slice(&out).context("parsing ember inspect --json")
 }
 
+/// The first 4,000 characters of `text`: enough of a report to tell what went wrong.
+fn truncated(text: &str) -> String {
+    text.chars().take(4000).collect()
+}
+
 /// What `command` printed, once it has ended well; an error with what it said otherwise.
 pub(crate) fn succeeded(mut command: Command, what: &str) -> anyhow::Result<Vec<u8>> {
     let out = command
         .output()
         .with_context(|| format!("starting {what}"))?;
+    // ember inspect --json reports what it found wrong on stdout: both, to tell why.
     ensure!(
         out.status.success(),
-        "{what} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        truncated(&String::from_utf8_lossy(&out.stdout))
     );
     Ok(out.stdout)
 }
