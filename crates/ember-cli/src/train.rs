@@ -436,6 +436,7 @@ fn trainer_config(plan: &Plan) -> TrainerConfig {
     TrainerConfig {
         epochs: plan.epochs(),
         histogram_every: Some(50),
+        grad_accumulation: usize::from(args.grad_accumulation),
         step_timeout: args.step_timeout,
         worker_threads: args.worker_threads.or_else(|| cpu_share(&plan.specs)),
         system_every: Some(args.system_every),

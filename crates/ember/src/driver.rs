@@ -8,7 +8,9 @@
 //! one reduced gradient set plus the one being added, never all of them; when the window is
 //! full (or the epoch ends with a partial one, as burn-train does) the caller's [`Optimize`]
 //! steps the model. What to record and report stays with the callers, which see every step's
-//! device outputs.
+//! device outputs. A run resumed on other devices keeps the job's slices ([`Cut`]): on fewer,
+//! each device runs several a step; on more, each slice's devices run consecutive steps of a
+//! window at once (`slices.rs`), handed back to be recorded one by one.
 //!
 //! Across processes (a [`Ranks`] given), the training loader is first cut into one contiguous
 //! shard per rank, and each full window (or a rank's last, partial one) becomes one round
@@ -30,14 +32,15 @@ use burn::module::{Module, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use burn::train::{TrainOutput, TrainStep};
+use ember_pool::step::StepError;
 use ember_pool::step::burn::{BurnStep, GradientWindow, Reduction};
-use ember_pool::step::{DeviceOutput, Step, StepError};
 use ember_pool::{DevicePool, PoolOptions, SpawnError};
 
 use crate::collective::{CollectiveError, Ranks, Round, RoundState};
 
 mod cut;
 mod lookahead;
+mod slices;
 mod validation;
 
 use cut::Cut;
@@ -71,16 +74,22 @@ pub(crate) trait Optimize<M> {
 pub(crate) struct DeviceItem<O> {
     /// The device's public index.
     pub(crate) device: usize,
+    /// Which of the step's job steps it ran (0 unless the step spread a slice's batches
+    /// over several devices).
+    pub(crate) substep: usize,
     /// Its step's wall time.
     pub(crate) elapsed: Duration,
     /// The train step's output item (loss, predictions, ...).
     pub(crate) item: O,
 }
 
-/// A step that ran on the pool.
+/// A step that ran on the pool: one step of the job, or several at once where a slice's
+/// batches were spread over several devices ([`StepDone::into_job_steps`] parts them).
 pub(crate) struct StepDone<O> {
-    /// The step within the epoch, from 1.
+    /// The step within the epoch, from 1: the last of those it ran.
     pub(crate) step: usize,
+    /// The job steps it ran.
+    pub(crate) steps: usize,
     /// Every device's output, in device order.
     pub(crate) items: Vec<DeviceItem<O>>,
     /// The learning rate, when this step closed an accumulation window and the model stepped.
@@ -129,7 +138,7 @@ where
     pool: DevicePool<BurnStep<M>>,
     /// The job's training data, every rank's, which `loaders` cut.
     train: Arc<dyn DataLoader<M::Input>>,
-    /// How `train` is cut into this process's slices.
+    /// How `train` is cut into this process's slices and spread over its devices.
     cut: Cut,
     /// One slice of `train` per shard of the data this process runs, cut at their first use
     /// (see [`Cut`]).
@@ -172,6 +181,7 @@ where
                 rank,
                 world,
                 slices: devices.len(),
+                spread: 1,
             },
             loaders: Vec::new(),
             devices: devices.to_vec(),
@@ -192,21 +202,46 @@ where
     /// `data_ranks / world` of those ranks, each split into `shards` slices. Each step then
     /// runs every slice's batch, `devices` at a time (slice `k` on device `k % devices`), and
     /// sums their gradients in slice order, so a step trains on the batches and sums the
-    /// gradients that step did on the job's devices. The slices must be a multiple of the
-    /// device count. Before the first epoch is begun.
+    /// gradients that step did on the job's devices. With more devices than slices, each
+    /// slice's next batches go one to each of its devices instead (see [`Cut`]): the device
+    /// count is then a multiple of the slices'. Before the first epoch is begun.
     pub(crate) fn reshard(
         &mut self,
         shards: usize,
         (data_ranks, rank, world): (usize, usize, usize),
     ) {
-        self.cut = Cut {
+        let mut cut = Cut {
             in_ranks: self.cut.in_ranks || data_ranks > 1,
             data_ranks: data_ranks.max(1),
             rank,
             world: world.max(1),
             slices: shards.max(1),
+            spread: 1,
         };
+        cut.spread = cut.spread_over(self.devices.len());
+        self.cut = cut;
         self.loaders.clear();
+    }
+
+    /// The devices each slice's batches are spread over: more than 1 when this process has
+    /// more devices than slices, each then running one of a slice's consecutive batches, as
+    /// many steps of the job at once.
+    pub(crate) fn spread(&self) -> usize {
+        self.cut.spread
+    }
+
+    /// Two devices (public indices) that share a slice's batches, spread over them, yet are
+    /// not the same device: a batch is drawn on the first, where the other cannot read it.
+    pub(crate) fn spread_apart(&self) -> Option<(usize, usize)> {
+        let spread = self.cut.spread;
+        (spread > 1).then_some(())?;
+        self.devices
+            .chunks(spread)
+            .enumerate()
+            .find_map(|(slice, devices)| {
+                let other = devices.iter().position(|device| *device != devices[0])?;
+                Some((slice * spread, slice * spread + other))
+            })
     }
 
     /// The slices this process runs, cut at the first call.
@@ -264,6 +299,7 @@ where
             .collect();
         Epoch {
             devices: self.devices.len(),
+            spread: self.cut.spread,
             pool: &mut self.pool,
             sources,
             main: &self.main,
@@ -290,6 +326,8 @@ where
     /// One per shard of the data; the pool runs `devices` of them at a time.
     sources: Vec<Lookahead<'d, M::Input>>,
     devices: usize,
+    /// The devices each source's batches are spread over, one batch each (see [`Cut`]).
+    spread: usize,
     main: &'d Device,
     /// The accumulation window: one for each rank shard of the data this process runs
     /// across ranks (see [`Ranks::round`]), one otherwise.
@@ -401,7 +439,12 @@ where
         self.step += 1;
         let model = optimizer.model();
         let started = Instant::now();
-        let Some(outputs) = self.run_devices(&model)? else {
+        let ran = if self.spread > 1 {
+            self.run_spread(&model)?
+        } else {
+            self.run_devices(&model)?
+        };
+        let Some((mut outputs, steps)) = ran else {
             if self.ranks.is_none() {
                 return Ok(None);
             }
@@ -409,19 +452,23 @@ where
             self.shard_done = true;
             return self.step(optimizer);
         };
+        self.step += steps - 1;
         let devices_done = Instant::now();
+        // Added step after step, each step's slices in order, as the job added them.
+        outputs.sort_by_key(|(slice, substep, _)| (*substep, *slice));
         let mut items = Vec::with_capacity(outputs.len());
         let slices_per_window = self.sources.len().div_ceil(self.windows.len());
-        for (slice, output) in outputs {
+        for (slice, substep, output) in outputs {
             let window = &mut self.windows[slice / slices_per_window];
             window.add(output.output.grads, self.main, &model);
             items.push(DeviceItem {
                 device: output.device,
+                substep,
                 elapsed: output.elapsed,
                 item: output.output.item,
             });
         }
-        self.window_steps += 1;
+        self.window_steps += steps;
         let reduced = Instant::now();
         let learning_rate = if self.ranks.is_some() {
             let last = !self.has_next();
@@ -440,6 +487,7 @@ where
         };
         Ok(Some(StepDone {
             step: self.step,
+            steps,
             items,
             learning_rate,
             timing: StepTiming {
@@ -448,41 +496,6 @@ where
                 optimize: reduced.elapsed(),
             },
         }))
-    }
-
-    /// Runs this step's batch of every shard that has one, `devices` shards at a time, and
-    /// returns the outputs in shard order, each with its shard; `None` when every shard is
-    /// done.
-    #[allow(clippy::type_complexity)]
-    fn run_devices(
-        &mut self,
-        model: &M,
-    ) -> Result<Option<Vec<(usize, DeviceOutput<TrainOutput<M::Output>>)>>, StepFailure> {
-        let resharded = self.sources.len() > self.devices;
-        let mut outputs = Vec::new();
-        let mut ran = false;
-        for (chunk, shards) in self.sources.chunks_mut(self.devices).enumerate() {
-            // The pool counts sources by device: each group of shards starts afresh (a shard
-            // that ran dry keeps saying so).
-            if resharded {
-                self.pool.new_epoch();
-            }
-            match self.pool.step(shards, &BurnStep(model.clone())) {
-                Ok(Step::Ran(step)) => {
-                    ran = true;
-                    let first = chunk * self.devices;
-                    outputs.extend(step.outputs.into_iter().map(|o| (first + o.device, o)));
-                }
-                Ok(Step::EpochOver(_)) => {}
-                Err(source) => {
-                    return Err(StepFailure {
-                        step: self.step,
-                        source: StepFailureSource::Devices(source),
-                    });
-                }
-            }
-        }
-        Ok(ran.then_some(outputs))
     }
 
     /// Rounds with nothing of this rank's, its shard done, until one steps the model (a step
@@ -500,6 +513,7 @@ where
             if let Some(learning_rate) = self.round(optimizer, state)? {
                 return Ok(Some(StepDone {
                     step: self.step,
+                    steps: 1,
                     items: Vec::new(),
                     learning_rate: Some(learning_rate),
                     timing: StepTiming {

@@ -41,6 +41,11 @@ pub(crate) struct TrainArgs {
     /// Examples per batch on each worker.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub(super) batch_size: u16,
+    /// Batches each worker adds up before an optimizer step: a step of the model trains on
+    /// batch size × workers × this many examples. A run resumed on more workers than it began
+    /// with spreads a window's batches over them, so this must be a multiple of the factor.
+    #[arg(long, value_name = "STEPS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(super) grad_accumulation: u16,
     /// Hidden units of the MLP (up to 1,048,576: 78 M parameters).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     pub(super) hidden: u32,
@@ -90,8 +95,8 @@ pub(crate) struct TrainArgs {
     /// from its newest whole checkpoint, with the arguments it was started with; its log is
     /// rolled back to the checkpoint first, so that every step shows once.
     /// A run without a whole checkpoint, a finished one, or one whose saved arguments its
-    /// checkpoint contradicts (another batch size, data set size or device count) is refused,
-    /// and left as it is.
+    /// checkpoint contradicts (another batch size or data set size, a device count that cannot
+    /// keep its global batch) is refused, and left as it is.
     #[arg(long, value_name = "RUN_DIR")]
     #[allow(clippy::option_option)]
     pub(super) resume: Option<Option<PathBuf>>,

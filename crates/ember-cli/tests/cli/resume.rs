@@ -236,29 +236,51 @@ fn a_second_run_on_a_live_log_directory_is_refused_at_once_naming_the_first() {
 
 /// A run stopped on 2 devices (SIGTERM, as a scheduler preempting it) goes on on the one left:
 /// `--resume run --devices 1` runs both of each step's batches on it, one after the other, and
-/// the run ends with the model and the log of the run that never stopped, each step once. More
-/// devices than it started on are refused, with nothing changed.
+/// the run ends with the model and the log of the run that never stopped, each step once. 3
+/// devices, which would split a step unevenly, are refused, with nothing changed.
 #[test]
 fn a_run_stopped_on_two_devices_goes_on_on_one_as_if_never_stopped() {
+    goes_on_elsewhere_as_if_never_stopped(
+        &["--devices", "2"],
+        ("3", "2 device(s), this run has 3"),
+        "1",
+    );
+}
+
+/// Begun on 1 device with an accumulation of 2, a run goes on on 2: each takes one of a
+/// window's two steps at once. On 4, a window could not hold a step.
+#[test]
+fn a_run_stopped_on_one_device_goes_on_on_two_as_if_never_stopped() {
+    let began = ["--devices", "1", "--grad-accumulation", "2"];
+    goes_on_elsewhere_as_if_never_stopped(&began, ("4", "cannot hold"), "2");
+}
+
+/// Trains `ARGS` + `placed` whole, and again stopped past its first epoch by SIGTERM; a resume
+/// on `refused.0` devices is refused, saying `refused.1`, with nothing changed; one on
+/// `resumed` devices ends with the whole run's model and series.
+fn goes_on_elsewhere_as_if_never_stopped(placed: &[&str], refused: (&str, &str), resumed: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let on_two = [ARGS, &["--devices", "2"]].concat();
+    let placed = [ARGS, placed].concat();
     let whole = ember_in(
-        &[&["train"], &on_two[..], &["--logdir", "whole"]].concat(),
+        &[&["train"], &placed[..], &["--logdir", "whole"]].concat(),
         dir.path(),
     );
     assert!(whole.status.success(), "{}", text(&whole.stderr));
     let mut training =
-        Training::past_first_epoch(dir.path(), &[&on_two[..], &["--logdir", "run"]].concat());
+        Training::past_first_epoch(dir.path(), &[&placed[..], &["--logdir", "run"]].concat());
     training.signal("-TERM");
     let stopped = training.child.0.wait().unwrap();
     assert_eq!(stopped.code(), Some(143), "{}", training.printed());
     let run = dir.path().join("run");
 
     let files = tree(&run);
-    let more = ember_in(&["train", "--resume", "run", "--devices", "3"], dir.path());
+    let more = ember_in(
+        &["train", "--resume", "run", "--devices", refused.0],
+        dir.path(),
+    );
     let error = text(&more.stderr);
     assert!(
-        !more.status.success() && error.contains("2 device(s), this run has 3"),
+        !more.status.success() && error.contains(refused.1),
         "{error}"
     );
     let changed: Vec<_> = tree(&run)
@@ -271,7 +293,10 @@ fn a_run_stopped_on_two_devices_goes_on_on_one_as_if_never_stopped() {
         .collect();
     assert!(changed.is_empty(), "a refused resume changed {changed:?}");
 
-    let resumed = ember_in(&["train", "--resume", "run", "--devices", "1"], dir.path());
+    let resumed = ember_in(
+        &["train", "--resume", "run", "--devices", resumed],
+        dir.path(),
+    );
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
     assert!(text(&resumed.stderr).contains("resumed from"));
     assert!(

@@ -22,6 +22,9 @@ pub(super) struct Cut {
     pub(super) world: usize,
     /// The slices each rank shard is split into.
     pub(super) slices: usize,
+    /// The devices each slice's batches are spread over, one batch each, when this process
+    /// has more devices than slices (1 otherwise): slice `s` runs on devices `s·spread ..`.
+    pub(super) spread: usize,
 }
 
 impl Cut {
@@ -30,13 +33,26 @@ impl Cut {
         (self.data_ranks / self.world).max(1)
     }
 
-    /// The slices this process runs, each on the device it runs on.
+    /// The slices this process runs: one for each rank shard it stands for, times the slices
+    /// each is split into.
+    pub(super) fn sources(&self) -> usize {
+        self.rank_shards() * self.slices
+    }
+
+    /// The devices each slice's batches are spread over when `devices` outnumber the slices
+    /// (a run resumed on more devices than it began with), 1 otherwise.
+    pub(super) fn spread_over(&self, devices: usize) -> usize {
+        (devices / self.sources().max(1)).max(1)
+    }
+
+    /// The slices this process runs, each on the device it runs on (a spread slice on the
+    /// first of its devices).
     pub(super) fn slices_of<I: Send + 'static>(
         &self,
         train: &Arc<dyn DataLoader<I>>,
         devices: &[Device],
     ) -> Vec<Arc<dyn DataLoader<I>>> {
-        let place = |slice: usize| devices[slice % devices.len()].clone();
+        let place = |slice: usize| devices[(slice * self.spread) % devices.len()].clone();
         if !self.in_ranks {
             let devices: Vec<Device> = (0..self.slices).map(place).collect();
             return split_dataloader(train.clone(), &devices);

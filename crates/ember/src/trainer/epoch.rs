@@ -83,7 +83,11 @@ impl<M: Trainable> Loop<'_, M> {
             if done.learning_rate.is_some() {
                 self.state.trained_again(step_started);
             }
-            self.after_step(&mut run, (epoch, &done), &mut totals, started.elapsed())?;
+            // Steps the devices ran at once (a run on more devices than its job began with)
+            // are recorded one by one, as the job recorded them.
+            for done in done.into_job_steps() {
+                self.after_step(&mut run, (epoch, &done), &mut totals, started.elapsed())?;
+            }
         }
         // A partial accumulation window still updates the model, as burn-train does; a
         // stopped run too, so the model returned reflects every step it ran.
@@ -202,7 +206,11 @@ impl<M: Trainable> Loop<'_, M> {
         done: &StepDone<TrainItem<M>>,
         report: &StepReport,
     ) -> Result<(), TrainError> {
-        let gradients = self.stepper.gradients.take();
+        // Taken with the optimizer step that took them: the last of the job steps the devices
+        // ran at once.
+        let gradients = done
+            .learning_rate
+            .and_then(|_| self.stepper.gradients.take());
         let Some(summary) = self.summary.as_deref_mut() else {
             return Ok(());
         };

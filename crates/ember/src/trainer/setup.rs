@@ -138,16 +138,20 @@ impl<M: Trainable> Trainer<M> {
     /// no whole checkpoint of this job
     /// ([`CheckpointError::NothingToResume`](crate::checkpoint::CheckpointError::NothingToResume),
     /// naming each file passed over and why), and when the checkpoint was taken with another
-    /// accumulation, reduction or model, or on more devices or ranks than the run began with, or
-    /// a count that does not divide them
+    /// accumulation, reduction or model, on more ranks than the job began with or a count that
+    /// does not divide them, or on a device count that neither divides the run's nor is a
+    /// multiple of it that divides its gradient accumulation
     /// ([`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)). Starting
     /// such a run over is [`start_over`](Self::start_over), asked for by name.
     ///
     /// On fewer devices or ranks that divide the ones it began with, the run goes on with the
     /// same data split and global batch: each device runs several of a step's slices, each rank
     /// the slices of the ranks it stands for, and the optimizer's state is regrouped by
-    /// parameter; bit for bit on one process, within float rounding across ranks (a step's
-    /// gradients are summed in another order). See docs/resuming.md.
+    /// parameter. On `k` times the devices, where `k` divides the gradient accumulation, each
+    /// slice's devices run `k` consecutive steps of a window at once (devices that are one
+    /// memory, as CPU devices are: a slice's batches are drawn on its first). Bit for bit on
+    /// one process, within float rounding across ranks (a step's gradients are summed in
+    /// another order). See docs/resuming.md.
     pub fn resume_from(mut self, dir: impl Into<PathBuf>) -> Self {
         self.resume = Some(Resume::Continue(dir.into()));
         self
@@ -173,7 +177,7 @@ impl<M: Trainable> Trainer<M> {
     /// epoch's checkpoint and so trains nothing more: `fit` hands back its model.
     ///
     /// Another run's checkpoint is refused as `resume_from` refuses it (another model,
-    /// accumulation or reduction, more devices or ranks:
+    /// accumulation or reduction, more ranks, devices that cannot keep the global batch:
     /// [`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)), and so is
     /// a directory another process holds.
     pub fn resume_if_any(mut self, dir: impl Into<PathBuf>) -> Self {

@@ -233,6 +233,25 @@ impl<M: Trainable> Trainer<M> {
                 format!("{items} training item(s) an epoch"),
             ));
         }
+        let world = identity.ranks.max(1);
+        if resumed.shards != driver.shards() || resumed.data_ranks != world {
+            driver.reshard(resumed.shards, (resumed.data_ranks, rank, world));
+            if let Some(apart) = driver.spread_apart() {
+                return Err(spread_apart(&resumed.path, apart));
+            }
+            let shards = resumed.shards * resumed.data_ranks / world;
+            log::info!(
+                "going on on {} device(s) with {shards} shards of the data, as it started: {}",
+                self.devices.len(),
+                match driver.spread() {
+                    1 => format!(
+                        "each device runs {} of a step's batches",
+                        shards / self.devices.len().max(1)
+                    ),
+                    at_once => format!("each shard's devices run {at_once} steps at once"),
+                }
+            );
+        }
         let rolling_back = std::time::Instant::now();
         if let Some((place, summary)) = log {
             same_ranks_in_a_bucket(place, (resumed.taken_ranks, identity.ranks), &resumed.path)?;
@@ -245,17 +264,6 @@ impl<M: Trainable> Trainer<M> {
             rollback: rolling_back.elapsed(),
             ..crate::Recovery::default()
         };
-        let world = identity.ranks.max(1);
-        if resumed.shards != driver.shards() || resumed.data_ranks != world {
-            let shards = resumed.shards * resumed.data_ranks / world;
-            log::info!(
-                "going on on {} device(s) with {shards} shards of the data, as it started: each \
-                 device runs {} of a step's batches",
-                self.devices.len(),
-                shards / self.devices.len().max(1)
-            );
-            driver.reshard(resumed.shards, (resumed.data_ranks, rank, world));
-        }
         self.optimizer = resumed.optimizer;
         self.scheduler = resumed.scheduler;
         *state = resumed.state;
@@ -354,6 +362,22 @@ fn same_ranks_in_a_bucket(
         ),
     }
     .into())
+}
+
+/// The error of a resume on more devices than its job began with whose devices `apart`
+/// (public indices) would share a slice's batches, drawn on the first, but are not one
+/// device's memory.
+fn spread_apart(path: &Path, (first, other): (usize, usize)) -> TrainError {
+    CheckpointError::Mismatch {
+        path: path.to_path_buf(),
+        reason: format!(
+            "this run has more devices than the job began with, so devices {first} and \
+             {other} would run consecutive batches of one slice of the data, drawn on device \
+             {first}; that holds only for devices that are one memory (CPU devices), and these \
+             are not: resume on as many devices as it began with, or fewer"
+        ),
+    }
+    .into()
 }
 
 /// What a resume gives the run: the checkpoint's model, where to go on from, the shards its

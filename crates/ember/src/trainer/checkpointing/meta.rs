@@ -266,6 +266,32 @@ fn decode_log_gaps(fields: &Fields, state: &mut RunState) -> Result<(), String> 
 }
 
 impl Identity {
+    /// Why this run's devices, more than the `shards` a step's batches are cut into, cannot
+    /// take a window's steps in turns: the count is no multiple of the shards, or the steps
+    /// each device would run at once do not divide the accumulation window (the job's global
+    /// batch would change).
+    fn spread_refused(&self, shards: usize, accumulation: Option<usize>) -> Option<String> {
+        let devices = self.devices.max(1);
+        if !devices.is_multiple_of(shards) {
+            return Some(format!(
+                "it was taken on {shards} device(s), this run has {devices}; a run goes on on \
+                 as many devices, on fewer that divide them (each then runs an equal share of \
+                 a step's batches), or on a multiple of them that divides its gradient \
+                 accumulation (each then runs one of a window's steps)"
+            ));
+        }
+        let at_once = devices / shards;
+        let accumulation = accumulation.unwrap_or(1);
+        (!accumulation.is_multiple_of(at_once)).then(|| {
+            format!(
+                "it was taken on {shards} device(s), this run has {devices}: its devices would \
+                 run {at_once} steps at once, which its gradient accumulation of {accumulation} \
+                 step(s) cannot hold, so the global batch would change; a run goes on on more \
+                 devices only where the accumulation is a multiple of the factor"
+            )
+        })
+    }
+
     /// Why a run of `self` cannot continue from a checkpoint of `taken`; `None` if it can.
     pub(super) fn mismatch(&self, taken: &Fields) -> Option<String> {
         let number = |key: &str| taken.usize(key).ok();
@@ -284,21 +310,23 @@ impl Identity {
             ));
         };
         // A run goes on on fewer devices when each can run an equal share of a step's batches
-        // (`Driver::reshard`): the step, its batches and their gradients stay the run's.
+        // (`Driver::reshard`), and on more when each of a slice's devices can run one of the
+        // consecutive steps of an accumulation window: the steps, their batches and their
+        // gradients stay the run's.
         let shards = number("devices")
             .filter(|shards| *shards > 0)
             .map(|shards| shards * (data_ranks / self.ranks.max(1)));
-        if shards.is_none_or(|shards| !shards.is_multiple_of(self.devices.max(1))) {
+        let devices = self.devices.max(1);
+        let Some(shards) = shards else {
             return Some(format!(
-                "it was taken on {} device(s), this run has {}; a run goes on on as many \
-                 devices, or on fewer that divide them (each then runs an equal share of a \
-                 step's batches, so the step is the same); not on more",
-                shards.map_or_else(
-                    || taken.text("devices").unwrap_or("?").to_owned(),
-                    |s| s.to_string()
-                ),
-                self.devices
+                "it names no device count ({}), this run has {devices}",
+                taken.text("devices").unwrap_or("?")
             ));
+        };
+        if !shards.is_multiple_of(devices)
+            && let Some(reason) = self.spread_refused(shards, number("grad_accumulation"))
+        {
+            return Some(reason);
         }
         if number("grad_accumulation") != Some(self.grad_accumulation) {
             return Some(format!(
