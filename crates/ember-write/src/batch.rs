@@ -26,6 +26,29 @@ pub(crate) enum Msg {
     Record(Record, usize),
     /// Answer once every earlier record reached the operating system.
     Flush(Sender<()>),
+    /// Run this, on the pool thread, once every earlier record reached the operating system;
+    /// it is given the first step a record of the pool was lost at, if any.
+    After(AfterWritten),
+}
+
+/// What [`Msg::After`] runs.
+pub(crate) type AfterWritten = Box<dyn FnOnce(Option<i64>) + Send>;
+
+/// What the pool thread does once the records before a message are written: answer a flush, or
+/// run what the caller left there.
+pub(crate) enum Then {
+    Ack(Sender<()>),
+    Run(AfterWritten),
+}
+
+impl Then {
+    pub(crate) fn of(msg: Msg) -> Option<Self> {
+        match msg {
+            Msg::Flush(ack) => Some(Self::Ack(ack)),
+            Msg::After(run) => Some(Self::Run(run)),
+            Msg::Record(..) => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Msg {
@@ -33,6 +56,7 @@ impl std::fmt::Debug for Msg {
         match self {
             Msg::Record(r, _) => write!(f, "Record(step {})", r.step()),
             Msg::Flush(_) => f.write_str("Flush"),
+            Msg::After(_) => f.write_str("After"),
         }
     }
 }

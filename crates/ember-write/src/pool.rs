@@ -181,6 +181,25 @@ impl WriterPool {
         }
     }
 
+    /// Runs `then` on the pool thread once every record sent before this call has reached the
+    /// operating system (with [`Durability::Sync`](crate::Durability::Sync), the disk), without
+    /// waiting for it: what must be taken at exactly that point of the record order (the
+    /// files' lengths, for a checkpoint) is taken there, while the caller goes on. `then` is
+    /// given the first step a record was lost at so far, if any (as
+    /// [`first_lost_step`](Self::first_lost_step) would say then). It runs before the pool
+    /// closes, or never where the pool thread died: make it answer over a channel whose
+    /// sender it owns, so that a waiter learns either way.
+    pub fn after_written(
+        &self,
+        then: impl FnOnce(Option<i64>) + Send + 'static,
+    ) -> Result<(), WriteError> {
+        let tx = self.tx.as_ref().ok_or(WriteError::Closed)?;
+        tx.send(Msg::After(Box::new(then)))
+            .map_err(|_| WriteError::Closed)?;
+        self.waker.unpark();
+        Ok(())
+    }
+
     /// Writes every queued record, flushes, fsyncs and closes every file, and
     /// returns every error not yet returned or taken, up to
     /// [`MAX_KEPT_ERRORS`](crate::MAX_KEPT_ERRORS) of them; the rest are counted.

@@ -113,6 +113,23 @@ pub const DEFAULT_SHIP_INTERVAL: Duration = Duration::from_secs(2);
 /// [`FullQueuePolicy`] decides what happens to the next record (see [`RemoteMirror::admit`]).
 pub const DEFAULT_BACKLOG_BUDGET: u64 = 256 << 20;
 
+/// Takes a mirror's cuts from any thread: see [`RemoteMirror::cutter`].
+#[derive(Debug, Clone)]
+pub struct Cutter {
+    staging: std::path::PathBuf,
+    cuts: Arc<std::sync::Mutex<cut::Cuts>>,
+    tx: mpsc::Sender<Request>,
+}
+
+impl Cutter {
+    /// The log's position now, as [`RemoteMirror::cut`] takes it: every record written to the
+    /// staging directory so far, and every other file there.
+    pub fn cut(&self) -> Result<LogCut, String> {
+        let id = cut::Cuts::lock(&self.cuts).take(&self.staging)?;
+        Ok(LogCut::new(id, self.tx.clone()))
+    }
+}
+
 /// Ships a staging directory's event files to an object store; see the module docs.
 #[derive(Debug)]
 pub struct RemoteMirror {
@@ -240,9 +257,18 @@ impl RemoteMirror {
     /// the store. Ship it with [`LogCut::shipped`] (on any thread) before writing the
     /// checkpoint; see the `cut` module.
     pub fn cut(&self) -> Result<LogCut, String> {
-        let tx = self.tx.clone().ok_or("the mirror is closed")?;
-        let id = cut::Cuts::lock(&self.cuts).take(&self.staging)?;
-        Ok(LogCut::new(id, tx))
+        self.cutter()?.cut()
+    }
+
+    /// What takes [`cut`](Self::cut)s from another thread: the writer pool's, in order with
+    /// the records ([`WriterPool::after_written`](crate::WriterPool::after_written)), so that
+    /// the thread that writes the records need not wait for them to be written first.
+    pub fn cutter(&self) -> Result<Cutter, String> {
+        Ok(Cutter {
+            staging: self.staging.clone(),
+            cuts: Arc::clone(&self.cuts),
+            tx: self.tx.clone().ok_or("the mirror is closed")?,
+        })
     }
 
     fn ask(&self, request: fn(Sender<Result<(), String>>) -> Request) -> Result<(), String> {

@@ -11,13 +11,14 @@
 //! record counted, by its worst part: written, dropped, rejected or failed.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use ember_pack::{FileKind, PackedItem, PackedRecord, Packer, Record, Tag, Value};
 use rayon::prelude::*;
 
-use crate::batch::{Msg, PARALLEL_MIN_HEAVY, Packed, is_heavy, splits};
+use crate::batch::{Msg, PARALLEL_MIN_HEAVY, Packed, Then, is_heavy, splits};
 use crate::batch_context::{BatchContext, Fate, RecordFates, Spare};
 use crate::error::{FileError, WriteError};
 use crate::event_file::{self, Event, EventFileWriter, FileSettings, HeaderFn};
@@ -178,7 +179,7 @@ impl Worker {
                     weight += w;
                     (ack, closing) = self.gather(&mut batch, &mut weight);
                 }
-                Some(Msg::Flush(a)) => ack = Some(a),
+                Some(msg) => ack = Then::of(msg),
                 None => {}
             }
             if !batch.is_empty() {
@@ -198,9 +199,14 @@ impl Worker {
                 self.next_sync = Some(now + interval);
             }
             self.publish_stats();
-            if let Some(ack) = ack {
+            match ack {
                 // The caller may have given up waiting; nothing to do then.
-                let _ = ack.send(());
+                Some(Then::Ack(ack)) => drop(ack.send(())),
+                Some(Then::Run(then)) => {
+                    let lost = self.shared.first_lost_step.load(Ordering::SeqCst);
+                    then(Some(lost).filter(|&step| step != i64::MAX));
+                }
+                None => {}
             }
             if closing {
                 break;
@@ -213,11 +219,7 @@ impl Worker {
     /// Adds queued records to `batch` until it is full, `max_delay` has
     /// passed since its first record, the byte budget is mostly taken, a
     /// flush arrives, or the pool closes.
-    fn gather(
-        &mut self,
-        batch: &mut Vec<Record>,
-        weight: &mut usize,
-    ) -> (Option<Sender<()>>, bool) {
+    fn gather(&mut self, batch: &mut Vec<Record>, weight: &mut usize) -> (Option<Then>, bool) {
         let deadline = Instant::now() + self.max_delay;
         loop {
             while batch.len() < self.max_batch {
@@ -226,7 +228,7 @@ impl Worker {
                         batch.push(r);
                         *weight += w;
                     }
-                    Ok(Msg::Flush(a)) => return (Some(a), false),
+                    Ok(msg @ (Msg::Flush(_) | Msg::After(_))) => return (Then::of(msg), false),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => return (None, true),
                 }

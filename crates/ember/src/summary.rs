@@ -17,4 +17,6 @@ mod tap;
 pub use builder::SummaryRecordBuilder;
 pub use plugin::{Mode, Plugin, RankLayout};
 pub use record::SummaryRecord;
+#[cfg(feature = "object-store")]
+pub(crate) use remote::PendingCut;
 pub use tap::SummaryTap;

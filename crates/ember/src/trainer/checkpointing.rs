@@ -34,7 +34,7 @@ mod sections;
 use load::carried_log;
 pub(crate) use load::{load, snapshot_of};
 use log_at::{Taken, flushed_snapshot};
-use meta::{encode_meta, encode_part_meta};
+use meta::{encode_meta, encode_part_meta, with_lost_records};
 pub(crate) use position::{EpochTotals, Identity, Position};
 use sections::{encode_ids, param_ids, with_optimizer};
 
@@ -115,12 +115,8 @@ impl Checkpointer {
             return Ok(());
         }
         self.make_room()?;
-        let mut lost_from = None;
         let log_at = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some(Taken::At(at, lost)) => {
-                lost_from = lost;
-                Some(*at)
-            }
+            Some(Taken::At(at)) => Some(*at),
             #[cfg(feature = "object-store")]
             Some(Taken::Skipped) => {
                 self.pass_over(optimizer_steps, position.epoch_done);
@@ -137,16 +133,20 @@ impl Checkpointer {
         let model = model.clone();
         let optimizer: Vec<ModuleOptimizer> = optimizer.shards().to_vec();
         let scheduler = scheduler.to_record();
-        let meta = encode_meta(position, steps, optimizer_steps, state, identity, lost_from);
+        let meta = encode_meta(position, steps, optimizer_steps, state, identity);
         let stamp = job_stamp(optimizer_steps, position.epoch_done);
         let carried_logs = self.carried_logs.clone();
         let build = move || -> Result<Checkpoint, CheckpointError> {
             // The log's records the snapshot counts reach the disk, or the store, before the
             // checkpoint that relies on them does.
-            let log = match log_at {
-                Some(at) => at.settled()?.encode(),
-                None => String::new(),
+            let (log, lost_from) = match log_at {
+                Some(at) => {
+                    let (snapshot, lost_from) = at.settled()?;
+                    (snapshot.encode(), lost_from)
+                }
+                None => (String::new(), None),
             };
+            let meta = with_lost_records(meta, lost_from, steps);
             let record_err = |what| {
                 move |e: burn::store::RecordError| CheckpointError::Record {
                     what,
@@ -228,8 +228,8 @@ impl Checkpointer {
             return Ok(true);
         }
         let snapshot = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
-            Some(Taken::At(at, _)) => match (at.remote(), (*at).settled()) {
-                (_, Ok(snapshot)) => snapshot.encode(),
+            Some(Taken::At(at)) => match (at.remote(), (*at).settled()) {
+                (_, Ok((snapshot, _))) => snapshot.encode(),
                 (true, Err(error)) => {
                     log::warn!("skipping a checkpoint: {error}");
                     self.pass_over(optimizer_steps, epoch_done);

@@ -232,3 +232,45 @@ fn sync_durability_flushes_to_disk() {
     assert_eq!(steps(&read_events(&tb_files(dir.path())[0])).len(), 10);
     pool.close().unwrap();
 }
+
+/// What `after_written` runs sees the files as the records sent before it left them, and none
+/// of those sent after it, although the caller sent those at once without waiting (a
+/// checkpoint's cut of the log, taken while training goes on recording).
+#[test]
+fn after_written_sees_every_record_before_it_and_none_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path())
+        .queue(4096, FullQueuePolicy::Block)
+        .build()
+        .unwrap();
+    let (before, after) = (300, 300);
+    for s in 0..before {
+        pool.write(scalars(s, &["a"], s as f64)).unwrap();
+    }
+    let (seen, lengths) = std::sync::mpsc::channel();
+    let log_dir = dir.path().to_path_buf();
+    pool.after_written(move |lost| {
+        let files = tb_files(&log_dir);
+        let lengths: Vec<u64> = files
+            .iter()
+            .map(|f| std::fs::metadata(f).unwrap().len())
+            .collect();
+        seen.send((files, lengths, lost)).unwrap();
+    })
+    .unwrap();
+    for s in before..before + after {
+        pool.write(scalars(s, &["a"], s as f64)).unwrap();
+    }
+    pool.close().unwrap();
+    let (files, lengths, lost) = lengths.recv().unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(lost, None);
+    let whole = std::fs::read(&files[0]).unwrap();
+    let cut = dir.path().join("cut");
+    std::fs::write(&cut, &whole[..lengths[0] as usize]).unwrap();
+    assert_eq!(steps(&read_events(&cut)), (0..before).collect::<Vec<_>>());
+    assert_eq!(
+        steps(&read_events(&files[0])),
+        (0..before + after).collect::<Vec<_>>()
+    );
+}

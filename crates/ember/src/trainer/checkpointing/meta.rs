@@ -17,7 +17,6 @@ pub(super) fn encode_meta(
     optimizer_steps: usize,
     state: &RunState,
     identity: &Identity,
-    lost_from: Option<i64>,
 ) -> String {
     let opt_f = |x: Option<f64>| x.map_or("-".into(), float);
     let opt_n = |x: Option<usize>| x.map_or("-".into(), |n| n.to_string());
@@ -44,9 +43,6 @@ pub(super) fn encode_meta(
     for gap in &state.report.log_gaps {
         lines.push(format!("log_gap={} {} noted", gap.from, gap.to));
     }
-    if let Some(from) = lost_from.filter(|&from| from <= steps as i64) {
-        lines.push(format!("log_gap={from} {steps} unnoted"));
-    }
     for e in &state.report.epochs {
         lines.push(format!(
             "epoch_report={} {} {} {} {} {}",
@@ -59,6 +55,17 @@ pub(super) fn encode_meta(
         ));
     }
     lines.join("\n")
+}
+
+/// `meta` with the gap its run's own log has, where the first record the log lost
+/// (`lost_from`, read once every record up to the checkpoint had its fate) is of a step up to
+/// the checkpoint's (`steps`): a resume notes it in the log. A record lost after the
+/// checkpoint is not its log's.
+pub(super) fn with_lost_records(meta: String, lost_from: Option<i64>, steps: usize) -> String {
+    match lost_from.filter(|&from| from <= steps as i64) {
+        Some(from) => format!("{meta}\nlog_gap={from} {steps} unnoted"),
+        None => meta,
+    }
 }
 
 /// A rank's part's `meta` section (a rank other than 0): the rank, and its own place in the

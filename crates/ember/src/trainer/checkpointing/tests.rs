@@ -35,7 +35,11 @@ fn the_meta_section_reads_back_exactly() {
     };
     let identity = one_rank_on_two_devices();
     state.report.log_gaps = vec![crate::LogGap { from: 3, to: 7 }];
-    let text = encode_meta(&position, 11, 5, &state, &identity, Some(9));
+    let text = with_lost_records(
+        encode_meta(&position, 11, 5, &state, &identity),
+        Some(9),
+        11,
+    );
     let fields = Fields::parse(&text);
     assert_eq!(identity.mismatch(&fields), None);
     let (p, steps, updates, s) = decode_meta(&fields).unwrap();
@@ -95,7 +99,7 @@ fn a_job_goes_on_with_fewer_ranks_that_divide_the_ones_it_began_with() {
     let position = Position::within(2, 3, EpochTotals::default());
     let state = RunState::default();
     let identity = one_rank_on_two_devices();
-    let text = encode_meta(&position, 11, 5, &state, &identity, None);
+    let text = encode_meta(&position, 11, 5, &state, &identity);
     let fields = Fields::parse(&text);
     let more_ranks = Identity {
         ranks: 2,
@@ -113,7 +117,7 @@ fn a_job_goes_on_with_fewer_ranks_that_divide_the_ones_it_began_with() {
         data_ranks: 4,
         ..identity.clone()
     };
-    let fields_of_four = encode_meta(&position, 11, 5, &state, &of_four, None);
+    let fields_of_four = encode_meta(&position, 11, 5, &state, &of_four);
     let fields_of_four = Fields::parse(&fields_of_four);
     for (ranks, devices, goes_on) in [
         (2, 2, true),
