@@ -9,9 +9,6 @@
 //! their generators where the killed run's were; the batches the resumed epoch had already
 //! trained on are then drawn and dropped without training.
 
-use std::path::PathBuf;
-use std::thread::JoinHandle;
-
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
@@ -30,6 +27,7 @@ mod meta;
 mod position;
 mod regroup;
 mod sections;
+mod writers;
 
 use load::carried_log;
 pub(crate) use load::{load, snapshot_of};
@@ -37,9 +35,10 @@ use log_at::{Taken, flushed_snapshot};
 use meta::{encode_meta, encode_part_meta, with_lost_records};
 pub(crate) use position::{EpochTotals, Identity, Position};
 use sections::{encode_ids, param_ids, with_optimizer};
+use writers::{Pending, Writers, Written};
 
 /// Writes a run's checkpoints: the state is taken on the training thread (it must be this
-/// step's), the file written, fsynced and renamed on a thread of its own, so that training
+/// step's), the file written, fsynced and renamed on a checkpoint thread, so that training
 /// goes on while the disk or the store works; up to [`IN_FLIGHT`] at a time, the next waiting
 /// for the oldest beyond that.
 pub(crate) struct Checkpointer {
@@ -49,7 +48,9 @@ pub(crate) struct Checkpointer {
     dir_identity: Option<(u64, u64)>,
     every: Option<usize>,
     next_seq: u64,
-    in_flight: std::collections::VecDeque<JoinHandle<Result<PathBuf, CheckpointError>>>,
+    /// The checkpoint threads, and the checkpoints handed to them, oldest first.
+    writers: Writers,
+    in_flight: std::collections::VecDeque<Pending>,
     /// The job's optimizer step and epoch state of the last checkpoint taken, not to take it
     /// twice.
     last: Option<(usize, bool)>,
@@ -78,6 +79,7 @@ impl Checkpointer {
             dir_identity: durable::identity(&config.dir),
             store,
             every: config.every.filter(|n| *n > 0),
+            writers: Writers::default(),
             in_flight: std::collections::VecDeque::new(),
             last: None,
             carried_logs: carried_logs
@@ -180,7 +182,7 @@ impl Checkpointer {
         self.write_in_background(build)
     }
 
-    /// Starts the checkpoint thread on the next checkpoint: `build` makes it, then it is
+    /// Hands the next checkpoint to the checkpoint threads: `build` makes it, then it is
     /// written, unless the directory was replaced since the run began writing there.
     fn write_in_background(
         &mut self,
@@ -190,9 +192,9 @@ impl Checkpointer {
         let seq = self.next_seq;
         self.next_seq += 1;
         let dir_identity = self.dir_identity;
-        let writing = std::thread::Builder::new()
-            .name("ember-checkpoint".into())
-            .spawn(move || {
+        let writing = self
+            .writers
+            .start(IN_FLIGHT, move || {
                 let checkpoint = build()?;
                 same_directory(&store, dir_identity)?;
                 store.write(seq, &checkpoint)
@@ -274,8 +276,8 @@ impl Checkpointer {
     /// Waits for every checkpoint being written; see [`finished`](Self::finished) for what
     /// a failed one does.
     pub(crate) fn wait(&mut self) -> Result<(), TrainError> {
-        while let Some(handle) = self.in_flight.pop_front() {
-            self.finished(handle)?;
+        while let Some(pending) = self.in_flight.pop_front() {
+            self.finished(pending.wait())?;
         }
         Ok(())
     }
@@ -285,13 +287,16 @@ impl Checkpointer {
     /// training up only once that many are queued (each holds a snapshot of the model and
     /// optimizer, which Burn copies once training writes over it).
     fn make_room(&mut self) -> Result<(), TrainError> {
-        while let Some(handle) = self.in_flight.pop_front() {
-            if handle.is_finished() || self.in_flight.len() + 1 >= IN_FLIGHT {
-                self.finished(handle)?;
-            } else {
-                self.in_flight.push_front(handle);
-                break;
-            }
+        while let Some(oldest) = self.in_flight.pop_front() {
+            let written = match oldest.done() {
+                Some(written) => written,
+                None if self.in_flight.len() + 1 >= IN_FLIGHT => oldest.wait(),
+                None => {
+                    self.in_flight.push_front(oldest);
+                    break;
+                }
+            };
+            self.finished(written)?;
         }
         Ok(())
     }
@@ -300,11 +305,8 @@ impl Checkpointer {
     /// down), or a full disk had no room for, is logged and passed over: the run goes on (its
     /// model is worth more than the checkpoint), and the next checkpoint is tried as usual; the
     /// one before it stays the newest whole one. Any other failure ends the run.
-    fn finished(
-        &mut self,
-        handle: JoinHandle<Result<PathBuf, CheckpointError>>,
-    ) -> Result<(), TrainError> {
-        match handle.join().map_err(|_| CheckpointError::WriterPanicked)? {
+    fn finished(&mut self, written: Written) -> Result<(), TrainError> {
+        match written {
             Ok(_) => self.written += 1,
             Err(error) if self.store.is_remote() => {
                 log::warn!("a checkpoint was not written ({error}); training goes on");
