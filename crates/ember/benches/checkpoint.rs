@@ -331,6 +331,7 @@ fn paired(
     checkpoints: impl Fn() -> Option<CheckpointConfig>,
 ) {
     let (stall, end_wait) = (Cell::new(Duration::ZERO), Cell::new(Duration::ZERO));
+    let queued = Cell::new(Duration::ZERO);
     let mut run = |on: bool| {
         let (took, report) = run_reported(
             summary.as_deref_mut(),
@@ -338,6 +339,7 @@ fn paired(
             size,
         );
         stall.set(stall.get() + report.checkpoint_stall);
+        queued.set(queued.get() + report.checkpoint_queue_wait);
         end_wait.set(end_wait.get() + report.checkpoint_end_wait);
         took
     };
@@ -347,6 +349,7 @@ fn paired(
     }
     stall.set(Duration::ZERO);
     end_wait.set(Duration::ZERO);
+    queued.set(Duration::ZERO);
     let mut ratios = Vec::with_capacity(pairs);
     let (mut off_total, mut on_total) = (Duration::ZERO, Duration::ZERO);
     for pair in 0..pairs {
@@ -361,7 +364,7 @@ fn paired(
         on_total += on;
         ratios.push(on.as_secs_f64() / off.as_secs_f64());
     }
-    let (stall, end_wait) = (stall.get(), end_wait.get());
+    let (stall, end_wait, queued) = (stall.get(), end_wait.get(), queued.get());
     ratios.sort_by(f64::total_cmp);
     // Every `every` steps, and at the epoch's end unless a step's checkpoint is there already.
     let per_run = size.steps / every + usize::from(size.steps % every != 0) + 1;
@@ -370,7 +373,8 @@ fn paired(
          and at the epoch's end ({per_run} a run) vs none, {pairs} pairs: on/off median {:.3} \
          (quartiles {:.3}-{:.3}); totals off {:.1} ms ({:.2} ms a step), on {:.1} ms ({:.3}), \
          {:.2} ms a checkpoint; the training thread held up {:.2} ms a checkpoint while it \
-         trained, and {:.1} ms a run at its end for the last to be written",
+         trained ({:.2} ms taking it, {:.2} ms waiting for older ones to be written), and \
+         {:.1} ms a run at its end for the last to be written",
         size.steps,
         quantile(&ratios, 0.5),
         quantile(&ratios, 0.25),
@@ -381,6 +385,8 @@ fn paired(
         on_total.as_secs_f64() / off_total.as_secs_f64(),
         (on_total.as_secs_f64() - off_total.as_secs_f64()) * 1e3 / (pairs * per_run) as f64,
         stall.as_secs_f64() * 1e3 / (pairs * per_run) as f64,
+        stall.saturating_sub(queued).as_secs_f64() * 1e3 / (pairs * per_run) as f64,
+        queued.as_secs_f64() * 1e3 / (pairs * per_run) as f64,
         end_wait.as_secs_f64() * 1e3 / pairs as f64
     );
 }

@@ -63,6 +63,8 @@ pub(crate) struct Checkpointer {
     /// How long taking checkpoints held the training thread up (see
     /// [`TrainReport::checkpoint_stall`](crate::TrainReport::checkpoint_stall)).
     pub(crate) stalled: std::time::Duration,
+    /// Of `stalled`, how long waiting for older checkpoints took.
+    pub(crate) queue_wait: std::time::Duration,
 }
 
 impl Checkpointer {
@@ -89,6 +91,7 @@ impl Checkpointer {
             written: 0,
             failed: 0,
             stalled: std::time::Duration::ZERO,
+            queue_wait: std::time::Duration::ZERO,
         })
     }
 
@@ -290,7 +293,12 @@ impl Checkpointer {
         while let Some(oldest) = self.in_flight.pop_front() {
             let written = match oldest.done() {
                 Some(written) => written,
-                None if self.in_flight.len() + 1 >= IN_FLIGHT => oldest.wait(),
+                None if self.in_flight.len() + 1 >= IN_FLIGHT => {
+                    let waiting = std::time::Instant::now();
+                    let written = oldest.wait();
+                    self.queue_wait += waiting.elapsed();
+                    written
+                }
                 None => {
                     self.in_flight.push_front(oldest);
                     break;

@@ -79,10 +79,15 @@ pub struct TrainReport {
     /// For a resumed run, how long each part of going on took, up to its first optimizer step.
     pub recovery: Option<Recovery>,
     /// How long this process's checkpoints held the training thread up while it trained:
-    /// taking each (the log flushed and its position taken, the state's snapshot) and waiting
-    /// for older ones while two were still being written. Writing the file, and in a bucket
-    /// shipping the log up to it, are the checkpoint thread's.
+    /// taking each (a local log flushed and its position taken, or a bucket log's cut asked
+    /// of its writer pool; the state's snapshot) and waiting for older ones while two were
+    /// still being written. Writing the file, and in a bucket shipping the log up to it, are
+    /// the checkpoint threads'.
     pub checkpoint_stall: std::time::Duration,
+    /// Of [`checkpoint_stall`](Self::checkpoint_stall), how long the training thread waited
+    /// for older checkpoints to be written (a store slower than the checkpoints come): the
+    /// rest is what taking them cost it.
+    pub checkpoint_queue_wait: std::time::Duration,
     /// How long the run's end waited for the checkpoints still being written (the last one
     /// is whole before [`Trainer::fit`](super::Trainer::fit) returns).
     pub checkpoint_end_wait: std::time::Duration,

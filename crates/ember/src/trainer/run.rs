@@ -332,6 +332,7 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
             report.checkpoints_written = checkpointer.written;
             report.checkpoints_failed = checkpointer.failed;
             report.checkpoint_stall = checkpointer.stalled;
+            report.checkpoint_queue_wait = checkpointer.queue_wait;
             report.checkpoint_end_wait = started.elapsed();
         }
         Ok((self.stepper.model, self.lock))
