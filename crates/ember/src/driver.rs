@@ -252,6 +252,11 @@ where
         &self.loaders
     }
 
+    /// How many devices the pool runs on.
+    pub(crate) fn devices(&self) -> usize {
+        self.devices.len()
+    }
+
     /// The main device.
     pub(crate) fn main(&self) -> &Device {
         &self.main

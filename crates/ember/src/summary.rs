@@ -2,10 +2,12 @@
 //!
 //! `record.rs` holds the record, `builder.rs` how one is made, `plugin.rs` the plugins, modes
 //! and rank layouts, `tap.rs` the tap model code records through, `losses.rs` what a log lost,
-//! `session.rs` the session starts a resumed run is told apart by, and `remote.rs` the mirror of
-//! a log directory in an object store.
+//! `session.rs` the session starts a resumed run is told apart by, `remote.rs` the mirror of
+//! a log directory in an object store, and `cut.rs` its cut at a checkpoint.
 
 mod builder;
+#[cfg(feature = "object-store")]
+mod cut;
 mod losses;
 mod plugin;
 mod record;
@@ -15,8 +17,8 @@ mod session;
 mod tap;
 
 pub use builder::SummaryRecordBuilder;
+#[cfg(feature = "object-store")]
+pub(crate) use cut::PendingCut;
 pub use plugin::{Mode, Plugin, RankLayout};
 pub use record::SummaryRecord;
-#[cfg(feature = "object-store")]
-pub(crate) use remote::PendingCut;
 pub use tap::SummaryTap;

@@ -233,25 +233,12 @@ impl<M: Trainable> Trainer<M> {
                 format!("{items} training item(s) an epoch"),
             ));
         }
-        let world = identity.ranks.max(1);
-        if resumed.shards != driver.shards() || resumed.data_ranks != world {
-            driver.reshard(resumed.shards, (resumed.data_ranks, rank, world));
-            if let Some(apart) = driver.spread_apart() {
-                return Err(spread_apart(&resumed.path, apart));
-            }
-            let shards = resumed.shards * resumed.data_ranks / world;
-            log::info!(
-                "going on on {} device(s) with {shards} shards of the data, as it started: {}",
-                self.devices.len(),
-                match driver.spread() {
-                    1 => format!(
-                        "each device runs {} of a step's batches",
-                        shards / self.devices.len().max(1)
-                    ),
-                    at_once => format!("each shard's devices run {at_once} steps at once"),
-                }
-            );
-        }
+        reshard(
+            driver,
+            (resumed.shards, resumed.data_ranks),
+            (rank, identity.ranks),
+        )
+        .map_err(|apart| spread_apart(&resumed.path, apart))?;
         let rolling_back = std::time::Instant::now();
         if let Some((place, summary)) = log {
             same_ranks_in_a_bucket(place, (resumed.taken_ranks, identity.ranks), &resumed.path)?;
@@ -362,6 +349,39 @@ fn same_ranks_in_a_bucket(
         ),
     }
     .into())
+}
+
+/// Cuts the data as the job that took the checkpoint did (`taken`: the devices, that is the
+/// shards of a rank's data, and the ranks it began with), for rank `rank` of `ranks` here, where
+/// they differ from this run's own. Refuses, with the two devices (public indices), a run on
+/// more devices than the job began with whose devices would share a slice's batches but are
+/// not one memory; nothing has been changed then.
+fn reshard<M: Trainable>(
+    driver: &mut Driver<M>,
+    (shards, data_ranks): (usize, usize),
+    (rank, ranks): (usize, usize),
+) -> Result<(), (usize, usize)> {
+    let world = ranks.max(1);
+    if shards == driver.shards() && data_ranks == world {
+        return Ok(());
+    }
+    driver.reshard(shards, (data_ranks, rank, world));
+    if let Some(apart) = driver.spread_apart() {
+        return Err(apart);
+    }
+    let devices = driver.devices();
+    let shards = shards * data_ranks / world;
+    log::info!(
+        "going on on {devices} device(s) with {shards} shards of the data, as it started: {}",
+        match driver.spread() {
+            1 => format!(
+                "each device runs {} of a step's batches",
+                shards / devices.max(1)
+            ),
+            at_once => format!("each shard's devices run {at_once} steps at once"),
+        }
+    );
+    Ok(())
 }
 
 /// The error of a resume on more devices than its job began with whose devices `apart`
