@@ -96,6 +96,32 @@ fn a_run_on_two_distinct_devices_goes_on_on_one_within_the_gpu_tolerance() {
     );
 }
 
+/// A run begun on the first device alone cannot go on on both: its batches are drawn on the
+/// first, where the second device cannot read them (on CPU devices, one memory, it can). The
+/// resume is refused before anything changes.
+#[test]
+fn a_run_on_one_device_is_refused_a_second_distinct_device_and_left_as_it_was() {
+    let devices = two_devices();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    // 12 pool steps an epoch on one device; checkpoints at 4, 8: the crash at 9 leaves 8.
+    let crashed = catch_unwind(AssertUnwindSafe(|| {
+        fit_on(&devices[..1], &run, Some(9), false)
+    }));
+    assert!(crashed.is_err(), "the run on 1 device did not crash");
+    let files = ember_tests::files_under(&run, false);
+    let error = fit_on(&devices, &run, None, true).unwrap_err().to_string();
+    assert!(
+        error.contains("devices 0 and 1 would run") && error.contains("one memory"),
+        "{error}"
+    );
+    assert_eq!(
+        ember_tests::files_under(&run, false),
+        files,
+        "a refused resume changed the run's files"
+    );
+}
+
 /// The model the runs start from, untrained.
 fn fit_untrained(main: &Device) -> Mlp {
     seeded_mlp(8, 1, main)
