@@ -274,7 +274,7 @@ fn decode_log_gaps(fields: &Fields, state: &mut RunState) -> Result<(), String> 
 
 impl Identity {
     /// Why this run's devices, more than the `shards` a step's batches are cut into, cannot
-    /// take a window's steps in turns: the count is no multiple of the shards, or the steps
+    /// take a window's steps at once: the count is no multiple of the shards, or the steps
     /// each device would run at once do not divide the accumulation window (the job's global
     /// batch would change).
     fn spread_refused(&self, shards: usize, accumulation: Option<usize>) -> Option<String> {
