@@ -352,6 +352,9 @@ fn resume_or_restart(
 }
 
 /// What the kills hit, from what they left.
+/// How many checkpoints the Trainer writes at once (its checkpoint threads).
+const CHECKPOINTS_AT_ONCE: usize = 2;
+
 #[derive(Debug, Default)]
 struct Hits {
     killed: usize,
@@ -398,8 +401,10 @@ impl Hits {
             }
         }
         if whole == 0 {
+            // Killed while the run's first checkpoints were written: each of the checkpoints
+            // the Trainer writes at once may have left its temporary file, nothing more.
             ensure!(
-                temporary <= 1,
+                temporary <= CHECKPOINTS_AT_ONCE,
                 "{} holds only torn checkpoints",
                 checkpoints.display()
             );
