@@ -74,7 +74,7 @@ pub use cut::ShippedCut;
 pub use download::{Downloaded, download, download_private};
 pub use lease::{LeaseHolder, LeaseTiming, check_lease};
 pub use log_cut::LogCut;
-use shipper::Shipper;
+use shipper::{KillSwitch, Shipper};
 pub use staging::{new_staging, staging_parent};
 
 mod messages;
@@ -150,7 +150,23 @@ impl RemoteMirror {
             url: url.to_owned(),
             ..staging::ShipState::default()
         };
-        Self::start_from(state, staging, interval, None)
+        Self::start_from(state, staging, interval, None, KillSwitch::default())
+    }
+
+    /// [`start`](Self::start), its thread killed after `steps` of its steps (see
+    /// [`KillSwitch`]).
+    #[cfg(test)]
+    pub(crate) fn start_killed_after(
+        url: &str,
+        staging: &Path,
+        steps: usize,
+    ) -> Result<Self, RemoteError> {
+        let state = staging::ShipState {
+            url: url.to_owned(),
+            ..staging::ShipState::default()
+        };
+        let interval = Duration::from_secs(3600);
+        Self::start_from(state, staging, interval, None, KillSwitch::after(steps))
     }
 
     /// [`start`](Self::start), holding `rank`'s lease on the run while the mirror lives (see
@@ -166,7 +182,13 @@ impl RemoteMirror {
             url: url.to_owned(),
             ..staging::ShipState::default()
         };
-        Self::start_from(state, staging, interval, Some((rank, timing)))
+        Self::start_from(
+            state,
+            staging,
+            interval,
+            Some((rank, timing)),
+            KillSwitch::default(),
+        )
     }
 
     /// A mirror of the staging directory a writer that was killed left: it goes on from what
@@ -175,8 +197,15 @@ impl RemoteMirror {
         state: &staging::ShipState,
         staging: &Path,
     ) -> Result<Self, String> {
-        Self::start_from(state.clone(), staging, DEFAULT_SHIP_INTERVAL, None)
-            .map_err(|e| e.to_string())
+        let interval = DEFAULT_SHIP_INTERVAL;
+        Self::start_from(
+            state.clone(),
+            staging,
+            interval,
+            None,
+            KillSwitch::default(),
+        )
+        .map_err(|e| e.to_string())
     }
 
     fn start_from(
@@ -184,6 +213,7 @@ impl RemoteMirror {
         staging: &Path,
         interval: Duration,
         lease: Option<(u32, LeaseTiming)>,
+        kill: KillSwitch,
     ) -> Result<Self, RemoteError> {
         let url = state.url.clone();
         let (store, prefix) = open_store(&url)?;
@@ -207,6 +237,15 @@ impl RemoteMirror {
             Ok((runtime, store, prefix, lease))
         })?;
         let (runtime, store, prefix, lease) = runtime;
+        // Kept before anything is shipped: a writer killed before its first pass leaves a
+        // staging directory that `ember push` can still ship.
+        state
+            .write(staging)
+            .map_err(|source| RemoteError::Staging {
+                path: staging.to_path_buf(),
+                source,
+            })?;
+        let kept_state = Some(state.encode());
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(std::sync::Mutex::new(MirrorStats::default()));
         let backlog = Arc::new(AtomicU64::new(0));
@@ -225,6 +264,8 @@ impl RemoteMirror {
             stats: Arc::clone(&stats),
             backlog: Arc::clone(&backlog),
             lease,
+            kept_state,
+            kill,
         };
         let thread = std::thread::Builder::new()
             .name("ember-remote".into())

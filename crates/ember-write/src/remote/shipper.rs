@@ -26,6 +26,7 @@ use super::cut::{Cut, Cuts, ShippedCut};
 use super::markers::{marked_file, marker_of};
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
 use super::staged::{PROJECTOR_CONFIG, Staged, staged_files};
+use crate::framing::{HEADER_LEN, masked_crc32c};
 
 /// The most bytes of records one segment object holds: far under the 5 GiB a single PUT may
 /// carry on S3, and what the shipper holds in memory at once.
@@ -69,6 +70,41 @@ pub(super) struct Shipper {
     /// The run's lease, when the mirror holds one: renewed between passes and between the
     /// files of a pass, released at the close.
     pub(super) lease: Option<super::lease::Lease>,
+    /// The shipped state last kept in the staging directory, encoded.
+    pub(super) kept_state: Option<String>,
+    /// Where a test kills this thread.
+    pub(super) kill: KillSwitch,
+}
+
+/// Where a test kills the mirror's thread as SIGKILL would, nothing after it running: after a
+/// given number of the steps that change the store or the staging directory (an upload, a
+/// write of the shipped state, a freeing of shipped bytes). Outside tests it does nothing.
+#[derive(Debug, Default)]
+pub(super) struct KillSwitch {
+    #[cfg(test)]
+    steps_left: Option<usize>,
+}
+
+impl KillSwitch {
+    /// Kills the thread after `steps` steps.
+    #[cfg(test)]
+    pub(super) fn after(steps: usize) -> Self {
+        Self {
+            steps_left: Some(steps),
+        }
+    }
+
+    /// One step done.
+    fn step(&mut self) {
+        #[cfg(test)]
+        if let Some(left) = self.steps_left.as_mut() {
+            if *left == 0 {
+                // No panic hook, no message: the thread just ends, as a killed one does.
+                std::panic::resume_unwind(Box::new("killed by a test"));
+            }
+            *left -= 1;
+        }
+    }
 }
 
 impl Shipper {
@@ -159,20 +195,34 @@ impl Shipper {
             }
         }
         self.publish_backlog(&files);
-        // Kept beside the files: what a killed writer's staging still needs is what `ember
-        // push` ships. Lost, it costs a segment shipped twice, which the store keeps once.
+        if let Err(error) = self.keep_state() {
+            first_error.get_or_insert(error);
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Keeps what was shipped beside the files, durably, where it changed: what a killed
+    /// writer's staging still needs is what `ember push` ships, from there. It must never say
+    /// less than the bytes freed ([`free_shipped`]): shipped again, they would be zeros.
+    fn keep_state(&mut self) -> Result<(), String> {
         let state = super::staging::ShipState {
             url: self.url.clone(),
             shipped: self.shipped.clone(),
             claimed: self.claimed.clone(),
         };
-        if let Err(error) = state.write(&self.staging) {
-            first_error.get_or_insert(format!(
+        let encoded = state.encode();
+        if self.kept_state.as_ref() == Some(&encoded) {
+            return Ok(());
+        }
+        state.write(&self.staging).map_err(|error| {
+            format!(
                 "keeping what was shipped in {}: {error}",
                 self.staging.display()
-            ));
-        }
-        first_error.map_or(Ok(()), Err)
+            )
+        })?;
+        self.kept_state = Some(encoded);
+        self.kill.step();
+        Ok(())
     }
 
     async fn renew_lease(&mut self) {
@@ -210,7 +260,14 @@ impl Shipper {
                 .map_err(|e| format!("reading {}: {e}", file.path.display()))?;
             let whole = whole_records(&bytes);
             if whole == 0 {
-                return Ok(());
+                return match bytes.get(..HEADER_LEN) {
+                    Some(header) if record_len(header).is_none() => Err(format!(
+                        "{} holds no record at byte {from} (its header's checksum is wrong): \
+                         nothing from there is shipped",
+                        file.path.display()
+                    )),
+                    _ => Ok(()),
+                };
             }
             let payload = bytes[..whole].to_vec();
             if segment == 0 {
@@ -227,13 +284,18 @@ impl Shipper {
                     .await
                     .map_err(|e| format!("uploading {object}: {e}"))?;
             }
+            self.kill.step();
             self.shipped
                 .insert(file.relative.clone(), (from + whole as u64, segment + 1));
             let ends = self.segment_ends.entry(file.relative.clone()).or_default();
             if ends.len() as u64 == segment {
                 ends.push(from + whole as u64);
             }
+            // Said first, freed then: a kill between the two costs a segment shipped again,
+            // with the same records first, in place of the one in the store.
+            self.keep_state()?;
             free_shipped(&file.path, from, whole as u64);
+            self.kill.step();
             self.count(|s| {
                 s.segments += 1;
                 s.bytes += whole as u64;
@@ -281,6 +343,7 @@ impl Shipper {
                 .await
                 .map_err(|e| format!("uploading {object}: {e}"))?;
         }
+        self.kill.step();
         self.whole.insert(file.relative.clone(), (Some(now), now));
         self.count(|s| {
             s.objects += 1;
@@ -320,7 +383,15 @@ impl Shipper {
             match put {
                 Ok(_) => {}
                 Err(object_store::Error::AlreadyExists { .. })
-                    if self.holds(&object, payload).await => {}
+                    if self.holds_the_start_of(&object, payload).await =>
+                {
+                    // Killed before it kept its state, this writer shipped the start of what it
+                    // ships now: the longer object replaces it.
+                    self.store
+                        .put(&object, payload.to_vec().into())
+                        .await
+                        .map_err(|e| format!("uploading {object}: {e}"))?;
+                }
                 Err(object_store::Error::AlreadyExists { .. }) => {
                     let secs = crate::naming::name_secs(&name)
                         .or_else(|| name.strip_prefix("export_")?.parse().ok());
@@ -363,10 +434,16 @@ impl Shipper {
         Ok(())
     }
 
-    /// Whether the store's `object` holds exactly `payload`.
-    async fn holds(&self, object: &ObjectPath, payload: &[u8]) -> bool {
+    /// Whether the store's `object` holds `payload` or, where it is records, whole records
+    /// `payload` begins with.
+    async fn holds_the_start_of(&self, object: &ObjectPath, payload: &[u8]) -> bool {
         match self.store.get(object).await {
-            Ok(found) => found.bytes().await.is_ok_and(|bytes| bytes == payload),
+            Ok(found) => found.bytes().await.is_ok_and(|bytes| {
+                bytes == payload
+                    || (payload.starts_with(&bytes)
+                        && !bytes.is_empty()
+                        && whole_records(&bytes) == bytes.len())
+            }),
             Err(_) => false,
         }
     }
@@ -495,10 +572,9 @@ pub(super) fn read_segment(path: &Path, from: u64, max: usize) -> std::io::Resul
     file.seek(SeekFrom::Start(from))?;
     let mut bytes = Vec::new();
     (&mut file).take(max as u64).read_to_end(&mut bytes)?;
-    if whole_records(&bytes) == 0 && bytes.len() >= 8 {
-        let mut len = [0u8; 8];
-        len.copy_from_slice(&bytes[..8]);
-        let record = u64::from_le_bytes(len).saturating_add(16);
+    let first_len = bytes.get(..HEADER_LEN).and_then(record_len);
+    if let (0, Some(len)) = (whole_records(&bytes), first_len) {
+        let record = len.saturating_add(16);
         if record > bytes.len() as u64 {
             file.seek(SeekFrom::Start(from))?;
             bytes.clear();
@@ -528,13 +604,15 @@ fn free_shipped(path: &Path, from: u64, len: u64) {
 fn free_shipped(_path: &Path, _from: u64, _len: u64) {}
 
 /// How many leading bytes of `bytes` are whole framed records: each is a length (8 bytes), its
-/// CRC (4), the data and its CRC (4). A record still being written is left for later.
+/// CRC (4), the data and its CRC (4). A record still being written is left for later, and so
+/// is anything from a header whose CRC is wrong on (zeros, where bytes were freed).
 pub(super) fn whole_records(bytes: &[u8]) -> usize {
     let mut at = 0usize;
-    while bytes.len() - at >= 12 {
-        let mut len = [0u8; 8];
-        len.copy_from_slice(&bytes[at..at + 8]);
-        let Ok(len) = usize::try_from(u64::from_le_bytes(len)) else {
+    while bytes.len() - at >= HEADER_LEN {
+        let Some(len) = record_len(&bytes[at..at + HEADER_LEN]) else {
+            break;
+        };
+        let Ok(len) = usize::try_from(len) else {
             break;
         };
         let Some(end) = at.checked_add(16).and_then(|n| n.checked_add(len)) else {
@@ -546,4 +624,14 @@ pub(super) fn whole_records(bytes: &[u8]) -> usize {
         at = end;
     }
     at
+}
+
+/// The data length a record header (its first [`HEADER_LEN`] bytes) declares, when its CRC
+/// holds.
+fn record_len(header: &[u8]) -> Option<u64> {
+    let mut len = [0u8; 8];
+    len.copy_from_slice(header.get(..8)?);
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(header.get(8..HEADER_LEN)?);
+    (masked_crc32c(&len) == u32::from_le_bytes(crc)).then_some(u64::from_le_bytes(len))
 }
