@@ -72,7 +72,9 @@ pub(super) struct Loop<'t, M> {
     /// This run's rank, across ranks.
     pub(super) rank: Option<usize>,
     /// The checkpoint directory's lock, checked before every checkpoint: a run whose directory
-    /// was taken away stops instead of writing into what may be another run's.
+    /// was taken away stops instead of writing into what may be another run's. Declared after
+    /// the checkpointer, so dropped after it: a run that ends early releases it only once its
+    /// checkpoints in flight are written.
     pub(super) lock: Option<DirLock>,
 }
 

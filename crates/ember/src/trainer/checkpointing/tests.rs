@@ -229,3 +229,38 @@ fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_old
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
 }
+
+/// A run that fails with a checkpoint still being written finishes it before the run's lock
+/// is released (the checkpointer's drop waits for it): a resume right after, in the same
+/// process, must not meet that checkpoint landing under the number it took for its own.
+#[test]
+fn a_run_that_ends_early_finishes_the_checkpoint_it_was_writing() {
+    use std::sync::{Mutex, mpsc};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
+    let mut checkpointer = Checkpointer::new(&config, &[]).unwrap();
+    let (release, released) = mpsc::channel::<()>();
+    let released = Mutex::new(released);
+    checkpointer
+        .write_in_background(move || {
+            released.lock().unwrap().recv().unwrap();
+            Ok(Checkpoint::new().with("meta", b"m".to_vec()))
+        })
+        .unwrap();
+    // The run fails: its checkpointer is dropped with the checkpoint in flight.
+    let ended = std::thread::spawn(move || drop(checkpointer));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        !ended.is_finished(),
+        "the run ended before its checkpoint was written"
+    );
+    release.send(()).unwrap();
+    ended.join().unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with(".ember-lock"))
+        .collect();
+    assert_eq!(names, ["ckpt-000000000001.ember"]);
+}
