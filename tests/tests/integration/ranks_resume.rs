@@ -20,7 +20,8 @@ use ember::{
 };
 use ember_tests::{PoisonedLoader, files_under, parameters, regression_loader, seeded_mlp};
 
-/// How a job trains: `rows` training rows in batches of 4 on 2 workers a rank, 3 epochs; a
+/// How a job trains: `rows` training rows in batches of 4 on `devices` workers a rank (2
+/// unless said), 3 epochs; a
 /// checkpoint every `every` optimizer steps (and at epoch ends and stops); `fail_in` poisons
 /// row 40 (rank 1's shard) in that epoch; `stop_at` raises the stop flag of one rank after one
 /// of its steps (rank, global step); `resume` goes on from the checkpoints. `fail_row`, when
@@ -34,6 +35,7 @@ struct Plan {
     stop_at: Option<(usize, i64)>,
     resume: bool,
     fail_row: Option<usize>,
+    devices: usize,
 }
 
 impl Plan {
@@ -45,6 +47,7 @@ impl Plan {
         stop_at: None,
         resume: false,
         fail_row: None,
+        devices: 2,
     };
 }
 
@@ -84,7 +87,7 @@ fn rank(
         .filter(|(at, _)| *at == rank)
         .map(|(_, step)| step);
     let mut trainer = Trainer::new(
-        vec![device.clone(), device.clone()],
+        vec![device.clone(); plan.devices],
         AdamConfig::new().init(),
         0.02,
         TrainerConfig {
@@ -399,4 +402,87 @@ fn a_job_goes_on_with_fewer_ranks_then_with_all_again_as_if_never_stopped() {
             .collect();
         assert_eq!(steps, expected_steps, "{tag}");
     }
+}
+
+/// A job of 2 ranks on 1 device each, accumulating 2 steps, goes on after a crash on 2 devices
+/// a rank: each rank's devices take its window's two steps at once, their gradients added in
+/// step order, then the ranks' as the all-reduce added them. The job ends with the parameters
+/// of the one that never crashed, bit for bit, and each step once in every series.
+#[test]
+fn a_job_of_ranks_goes_on_on_more_devices_each_taking_a_window_s_step() {
+    let root = tempfile::tempdir().unwrap();
+    let one_device = Plan {
+        accumulation: 2,
+        every: Some(2),
+        devices: 1,
+        ..Plan::PLAIN
+    };
+    let whole = root.path().join("whole");
+    let results = job(whole.clone(), RankLayout::FileName, one_device);
+    let (expected, _, _) = results[0].as_ref().unwrap().clone();
+    let expected_series = series(&whole);
+
+    // 8 steps an epoch a rank; a checkpoint every 4 (2 optimizer steps of 2). Row 52 is the
+    // sixth step of rank 1's epoch 2 (the 14th): the job goes on from step 12.
+    let dir = root.path().join("spread");
+    let crashed = Plan {
+        fail_in: Some(2),
+        fail_row: Some(52),
+        ..one_device
+    };
+    let results = job(dir.clone(), RankLayout::FileName, crashed);
+    assert!(results.iter().all(Result::is_err), "the job must fail");
+    let two_devices = Plan {
+        devices: 2,
+        resume: true,
+        ..one_device
+    };
+    let results = job(dir.clone(), RankLayout::FileName, two_devices);
+    for (rank, result) in results.iter().enumerate() {
+        let (params, report, first_step) = result.as_ref().unwrap();
+        assert!(report.resumed_from.is_some(), "rank {rank} did not resume");
+        assert_eq!(*first_step, Some(13), "rank {rank} resumed elsewhere");
+        assert!(
+            params
+                .iter()
+                .zip(&expected)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rank {rank}'s parameters differ from the uninterrupted job's"
+        );
+    }
+    // Each device's times name the device that took the step: on 2 devices a rank's steps
+    // alternate between them. Each step once a rank, over its devices; every other series as
+    // the uninterrupted job's.
+    let (got, expected_series) = (series(&dir), expected_series);
+    let of_devices = |tag: &str| tag.contains("/device/");
+    for rank in 0..2 {
+        let second = format!("rank/{rank}/device/1/step_seconds");
+        assert!(got.contains_key(&second), "rank {rank} went on on 1 device");
+    }
+    for rank in 0..2 {
+        for times in ["step_seconds", "wait_seconds"] {
+            let mut steps: Vec<i64> = got
+                .iter()
+                .filter(|(tag, _)| {
+                    tag.starts_with(&format!("rank/{rank}/device/")) && tag.ends_with(times)
+                })
+                .flat_map(|(_, points)| points.iter().map(|(step, _)| *step))
+                .collect();
+            steps.sort_unstable();
+            assert_eq!(
+                steps,
+                (1..=24).collect::<Vec<i64>>(),
+                "rank {rank}'s {times}"
+            );
+        }
+    }
+    let job_series = |series: &BTreeMap<String, Vec<(i64, f64)>>| {
+        series
+            .iter()
+            .filter(|(tag, _)| !of_devices(tag))
+            .map(|(tag, points)| (tag.clone(), points.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(job_series(&got), job_series(&expected_series));
+    assert!(job_series(&got).contains_key("train/loss"));
 }
