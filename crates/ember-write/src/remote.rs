@@ -23,7 +23,8 @@
 //!   it) after the pool has written it, and at once when [`ship`](RemoteMirror::ship) is
 //!   called (a flush, a close);
 //! - shipped records leave the local disk (a hole is punched where they were, on Linux), so
-//!   the staging directory holds about what is not in the store yet;
+//!   the staging directory holds about what is not in the store yet; only once the staging's
+//!   state says they are shipped, so that `ember push` never ships a hole's zeros;
 //! - a checkpoint's position in the log is a [`LogCut`], taken from the staging directory
 //!   without waiting for the store: no segment crosses it, and once it is shipped the mirror
 //!   names the objects up to it (see `cut`).

@@ -2,9 +2,9 @@
 //! objects.
 //!
 //! - An event file (summary, lineage, explain) grows by appended records: each pass ships its
-//!   new whole records as the next segment object, and then frees the shipped bytes on the
-//!   local disk (a hole punched in the file, its length kept), so the staging directory holds
-//!   on disk about what is not shipped yet.
+//!   new whole records as the next segment object, keeps the shipped state beside the files,
+//!   and then frees the shipped bytes on the local disk (a hole punched in the file, its
+//!   length kept), so the staging directory holds on disk about what is not shipped yet.
 //! - Any other file (an exported `.npy`, the projector's config and tensors) is shipped whole,
 //!   under its own name, when it changed: at once on an explicit ship (the pool has flushed, so
 //!   it is whole), and on a timed pass once it has stayed the same since the previous pass. The

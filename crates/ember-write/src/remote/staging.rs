@@ -7,7 +7,8 @@
 //! another user read the run or plant files uploaded with this user's credentials). Each
 //! record stages in a directory of random name inside it (`tempfile`), locked by its writer
 //! for as long as it writes. Beside the files, `.ember-mirror` holds the URL and, for each file,
-//! how much of it is in the store and under which name, rewritten durably after every pass.
+//! how much of it is in the store and under which name: written durably when the mirror starts,
+//! and after each segment shipped, before its bytes are freed.
 
 use std::collections::BTreeMap;
 use std::fs;
