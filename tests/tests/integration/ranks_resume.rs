@@ -375,18 +375,7 @@ fn a_job_goes_on_with_fewer_ranks_then_with_all_again_as_if_never_stopped() {
             ..every_2
         },
     );
-    for (rank, result) in results.iter().enumerate() {
-        let (params, report, first_step) = result.as_ref().unwrap();
-        assert!(report.resumed_from.is_some(), "rank {rank} did not resume");
-        assert_eq!(*first_step, Some(11), "rank {rank} resumed elsewhere");
-        assert!(
-            params
-                .iter()
-                .zip(&expected)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "rank {rank}'s parameters differ from the uninterrupted job's"
-        );
-    }
+    resumed_at_as_never_stopped(&results, 11, &expected);
     // Each step once in every series; the job's own (rank 0's run-level series and both
     // ranks' device times) at the steps of the job that never crashed, but rank 1's, which
     // the one-rank part of the job (steps 7 to 10) has not.
@@ -401,6 +390,23 @@ fn a_job_goes_on_with_fewer_ranks_then_with_all_again_as_if_never_stopped() {
             .filter(|step| !tag.starts_with("rank/1/") || !(7..=10).contains(step))
             .collect();
         assert_eq!(steps, expected_steps, "{tag}");
+    }
+}
+
+/// Every rank of the job that ended with `results` went on from a checkpoint, its first step
+/// `first`, and ended with the `expected` parameters, bit for bit.
+fn resumed_at_as_never_stopped(results: &[RankResult], first: i64, expected: &[f32]) {
+    for (rank, result) in results.iter().enumerate() {
+        let (params, report, first_step) = result.as_ref().unwrap();
+        assert!(report.resumed_from.is_some(), "rank {rank} did not resume");
+        assert_eq!(*first_step, Some(first), "rank {rank} resumed elsewhere");
+        assert!(
+            params
+                .iter()
+                .zip(expected)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rank {rank}'s parameters differ from the uninterrupted job's"
+        );
     }
 }
 
@@ -438,18 +444,7 @@ fn a_job_of_ranks_goes_on_on_more_devices_each_taking_a_window_s_step() {
         ..one_device
     };
     let results = job(dir.clone(), RankLayout::FileName, two_devices);
-    for (rank, result) in results.iter().enumerate() {
-        let (params, report, first_step) = result.as_ref().unwrap();
-        assert!(report.resumed_from.is_some(), "rank {rank} did not resume");
-        assert_eq!(*first_step, Some(13), "rank {rank} resumed elsewhere");
-        assert!(
-            params
-                .iter()
-                .zip(&expected)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "rank {rank}'s parameters differ from the uninterrupted job's"
-        );
-    }
+    resumed_at_as_never_stopped(&results, 13, &expected);
     // Each device's times name the device that took the step: on 2 devices a rank's steps
     // alternate between them. Each step once a rank, over its devices; every other series as
     // the uninterrupted job's.

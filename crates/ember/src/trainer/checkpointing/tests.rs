@@ -180,7 +180,7 @@ fn a_snapshot_is_unchanged_by_the_steps_after_it() {
 #[test]
 fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_oldest() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex, mpsc};
+    use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
@@ -189,15 +189,7 @@ fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_old
     let mut releases = Vec::new();
     let mut taken = |checkpointer: &mut Checkpointer| {
         checkpointer.make_room().unwrap();
-        let (release, released) = mpsc::channel::<()>();
-        releases.push(release);
-        let released = Mutex::new(released);
-        checkpointer
-            .write_in_background(move || {
-                released.lock().unwrap().recv().unwrap();
-                Ok(Checkpoint::new().with("meta", b"m".to_vec()))
-            })
-            .unwrap();
+        releases.push(held_checkpoint(checkpointer));
     };
     taken(&mut checkpointer);
     taken(&mut checkpointer);
@@ -235,19 +227,10 @@ fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_old
 /// process, must not meet that checkpoint landing under the number it took for its own.
 #[test]
 fn a_run_that_ends_early_finishes_the_checkpoint_it_was_writing() {
-    use std::sync::{Mutex, mpsc};
-
     let dir = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
     let mut checkpointer = Checkpointer::new(&config, &[]).unwrap();
-    let (release, released) = mpsc::channel::<()>();
-    let released = Mutex::new(released);
-    checkpointer
-        .write_in_background(move || {
-            released.lock().unwrap().recv().unwrap();
-            Ok(Checkpoint::new().with("meta", b"m".to_vec()))
-        })
-        .unwrap();
+    let release = held_checkpoint(&mut checkpointer);
     // The run fails: its checkpointer is dropped with the checkpoint in flight.
     let ended = std::thread::spawn(move || drop(checkpointer));
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -263,4 +246,17 @@ fn a_run_that_ends_early_finishes_the_checkpoint_it_was_writing() {
         .filter(|name| !name.starts_with(".ember-lock"))
         .collect();
     assert_eq!(names, ["ckpt-000000000001.ember"]);
+}
+
+/// Hands `checkpointer` a checkpoint whose thread waits until the sender returned releases it.
+fn held_checkpoint(checkpointer: &mut Checkpointer) -> std::sync::mpsc::Sender<()> {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    checkpointer
+        .write_in_background(move || {
+            released.lock().unwrap().recv().unwrap();
+            Ok(Checkpoint::new().with("meta", b"m".to_vec()))
+        })
+        .unwrap();
+    release
 }
