@@ -179,8 +179,8 @@ fn a_snapshot_is_unchanged_by_the_steps_after_it() {
 /// only for the oldest, then training goes on with one in flight; every one is written.
 #[test]
 fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_oldest() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     let dir = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
