@@ -39,7 +39,7 @@ use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
-use ember::checkpoint::Begin;
+use ember::checkpoint::{Begin, DataLayout};
 use ember::devices::{OpenedDevice, open_devices};
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
 use ember::{CheckpointConfig, DirLock, SummaryRecord, TrainReport, Trainer, TrainerConfig};
@@ -57,11 +57,13 @@ mod plan;
 mod records;
 mod report;
 mod signals;
+mod steps;
 
 pub(crate) use args::TrainArgs;
 use command::{Admitted, given_args, resumed_args, save_command};
 use plan::Plan;
 use records::{record_embedding, record_pr_curves, record_samples};
+use steps::run_steps;
 
 /// The seed of the train/test split and of the training shuffle.
 pub(crate) const SPLIT_SEED: u64 = 1998;
@@ -98,18 +100,12 @@ fn loader(
     builder.build(InMemDataset::new(digits))
 }
 
-/// Pool steps in one epoch: the loader is split into one contiguous slice per worker (the last
-/// takes the remainder), and each step runs one batch on every worker that has one left.
-fn steps_per_epoch(train: usize, workers: usize, batch: usize) -> usize {
-    let largest = train - train / workers * (workers - 1);
-    largest.div_ceil(batch)
-}
-
 pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let given = given_args();
     let mut plan = prepare(args, &given)?;
-    if admit(&plan, &given)? == Admitted::Finished {
+    let admitted = admit(&plan, &given)?;
+    if admitted == Admitted::Finished {
         // Killed between its last checkpoint and saving the model, a run has nothing to show
         // for its training: saying it is done would hide that. Rank 0 saves the model.
         ensure!(
@@ -135,7 +131,11 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     // object store that is down stops waiting.
     let stop = Arc::new(AtomicBool::new(false));
     let mut summary = open_summary(&plan, &given, &stop)?;
-    let bar = progress_bar(&plan, data.train.len())?;
+    let began = match admitted {
+        Admitted::Yes(layout) => layout,
+        Admitted::Finished => None,
+    };
+    let bar = progress_bar(&plan, data.train.len(), began)?;
     let signal = signals::stop_on_signals(stop.clone());
     announce(&plan, &data, &opened);
     let step_times = Arc::new(Mutex::new(ember::StepTimes::new()));
@@ -302,11 +302,19 @@ fn open_summary(
 }
 
 /// Rank 0's progress bar over the run's steps (hidden on other ranks, and where stderr is no
-/// terminal), with the lines printed meanwhile drawn above it.
-fn progress_bar(plan: &Plan, train_len: usize) -> anyhow::Result<ProgressBar> {
-    let (job, batch_size) = (&plan.job, usize::from(plan.args.batch_size));
-    let shard = ember::collective::shard_range(train_len, job.size(), job.rank()).len();
-    let total_steps = plan.epochs() * steps_per_epoch(shard, plan.specs.len(), batch_size);
+/// terminal), with the lines printed meanwhile drawn above it; `began`, a resumed run's layout.
+fn progress_bar(
+    plan: &Plan,
+    train_len: usize,
+    began: Option<DataLayout>,
+) -> anyhow::Result<ProgressBar> {
+    let job = &plan.job;
+    let total_steps = run_steps(
+        (plan.epochs(), train_len, usize::from(plan.args.batch_size)),
+        (plan.specs.len(), job.size()),
+        job.rank(),
+        began,
+    );
     let bar = if job.lead() {
         ProgressBar::new(total_steps as u64)
     } else {
@@ -581,15 +589,6 @@ mod tests {
         assert_eq!(share(2), Some((cores / 2).max(1)));
         // More workers than cores: one thread each, never none.
         assert_eq!(share(cores + 1), Some(1));
-    }
-
-    #[test]
-    fn steps_per_epoch_follows_the_split() {
-        // 1438 examples on 2 workers: 719 each, batches of 32: 23 steps.
-        assert_eq!(steps_per_epoch(1438, 2, 32), 23);
-        // 10 on 3 workers: 3, 3 and 4; batches of 2: the last needs 2 steps.
-        assert_eq!(steps_per_epoch(10, 3, 2), 2);
-        assert_eq!(steps_per_epoch(240, 1, 32), 8);
     }
 
     #[test]

@@ -47,7 +47,7 @@ mod error;
 mod file;
 pub(crate) mod log_place;
 
-pub use admission::{Admission, Begin, begin_if_any, finished};
+pub use admission::{Admission, Begin, DataLayout, begin_if_any, finished};
 pub(crate) use directory::JOB_STAMP;
 pub use directory::{Checkpoints, Loaded};
 pub use error::CheckpointError;

@@ -94,6 +94,17 @@ fn a_run_is_refused_devices_that_cannot_keep_its_global_batch_and_left_as_it_was
             fit_on(began, &run, Some(crash_at), Begin::Fresh, (1, 4))
         }));
         assert!(crashed.is_err());
+        // What a resume is admitted with: the devices the run began with, which `ember
+        // train` counts a resumed run's steps by.
+        let layout = ember::checkpoint::Admission::new(ember::checkpoint::Begin::Resume)
+            .checkpoint_dir(run.join("checkpoints"))
+            .admit()
+            .unwrap();
+        let began_with = ember::checkpoint::DataLayout {
+            devices: began,
+            data_ranks: 1,
+        };
+        assert_eq!(layout, Some(began_with));
         let files = files_under(&run, false);
         let error = fit_on(resumed, &run, None, Begin::Resume, (1, 4))
             .unwrap_err()

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
 
-use ember::checkpoint::{Admission, Begin, CheckpointError};
+use ember::checkpoint::{Admission, Begin, CheckpointError, DataLayout};
 
 use super::args::TrainArgs;
 use super::logdir::CHECKPOINTS;
@@ -209,8 +209,8 @@ fn newest_unfinished_run(runs: &Path) -> anyhow::Result<PathBuf> {
 /// What admission made of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Admitted {
-    /// It may begin.
-    Yes,
+    /// It may begin; a resume, with how the run began cutting its data.
+    Yes(Option<DataLayout>),
     /// It has trained all its epochs, and `--resume-if-any` asks for nothing more.
     Finished,
 }
@@ -256,7 +256,7 @@ pub(super) fn admit(
             crate::output::shown(logdir)
         ),
         Err(error) => Err(error.into()),
-        Ok(()) => Ok(Admitted::Yes),
+        Ok(layout) => Ok(Admitted::Yes(layout)),
     }
 }
 

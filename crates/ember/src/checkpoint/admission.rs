@@ -36,6 +36,31 @@ pub enum Begin {
     Restart,
 }
 
+/// How the run a checkpoint was taken by cut its data: into a shard a rank and a slice a
+/// device of the job that began it. A run that goes on on other devices or ranks keeps both
+/// cuts, and counts its steps by them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataLayout {
+    /// The devices a rank the job began with: the slices of each rank's shard.
+    pub devices: usize,
+    /// The ranks the job began with: the shards of the data.
+    pub data_ranks: usize,
+}
+
+impl DataLayout {
+    /// The layout a checkpoint's `meta` records; `None` where it records none (a checkpoint
+    /// of another trainer).
+    fn of(loaded: &Loaded) -> Option<Self> {
+        let number = |key: &str| meta_field(loaded, key)?.parse::<usize>().ok();
+        let devices = number("devices")?;
+        let data_ranks = number("data_ranks").or_else(|| number("ranks"))?;
+        Some(Self {
+            devices,
+            data_ranks,
+        })
+    }
+}
+
 /// What a run claims, to be admitted or refused by [`admit`](Self::admit).
 #[derive(Debug, Clone)]
 pub struct Admission {
@@ -106,8 +131,9 @@ impl Admission {
         self
     }
 
-    /// Admits the run, or says why not; reads only, writes nothing.
-    pub fn admit(&self) -> Result<(), CheckpointError> {
+    /// Admits the run, or says why not; reads only, writes nothing. A resume admitted returns
+    /// the [`DataLayout`] its checkpoint records, where it records one.
+    pub fn admit(&self) -> Result<Option<DataLayout>, CheckpointError> {
         #[cfg(feature = "object-store")]
         if let Some(url) = self.log_dir.as_ref().and_then(|dir| dir.to_str()) {
             check_lease(url, self.rank)?;
@@ -122,9 +148,9 @@ impl Admission {
             }
         }
         match self.begin {
-            Begin::Fresh => self.admit_fresh(),
+            Begin::Fresh => self.admit_fresh().map(|()| None),
             Begin::Resume => self.admit_resume(),
-            Begin::Restart => Ok(()),
+            Begin::Restart => Ok(None),
         }
     }
 
@@ -149,9 +175,9 @@ impl Admission {
         }
     }
 
-    fn admit_resume(&self) -> Result<(), CheckpointError> {
+    fn admit_resume(&self) -> Result<Option<DataLayout>, CheckpointError> {
         let Some(dir) = &self.checkpoint_dir else {
-            return Ok(());
+            return Ok(None);
         };
         let store = Checkpoints::new(dir, 1);
         let loaded = store.to_resume(self.world_size).map_err(|error| {
@@ -217,7 +243,7 @@ impl Admission {
                 });
             }
         }
-        Ok(())
+        Ok(DataLayout::of(&loaded))
     }
 }
 
@@ -240,7 +266,7 @@ pub fn finished(dir: &Path, epochs: usize) -> Result<bool, CheckpointError> {
         .admit_resume()
     {
         Err(CheckpointError::Finished { .. }) => Ok(true),
-        Ok(()) | Err(CheckpointError::NothingToResume { .. }) => Ok(false),
+        Ok(_) | Err(CheckpointError::NothingToResume { .. }) => Ok(false),
         Err(error) => Err(error),
     }
 }
@@ -256,7 +282,7 @@ pub fn begin_if_any(dir: &Path, world_size: usize) -> Result<Begin, CheckpointEr
         .checkpoint_dir(dir)
         .rank(0, world_size);
     match resume.admit_resume() {
-        Ok(()) => Ok(Begin::Resume),
+        Ok(_) => Ok(Begin::Resume),
         Err(CheckpointError::NothingToResume { .. }) => {
             if Checkpoints::new(dir, 1).list()?.is_empty() {
                 Ok(Begin::Fresh)
@@ -372,6 +398,37 @@ mod tests {
             fresh().unwrap_err(),
             CheckpointError::AnotherRun { .. }
         ));
+    }
+
+    /// A resume admitted says how the run cut its data, so that a run going on on other
+    /// devices or ranks counts its steps as the run did.
+    #[test]
+    fn a_resume_admitted_returns_the_devices_and_ranks_the_run_began_with() {
+        let root = tempfile::tempdir().unwrap();
+        let resume = || {
+            Admission::new(Begin::Resume)
+                .checkpoint_dir(root.path())
+                .rank(0, 1)
+                .admit()
+        };
+        // A job of 2 ranks on 1 device each, gone on as 1 rank: it keeps the 2 ranks' shards.
+        checkpoint_at(root.path(), "epoch=1\ndevices=1\nranks=1\ndata_ranks=2");
+        let layout = DataLayout {
+            devices: 1,
+            data_ranks: 2,
+        };
+        assert_eq!(resume().unwrap(), Some(layout));
+        // Before data_ranks was recorded, the ranks were the shards.
+        checkpoint_at(root.path(), "epoch=1\ndevices=2\nranks=1");
+        let layout = DataLayout {
+            devices: 2,
+            data_ranks: 1,
+        };
+        assert_eq!(resume().unwrap(), Some(layout));
+        checkpoint_at(root.path(), "epoch=1");
+        assert_eq!(resume().unwrap(), None);
+        let fresh = Admission::new(Begin::Restart).checkpoint_dir(root.path());
+        assert_eq!(fresh.admit().unwrap(), None);
     }
 
     #[test]
