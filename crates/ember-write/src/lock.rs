@@ -163,6 +163,14 @@ impl DirLock {
     /// directory itself stayed locked; [`LockError::Lost`] when the directory was deleted,
     /// replaced or moved, or the lock file was lost with nothing else keeping others out.
     pub fn check(&mut self) -> Result<(), LockError> {
+        self.check_by(stat)
+    }
+
+    /// [`check`](Self::check), with `stat` telling what a path names now. A `stat` that fails
+    /// for another reason than the path naming nothing (a directory made unreadable, an
+    /// overloaded network mount) tells nothing of deletion: the locks this writer holds on its
+    /// open handles keep others out all the same, so it goes on, saying so.
+    fn check_by(&mut self, stat: impl Fn(&Path) -> io::Result<Identity>) -> Result<(), LockError> {
         let Some(file) = &self.file else {
             return Ok(());
         };
@@ -170,7 +178,17 @@ impl DirLock {
             dir: self.dir.clone(),
             why: why.to_owned(),
         };
-        let dir_now = identity_of_path(&self.dir);
+        let unknown = |path: &Path, error: io::Error| {
+            log::warn!(
+                "cannot tell whether {} is still this writer's ({error}); its lock is held, going on",
+                path.display()
+            );
+            Ok(())
+        };
+        let dir_now = match stat(&self.dir) {
+            Ok(identity) => identity,
+            Err(error) => return unknown(&self.dir, error),
+        };
         let dir_held = match &self.dir_handle {
             Some(handle) => handle.metadata().ok().and_then(|m| identity(&m)),
             None => self.dir_identity,
@@ -179,7 +197,11 @@ impl DirLock {
             return Err(lost("the directory was deleted, replaced or moved"));
         }
         let file_held = file.metadata().ok().and_then(|m| identity(&m));
-        if file_held.is_none() || identity_of_path(&self.path) == file_held {
+        let file_now = match stat(&self.path) {
+            Ok(identity) => identity,
+            Err(error) => return unknown(&self.path, error),
+        };
+        if file_held.is_none() || file_now == file_held {
             return Ok(());
         }
         if self.dir_handle.is_none() {
@@ -342,6 +364,15 @@ fn identity_of_path(path: &Path) -> Identity {
     crate::durable::identity(path)
 }
 
+/// What `path` names now: `None` where it names nothing; an error where that cannot be told.
+fn stat(path: &Path) -> io::Result<Identity> {
+    match fs::metadata(path) {
+        Ok(metadata) => Ok(identity(&metadata)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 #[cfg(unix)]
 fn identity(metadata: &fs::Metadata) -> Identity {
     use std::os::unix::fs::MetadataExt;
@@ -437,6 +468,39 @@ mod tests {
         );
         // The new directory is free for a writer of its own.
         DirLock::acquire(&run, 0).unwrap();
+    }
+
+    /// Issue 52: `.ember-locks` made unreadable while a run held it stopped the run as if its
+    /// lock file had been deleted and taken by another writer: a failed `stat` read as a
+    /// deletion.
+    #[cfg(unix)]
+    #[test]
+    fn a_lock_file_that_cannot_be_looked_at_is_not_taken_for_a_deleted_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let mut lock = DirLock::acquire(&run, 0).unwrap();
+        let locks = DirLock::locks_dir(&run);
+        let denied = |path: &Path| {
+            if path.starts_with(&locks) {
+                Err(io::Error::from(io::ErrorKind::PermissionDenied))
+            } else {
+                stat(path)
+            }
+        };
+        lock.check_by(denied).unwrap();
+        // Nobody else got in meanwhile, and a deletion is still told for what it is.
+        assert_eq!(DirLock::holder(&run, 0), Some(Some(std::process::id())));
+        fs::remove_dir_all(&run).unwrap();
+        fs::create_dir(&run).unwrap();
+        assert!(matches!(lock.check_by(denied), Err(LockError::Lost { .. })));
+        // Really unreadable, where this process is not the superuser (who reads it anyway).
+        let mut lock = DirLock::acquire(&dir.path().join("other"), 0).unwrap();
+        let locks = DirLock::locks_dir(&dir.path().join("other"));
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&locks, fs::Permissions::from_mode(0o000)).unwrap();
+        let checked = lock.check();
+        fs::set_permissions(&locks, fs::Permissions::from_mode(0o700)).unwrap();
+        checked.unwrap();
     }
 
     #[test]
