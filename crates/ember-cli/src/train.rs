@@ -36,13 +36,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
-use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::tensor::Device;
-use ember::checkpoint::{Begin, DataLayout};
 use ember::devices::{OpenedDevice, open_devices};
 use ember::pack::{Category, CustomScalarLayout, Format, HParams};
-use ember::{CheckpointConfig, DirLock, SummaryRecord, TrainReport, Trainer, TrainerConfig};
+use ember::run::{Begin, DataLayout, Run};
+use ember::{CheckpointConfig, SummaryRecord, TrainReport, Trainer, TrainerConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::devices::{DeviceList, default_devices, worker_devices};
@@ -60,7 +59,7 @@ mod signals;
 mod steps;
 
 pub(crate) use args::TrainArgs;
-use command::{Admitted, given_args, resumed_args, save_command};
+use command::{given_args, resumed_args};
 use plan::Plan;
 use records::{record_embedding, record_pr_curves, record_samples};
 use steps::run_steps;
@@ -80,9 +79,6 @@ const SAMPLES: usize = 16;
 /// How long a record waits at most for an object store that is down to take the backlog.
 #[cfg(feature = "object-store")]
 const REMOTE_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
-
-/// The trained model, in the log directory: Burn's burnpack of its parameters.
-const MODEL_FILE: &str = "model.bpk";
 
 fn loader(
     digits: Vec<Digit>,
@@ -104,16 +100,12 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let given = given_args();
     let mut plan = prepare(args, &given)?;
-    let admitted = admit(&plan, &given)?;
-    if admitted == Admitted::Finished {
-        // Killed between its last checkpoint and saving the model, a run has nothing to show
-        // for its training: saying it is done would hide that. Rank 0 saves the model.
-        ensure!(
-            !plan.job.lead() || command::read_file(&plan.logdir, MODEL_FILE).is_ok(),
-            "{0} has trained all its epochs but holds no {MODEL_FILE} (stopped before saving \
-             it); train it again: ember train --restart {0}",
-            crate::output::shown(&plan.logdir)
-        );
+    let data = Data::load(&plan)?;
+    let hparams = run_hparams(&plan, &data);
+    // Everything that can fail before training does before the run is opened, which records it.
+    let opened = open_devices(&plan.specs)?;
+    let examples = (data.train.len(), data.test.len());
+    let Some(run) = command::open_run(&plan, &given, &hparams, examples)? else {
         if plan.job.lead() {
             crate::output::err(format!(
                 "{}: the run has trained all its {} epoch(s); nothing to do",
@@ -122,40 +114,29 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             ));
         }
         return Ok(ExitCode::SUCCESS);
-    }
-    let data = Data::load(&plan)?;
-    let opened = open_devices(&plan.specs)?;
+    };
+    plan.begin = run.begin();
     let main = opened[0].device.clone();
     main.seed(INIT_SEED);
     // Set by the first stop signal: training stops after its step, and a record waiting for an
     // object store that is down stops waiting.
     let stop = Arc::new(AtomicBool::new(false));
-    let mut summary = open_summary(&plan, &given, &stop)?;
-    let began = match admitted {
-        Admitted::Yes(layout) => layout,
-        Admitted::Finished => None,
-    };
-    let bar = progress_bar(&plan, data.train.len(), began)?;
+    let mut summary = open_summary(&plan, &stop)?;
+    let bar = progress_bar(&plan, data.train.len(), run.layout())?;
     let signal = signals::stop_on_signals(stop.clone());
     announce(&plan, &data, &opened);
     let step_times = Arc::new(Mutex::new(ember::StepTimes::new()));
-    let trainer = build_trainer(&mut plan, &data, &opened, &bar, &step_times, stop);
+    let trainer = build_trainer(&mut plan, &data, &opened, &bar, &step_times, stop)
+        .hparams(hparams)
+        .in_run(run);
     write_layout(&plan, &mut summary)?;
     let test_len = data.test.len();
     let projected = data.test.clone();
     let trained = train(&plan, trainer, data, &main, &mut summary, &bar);
-    let (model, report, checkpoints_lock) =
+    let (model, report, run) =
         trained.with_context(|| format!("{}training failed", plan.job.prefix()))?;
     // What the end records (the embedding, the log's close) logs is at the run's last step.
-    let log = finish(
-        &plan,
-        &model,
-        &report,
-        summary,
-        checkpoints_lock,
-        &projected,
-        &main,
-    );
+    let log = finish(&plan, &model, &report, summary, run, &projected, &main);
     crate::logger::training_done();
     let log = log?;
     let ending = report::Ending {
@@ -216,7 +197,8 @@ fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
         }
     };
     let begin = if args.resume_if_any && begin == Begin::Fresh {
-        if_any::begin(&args, &logdir, job.size())?
+        if_any::refuse_another_run(&args, &logdir)?;
+        Begin::ResumeIfAny
     } else {
         begin
     };
@@ -227,30 +209,6 @@ fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
         job,
         logdir,
     })
-}
-
-/// Whether this run may begin in its log directory: refused while another run holds it, and
-/// where its checkpoints say otherwise; with `--resume-if-any`, a finished run is left as it is.
-fn admit(plan: &Plan, given: &[String]) -> anyhow::Result<Admitted> {
-    let (args, job, begin, logdir) = (&plan.args, &plan.job, plan.begin, &plan.logdir);
-    let checkpoints = plan.checkpoints();
-    // A live run's directory, another run's, a finished run's or one whose recorded settings
-    // its checkpoint contradicts is refused before anything is read into it or changed.
-    let admitted = command::admit(
-        begin,
-        args,
-        (logdir, &checkpoints),
-        (job.rank(), job.size()),
-        (plan.specs.len(), TEST_FRACTION),
-    )?;
-    if begin == Begin::Restart && job.lead() && !command::command_saved(&checkpoints) {
-        save_command(
-            &checkpoints,
-            &command::without_flag(given, "--restart"),
-            logdir,
-        )?;
-    }
-    Ok(admitted)
 }
 
 /// The digits, split: what trains, and what is held out for testing, shown as samples and
@@ -275,13 +233,8 @@ impl Data {
     }
 }
 
-/// Opens the run's summary record and, for a new run, records its command line beside the
-/// checkpoints.
-fn open_summary(
-    plan: &Plan,
-    given: &[String],
-    stop: &Arc<AtomicBool>,
-) -> anyhow::Result<SummaryRecord> {
+/// Opens the run's summary record.
+fn open_summary(plan: &Plan, stop: &Arc<AtomicBool>) -> anyhow::Result<SummaryRecord> {
     let builder = SummaryRecord::builder(&plan.logdir)
         .format(plan.args.format.format())
         .rank(plan.job.rank() as u32, plan.job.size() as u32);
@@ -289,16 +242,12 @@ fn open_summary(
     let builder = builder.remote_block_wait(REMOTE_BLOCK_DEADLINE, Some(stop.clone()));
     #[cfg(not(feature = "object-store"))]
     let _ = stop;
-    let summary = builder.build().with_context(|| {
+    builder.build().with_context(|| {
         format!(
             "cannot create log dir {}",
             crate::output::shown(&plan.logdir)
         )
-    })?;
-    if plan.begin == Begin::Fresh && plan.job.lead() && plan.checkpointing() {
-        save_command(&plan.checkpoints(), given, &plan.logdir)?;
-    }
-    Ok(summary)
+    })
 }
 
 /// Rank 0's progress bar over the run's steps (hidden on other ranks, and where stderr is no
@@ -382,15 +331,6 @@ fn build_trainer(
         trainer_config(plan),
     )
     .stop_when(stop)
-    .hparams(
-        HParams::new()
-            .with("hidden", i64::from(args.hidden))
-            .with("batch_size", i64::from(args.batch_size))
-            .with("learning_rate", args.lr)
-            .with("optimizer", "adam")
-            .with("train_examples", data.train.len() as i64)
-            .with("test_examples", data.test.len() as i64),
-    )
     .on_step(move |step| {
         crate::logger::at_step(step.step.max(0) as u64);
         if let Ok(mut times) = step_times.lock() {
@@ -417,12 +357,22 @@ fn build_trainer(
             None => Ok(()),
         }
     });
-    let trainer = plan.job.join(trainer);
-    match plan.begin {
-        Begin::Resume => trainer.resume_from(plan.checkpoints()),
-        Begin::Restart => trainer.start_over(plan.checkpoints()),
-        Begin::Fresh => trainer,
-    }
+    plan.job.join(trainer)
+}
+
+/// The run's hyper-parameters: what it records for TensorBoard's and MindInsight's hparams, and
+/// the settings its checkpoints hold, which a resume must have the same.
+fn run_hparams(plan: &Plan, data: &Data) -> HParams {
+    let args = &plan.args;
+    HParams::new()
+        .with("hidden", i64::from(args.hidden))
+        .with("batch_size", i64::from(args.batch_size))
+        .with("learning_rate", args.lr)
+        .with("optimizer", "adam")
+        .with("train_examples", data.train.len() as i64)
+        .with("test_examples", data.test.len() as i64)
+        .with("init_seed", INIT_SEED as i64)
+        .with("split_seed", SPLIT_SEED as i64)
 }
 
 /// Each worker's share of the cores when several workers share the CPU backend and the user
@@ -484,28 +434,29 @@ fn train(
     main: &Device,
     summary: &mut SummaryRecord,
     bar: &ProgressBar,
-) -> Result<(DigitMlp, TrainReport, Option<DirLock>), ember::TrainError> {
+) -> Result<(DigitMlp, TrainReport, Option<Run>), ember::TrainError> {
     let batch_size = usize::from(plan.args.batch_size);
     let model = DigitMlp::new(plan.args.hidden as usize, main);
     let train_loader = loader(data.train, batch_size, Some(SPLIT_SEED), main);
     let test_loader = loader(data.test, batch_size, None, main);
-    // The checkpoint directory's lock comes back to be held until the model is saved: no
-    // other run may take the directory before it is.
-    let result = trainer.fit_holding_lock(model, train_loader, Some(test_loader), Some(summary));
+    // The run comes back still claimed, to be held until the model is saved: no other run may
+    // take the directory before it is.
+    let result = trainer.fit_holding_run(model, train_loader, Some(test_loader), Some(summary));
     bar.finish_and_clear();
     crate::output::draw_above(None);
     result
 }
 
-/// Saves the trained model (rank 0), before anything else can fail: the embedding's summary,
-/// the closing of the log, which lets the log's lock go. Returns what the log lost, if a log
-/// writer failed.
+/// Saves the model (rank 0) through its run, before anything else can fail: the embedding's
+/// summary, the closing of the log, which lets the log's claim go. A run trained to its end
+/// saves its trained model, one stopped before it its interrupted model (see [`ember::run`]).
+/// Returns what the log lost, if a log writer failed.
 fn finish(
     plan: &Plan,
     model: &DigitMlp,
     report: &TrainReport,
     mut summary: SummaryRecord,
-    mut checkpoints_lock: Option<DirLock>,
+    run: Option<Run>,
     projected: &[Digit],
     main: &Device,
 ) -> anyhow::Result<Option<String>> {
@@ -514,10 +465,14 @@ fn finish(
         if let Some(path) = &report.resumed_from {
             crate::output::err(format!("resumed from {}", crate::output::shown(path)));
         }
-        if let Some(lock) = checkpoints_lock.as_mut() {
-            lock.check().context("saving the trained model")?;
-        }
-        save_model(model, &plan.logdir)?;
+        let mut run = run.context("the run came back from training without its directory")?;
+        let saved = run.save_model(model, report.steps, !report.interrupted);
+        saved.with_context(|| {
+            format!(
+                "saving the trained model to {}",
+                crate::output::shown(&plan.logdir)
+            )
+        })?;
     }
     let embedded = if lead {
         let (format, step) = (plan.args.format.format(), report.steps as i64);
@@ -532,7 +487,6 @@ fn finish(
             crate::output::shown(&plan.logdir)
         )
     });
-    drop(checkpoints_lock);
     let lost = [embedded.err(), closed.err()]
         .into_iter()
         .flatten()
@@ -542,33 +496,6 @@ fn finish(
         Some(lost.join("; "))
     } else {
         crate::logger::log_failed_at().map(|_| "a log writer failed (see above)".to_string())
-    })
-}
-
-/// Saves the trained model's parameters as Burn's burnpack file `model.bpk` in the run
-/// directory `dir` (a bucket's object when it is a URL), replacing an earlier one (a resumed
-/// run saves its model again).
-fn save_model(model: &DigitMlp, dir: &Path) -> anyhow::Result<()> {
-    let record = || model.clone().into_record();
-    let saved = if dir.to_str().is_some_and(ember::is_remote) {
-        let local = tempfile::tempdir()?;
-        let path = local.path().join(MODEL_FILE);
-        record()
-            .save(&path)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .and_then(|()| Ok(std::fs::read(&path)?))
-            .and_then(|bytes| command::write_file(dir, MODEL_FILE, &bytes))
-    } else {
-        ember::durable::replace_with(&dir.join(MODEL_FILE), |tmp| {
-            record().save(tmp).map_err(std::io::Error::other)
-        })
-        .map_err(Into::into)
-    };
-    saved.with_context(|| {
-        format!(
-            "saving the trained model to {}",
-            crate::output::shown(&dir.join(MODEL_FILE))
-        )
     })
 }
 

@@ -31,6 +31,7 @@ use burn::train::logger::FileMetricLogger;
 use burn::train::metric::{LearningRateMetric, LossMetric};
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use ember::burn_train::{PoolStrategy, SummaryLogger};
+use ember::run::Begin;
 use ember::step::burn::Reduction;
 use ember::{CheckpointConfig, SummaryRecord, Trainer, TrainerConfig};
 use ember_tests::{parameters, seeded_mlp, shuffled_loader};
@@ -39,14 +40,6 @@ const EPOCHS: usize = 4;
 
 /// The exit code of a `--resume` that found nothing to go on from.
 const NOTHING_TO_RESUME: i32 = 3;
-
-/// How the run begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Begin {
-    Fresh,
-    Resume,
-    Restart,
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -95,9 +88,10 @@ fn trainer(run: &Path, begin: Begin) -> Result<Vec<f32>, Box<dyn std::error::Err
         },
     );
     match begin {
-        Begin::Fresh => {}
         Begin::Resume => trainer = trainer.resume_from(&checkpoints),
-        Begin::Restart => trainer = trainer.start_over(&checkpoints),
+        Begin::Restart => trainer = trainer.restart(&checkpoints),
+        Begin::ResumeIfAny => trainer = trainer.resume_if_any(&checkpoints),
+        Begin::Fresh => {}
     }
     let mut summary = SummaryRecord::new(run.join("log"))?;
     let (model, _) = trainer.fit(
@@ -124,7 +118,7 @@ fn burn_train(run: &Path, begin: Begin) -> Result<Vec<f32>, Box<dyn std::error::
         })?),
         // Epoch 0 is the start: the logger discards what the log holds.
         Begin::Restart => Some(0),
-        Begin::Fresh => None,
+        Begin::Fresh | Begin::ResumeIfAny => None,
     };
     let record = SummaryRecord::new(run.join("log"))?;
     let logger = match from {

@@ -11,8 +11,7 @@
 //!   files the run's writers listed in their journal before making them, so that a rollback,
 //!   a restart or starting over touches nothing else in the directory: another tool's event
 //!   file, a copy, an empty directory stay byte for byte);
-//! - [`admission`](Admission): whether a run may begin fresh, resume or start over in a
-//!   directory, decided once for `ember train`, the Trainer and every rank;
+//! - `meta`: the `meta` section's fields, read in one place;
 //! - `burn_train`: the checkpoints of a burn-train run logged by
 //!   [`SummaryLogger`](crate::burn_train::SummaryLogger).
 //!
@@ -40,16 +39,15 @@
 //! directory never holds only torn checkpoints. [`Checkpoints::latest`] takes the newest whole
 //! one and says why it passed over any newer.
 
-mod admission;
 pub(crate) mod burn_train;
 mod directory;
 mod error;
 mod file;
 pub(crate) mod log_place;
+pub(crate) mod meta;
 
-pub use admission::{Admission, Begin, DataLayout, begin_if_any, finished};
-pub(crate) use directory::JOB_STAMP;
 pub use directory::{Checkpoints, Loaded};
+pub(crate) use directory::{JOB_STAMP, no_room, seq_of};
 pub use error::CheckpointError;
 pub use file::{Checkpoint, read, write_durably};
 pub(crate) use log_place::LogPlace;

@@ -58,6 +58,8 @@ mod model_info;
 #[cfg(feature = "burn")]
 mod module_summary;
 pub mod read;
+#[cfg(feature = "burn")]
+pub mod run;
 mod step_times;
 mod summary;
 #[cfg(feature = "burn")]

@@ -18,11 +18,12 @@ use burn::module::{Module, ModuleDisplay};
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::tensor::Device;
 use burn::train::{InferenceStep, TrainStep};
+use ember_write::ErrorPolicy;
 use ember_write::pack::{Format, HParams, SessionStatus};
-use ember_write::{DirLock, ErrorPolicy};
 
 use crate::collective::Ranks;
 use crate::faults::SummaryFaults;
+use crate::run::{Begin, Run};
 use crate::{SummaryError, SummaryRecord};
 
 #[cfg(test)]
@@ -139,20 +140,15 @@ pub struct Trainer<M: TrainStep + Module> {
     on_update: Option<UpdateHook<M>>,
     stop: Option<Arc<AtomicBool>>,
     ranks: Option<Ranks>,
-    resume: Option<Resume>,
+    /// How the run begins in a checkpoint directory it has written before
+    /// ([`resume_from`](Self::resume_from), [`restart`](Self::restart),
+    /// [`resume_if_any`](Self::resume_if_any)); settled when the run starts, once its ranks are
+    /// known.
+    begin: Option<(Begin, PathBuf)>,
+    /// The run, opened by the caller ([`in_run`](Self::in_run)), or by `fit` from `begin` and
+    /// the checkpoint directory.
+    run: Option<Run>,
     model: std::marker::PhantomData<M>,
-}
-
-/// How a run begins from a checkpoint directory a run has written before.
-#[derive(Debug, Clone)]
-enum Resume {
-    /// From its newest whole checkpoint ([`Trainer::resume_from`]).
-    Continue(PathBuf),
-    /// From its first step, its checkpoints and log discarded ([`Trainer::start_over`]).
-    StartOver(PathBuf),
-    /// Whichever of the two (or a fresh start) what `dir` holds asks for
-    /// ([`Trainer::resume_if_any`]); settled when the run starts, once its ranks are known.
-    IfAny(PathBuf),
 }
 
 impl<M: TrainStep + Module> std::fmt::Debug for Trainer<M> {
@@ -180,24 +176,22 @@ impl<M: Trainable> Trainer<M> {
         valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
         summary: Option<&mut SummaryRecord>,
     ) -> Result<(M, TrainReport), TrainError> {
-        let (model, report, _lock) = self.fit_holding_lock(model, train, valid, summary)?;
+        let (model, report, _run) = self.fit_holding_run(model, train, valid, summary)?;
         Ok((model, report))
     }
 
-    /// [`fit`](Self::fit), handing back with the model the lock of the local checkpoint
-    /// directory the run held ([`CheckpointConfig::dir`], or the directory resumed from), for
-    /// the caller to hold until it has saved the model durably: while it is held no other run
-    /// can resume or start over in the directory and replace the model being saved. Check it
-    /// with [`DirLock::check`] right before saving, to find out that the directory was deleted
-    /// or replaced meanwhile. `None` when the run had no local checkpoint directory (or a file
-    /// system without locks: [`DirLock::is_held`]).
-    pub fn fit_holding_lock(
+    /// [`fit`](Self::fit), handing back with the model the [`Run`] it trained (the caller's,
+    /// or the one it opened on its checkpoint directory), still claimed: while it is held no
+    /// other run can resume or restart in the directory, so the caller saves the model through
+    /// it ([`Run::save_model`], which checks the claim first). `None` when the run had no
+    /// checkpoint directory.
+    pub fn fit_holding_run(
         mut self,
         model: M,
         train: Arc<dyn DataLoader<<M as TrainStep>::Input>>,
         valid: Option<Arc<dyn DataLoader<<M as TrainStep>::Input>>>,
         mut summary: Option<&mut SummaryRecord>,
-    ) -> Result<(M, TrainReport, Option<DirLock>), TrainError> {
+    ) -> Result<(M, TrainReport, Option<Run>), TrainError> {
         // Without a record, the only summary errors are the epoch hook's own: the caller's to
         // act on.
         let policy = summary
@@ -214,7 +208,7 @@ impl<M: Trainable> Trainer<M> {
             &mut state,
         );
         match result {
-            Ok((model, lock)) => {
+            Ok((model, run)) => {
                 if let Some(summary) = summary {
                     let status = if state.report.interrupted {
                         SessionStatus::Failure
@@ -224,7 +218,7 @@ impl<M: Trainable> Trainer<M> {
                     self.finish(summary, &state, status, &mut faults)?;
                 }
                 state.report.summary_errors = faults.count();
-                Ok((model, state.report, lock))
+                Ok((model, state.report, run))
             }
             Err(error) => {
                 if let Some(ranks) = self.ranks.as_mut()

@@ -11,7 +11,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use ember_tests::{files_under, parameters};
 
-use super::resume::{Begin, fit_on, series};
+use super::resume::{fit_on, series};
+use ember::run::Begin;
 
 #[test]
 fn a_run_goes_on_on_fewer_devices_then_on_all_again_with_the_steps_it_started_with() {
@@ -96,11 +97,11 @@ fn a_run_is_refused_devices_that_cannot_keep_its_global_batch_and_left_as_it_was
         assert!(crashed.is_err());
         // What a resume is admitted with: the devices the run began with, which `ember
         // train` counts a resumed run's steps by.
-        let layout = ember::checkpoint::Admission::new(ember::checkpoint::Begin::Resume)
-            .checkpoint_dir(run.join("checkpoints"))
-            .admit()
-            .unwrap();
-        let began_with = ember::checkpoint::DataLayout {
+        let layout = ember::run::Run::builder(Begin::Resume, run.join("checkpoints"))
+            .open()
+            .unwrap()
+            .layout();
+        let began_with = ember::run::DataLayout {
             devices: began,
             data_ranks: 1,
         };

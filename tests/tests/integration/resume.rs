@@ -19,6 +19,7 @@ use burn::optim::lr_scheduler::linear::LinearLrSchedulerConfig;
 use burn::tensor::Device;
 use ember::pack::proto::tensorboard::{Event, event};
 use ember::read::{Scan, Summaries};
+use ember::run::Begin;
 use ember::{CheckpointConfig, SummaryRecord, TrainError, TrainReport, Trainer, TrainerConfig};
 use ember_tests::{Mlp, files_under, parameters, seeded_mlp, shuffled_loader};
 use prost::Message;
@@ -76,16 +77,6 @@ fn fit(
     fit_hidden(run, crash_at, begin, seed, 4)
 }
 
-/// How a run in a directory begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Begin {
-    Fresh,
-    /// `Trainer::resume_from`.
-    Resume,
-    /// `Trainer::start_over`.
-    StartOver,
-}
-
 /// [`fit`] with an [`Mlp`] of `hidden` units, begun as `begin` says.
 fn fit_hidden(
     run: &Path,
@@ -112,7 +103,8 @@ pub(super) fn fit_on(
     match begin {
         Begin::Fresh => {}
         Begin::Resume => trainer = trainer.resume_from(&checkpoints),
-        Begin::StartOver => trainer = trainer.start_over(&checkpoints),
+        Begin::Restart => trainer = trainer.restart(&checkpoints),
+        Begin::ResumeIfAny => trainer = trainer.resume_if_any(&checkpoints),
     }
     let mut summary = SummaryRecord::new(run).unwrap();
     let result = trainer.fit(
@@ -213,7 +205,7 @@ fn a_run_resumed_after_a_crash_at_any_step_ends_bit_identical_with_one_log() {
                 refused.contains("no checkpoint to resume from"),
                 "{refused}"
             );
-            (Begin::StartOver, 1)
+            (Begin::Restart, 1)
         };
         let (model, report) = fit_hidden(&run, None, begin, seed, 4).unwrap();
         let context = format!("crash at step {crash_at}, {report:?}");
@@ -387,7 +379,7 @@ fn starting_a_run_over_discards_its_checkpoints_and_log_and_ends_as_a_fresh_run(
     let run = dir.path().join("run");
     assert!(catch_unwind(AssertUnwindSafe(|| fit(&run, Some(11), false, 1))).is_err());
     std::fs::write(run.join("notes.txt"), b"the user's own file").unwrap();
-    let (restarted, report) = fit_hidden(&run, None, Begin::StartOver, 1, 4).unwrap();
+    let (restarted, report) = fit_hidden(&run, None, Begin::Restart, 1, 4).unwrap();
     assert_eq!(report.resumed_from, None);
     assert_eq!(parameters(&restarted), parameters(&model));
     assert_eq!(series(&run), series(&whole));

@@ -1,25 +1,26 @@
-//! The run's command line, kept beside its checkpoints and parsed again by `--resume` and
-//! `--restart`.
+//! The run's command line, kept in its record beside its checkpoints (`run.json`, written by
+//! [`ember::run::Run`]) and parsed again by `--resume` and `--restart`; and the run opened with
+//! it, its refusals said as `ember train` says them.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
 
-use ember::checkpoint::{Admission, Begin, CheckpointError, DataLayout};
+use ember::checkpoint::CheckpointError;
+use ember::pack::HParams;
+use ember::run::{Begin, RECORD_FILE, Run, RunRecord, Settings};
 
 use super::args::TrainArgs;
 use super::logdir::CHECKPOINTS;
-
-/// The file in it that holds the run's command line, for `--resume`.
-const COMMAND_FILE: &str = "command.json";
+use super::plan::Plan;
 
 /// The arguments of the run `flag` (`--resume` or `--restart`) names, as it was started, and
 /// its directory. Bare `--resume` takes the newest unfinished run under `runs/`, bare
 /// `--restart` the newest. Other flags given with it are refused: a resumed or restarted run
 /// must be the run it continues; except where it runs ([`PLACEMENT`]: a run goes on on fewer
-/// devices, each running a share of a step's batches), and a run whose `command.json` is lost,
-/// restarted with the flags given (its checkpoints cannot say how it was started, and a
-/// restart discards them).
+/// devices, each running a share of a step's batches), and a run whose record is lost, which
+/// goes on with the flags given (the checkpoint it goes on from is compared with them) or is
+/// restarted with them.
 pub(super) fn resumed_args(
     flag: &str,
     dir: Option<&Path>,
@@ -30,13 +31,17 @@ pub(super) fn resumed_args(
         None if flag == "--resume" => newest_unfinished_run(Path::new("runs"))?,
         None => newest_run(Path::new("runs"))?,
     };
-    if flag == "--restart" && !command_saved(&dir.join(CHECKPOINTS)) {
-        eprintln!(
-            "{} has no {COMMAND_FILE}: restarting it with the arguments given here",
+    let checkpointed = !ember::checkpoint::Checkpoints::new(dir.join(CHECKPOINTS), 1)
+        .list()?
+        .is_empty();
+    if recorded_command(&dir)?.is_none() && (checkpointed || flag == "--restart") {
+        crate::output::err(format!(
+            "{} has no record of its command line: going on with the arguments given here",
             crate::output::shown(&dir)
-        );
+        ));
         let mut args = parse_args(without_flag(given, flag))
             .with_context(|| format!("the arguments given with {flag}"))?;
+        args.resume = None;
         args.restart = None;
         args.logdir = Some(dir.clone());
         return Ok((args, dir));
@@ -91,22 +96,12 @@ fn placement_flags(given: &[String]) -> (Vec<String>, Vec<String>) {
 /// The arguments saved in the run directory `dir`, its log directory made `dir`, with the
 /// `placement` flags given in place of the saved ones.
 pub(super) fn saved_args(dir: &Path, placement: &[String]) -> anyhow::Result<TrainArgs> {
-    let command = dir.join(CHECKPOINTS).join(COMMAND_FILE);
-    let text = read_file(&dir.join(CHECKPOINTS), COMMAND_FILE)
-        .and_then(|bytes| Ok(String::from_utf8(bytes)?))
-        .with_context(|| {
-            format!(
-                "{} is not a run `ember train` can resume: cannot read {}; to train it again \
-                 from its first step, give the arguments it was started with: ember train \
-                 --restart {0} ARGS",
-                crate::output::shown(dir),
-                crate::output::shown(&command)
-            )
-        })?;
-    let mut saved: Vec<String> = serde_json::from_str(&text).with_context(|| {
+    let record = dir.join(CHECKPOINTS).join(RECORD_FILE);
+    let mut saved = recorded_command(dir)?.with_context(|| {
         format!(
-            "{} is not a list of arguments",
-            crate::output::shown(&command)
+            "{} is not a run `ember train` can resume: it has no record of its command line \
+             and no checkpoint",
+            crate::output::shown(dir),
         )
     })?;
     if !placement.is_empty() {
@@ -114,9 +109,16 @@ pub(super) fn saved_args(dir: &Path, placement: &[String]) -> anyhow::Result<Tra
         saved.extend(placement.iter().cloned());
     }
     let mut args = parse_args(saved)
-        .with_context(|| format!("the arguments saved in {}", crate::output::shown(&command)))?;
+        .with_context(|| format!("the arguments saved in {}", crate::output::shown(&record)))?;
     args.logdir = Some(dir.to_path_buf());
     Ok(args)
+}
+
+/// The command line the run directory `dir`'s record holds; `None` without one.
+pub(super) fn recorded_command(dir: &Path) -> anyhow::Result<Option<Vec<String>>> {
+    let record = RunRecord::read(&dir.join(CHECKPOINTS))
+        .with_context(|| format!("reading the record of {}", crate::output::shown(dir)))?;
+    Ok(record.and_then(|record| record.command))
 }
 
 /// `ember train`'s flags parsed from `args` (those after `train`).
@@ -146,11 +148,6 @@ pub(super) fn without_flag(given: &[String], flag: &str) -> Vec<String> {
     kept
 }
 
-/// Whether the checkpoint directory `dir` holds the run's command line.
-pub(super) fn command_saved(dir: &Path) -> bool {
-    read_file(dir, COMMAND_FILE).is_ok()
-}
-
 /// The runs under `runs` with a command line saved, newest first (their names are UTC start
 /// times).
 fn runs_newest_first(runs: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -163,7 +160,11 @@ fn runs_newest_first(runs: &Path) -> anyhow::Result<Vec<PathBuf>> {
         })?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.join(CHECKPOINTS).join(COMMAND_FILE).is_file())
+        .filter(|p| {
+            let checkpoints = p.join(CHECKPOINTS);
+            checkpoints.join(RECORD_FILE).is_file()
+                || checkpoints.join(ember::run::LEGACY_COMMAND_FILE).is_file()
+        })
         .collect();
     found.sort();
     found.reverse();
@@ -184,7 +185,8 @@ pub(super) fn newest_run(runs: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// The newest run under `runs` that has not trained all its epochs, for bare `--resume`: a
-/// finished run has nothing to go on with.
+/// finished run has nothing to go on with. A run whose record does not read (a damaged or
+/// hand-edited file) is passed over, said, not taken for the end of the search.
 fn newest_unfinished_run(runs: &Path) -> anyhow::Result<PathBuf> {
     let found = runs_newest_first(runs)?;
     ensure!(
@@ -193,8 +195,21 @@ fn newest_unfinished_run(runs: &Path) -> anyhow::Result<PathBuf> {
         crate::output::shown(runs)
     );
     for dir in &found {
-        let epochs = usize::from(saved_args(dir, &[])?.epochs);
-        if !ember::checkpoint::finished(&dir.join(CHECKPOINTS), epochs)? {
+        let epochs = match saved_args(dir, &[]) {
+            Ok(args) => usize::from(args.epochs),
+            Err(error) => {
+                crate::output::err(format!(
+                    "passing over {}: {}",
+                    crate::output::shown(dir),
+                    crate::output::error_line(&error)
+                ));
+                continue;
+            }
+        };
+        let resume = Run::builder(Begin::Resume, dir.join(CHECKPOINTS))
+            .dir(dir)
+            .epochs(epochs);
+        if !matches!(resume.admit(), Err(CheckpointError::Finished { .. })) {
             return Ok(dir.clone());
         }
     }
@@ -206,90 +221,72 @@ fn newest_unfinished_run(runs: &Path) -> anyhow::Result<PathBuf> {
     )
 }
 
-/// What admission made of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Admitted {
-    /// It may begin; a resume, with how the run began cutting its data.
-    Yes(Option<DataLayout>),
-    /// It has trained all its epochs, and `--resume-if-any` asks for nothing more.
-    Finished,
-}
-
-/// Admits the run to its log directory with ember's one admission check (the locks of the
-/// log and checkpoint directories, another run's files, a finished run, the settings its
-/// checkpoint holds), before anything is written. `workers` train on each of `world_size`
-/// ranks; `test_fraction` of the digits is held out.
-pub(super) fn admit(
-    begin: Begin,
-    args: &TrainArgs,
-    (logdir, checkpoints): (&Path, &Path),
-    (rank, world_size): (usize, usize),
-    (workers, test_fraction): (usize, f64),
-) -> anyhow::Result<Admitted> {
-    let mut admission = Admission::new(begin)
-        .log_dir(logdir)
-        .checkpoint_dir(checkpoints)
-        .rank(rank as u32, world_size)
-        .epochs(usize::from(args.epochs));
-    if begin == Begin::Resume {
-        let [batch_size, train_examples, valid_examples] =
-            recorded_settings(args, world_size, (workers, test_fraction))?;
-        admission = admission
-            .setting(batch_size.0, batch_size.1)
-            .rank_setting(train_examples.0, train_examples.1)
-            .setting(valid_examples.0, valid_examples.1);
-    }
-    let admitted = admission.admit();
-    match admitted {
+/// Opens the run of `plan` with ember's one admission (the claims on its directories, another
+/// run's or program's files, its record and checkpoint, a finished run, the settings and counts
+/// its checkpoint holds), before anything is written; `hparams` are the run's settings, over
+/// `examples`, its training and test digits. `None` where `--resume-if-any` finds the run
+/// finished, its model saved.
+pub(super) fn open_run(
+    plan: &Plan,
+    given: &[String],
+    hparams: &HParams,
+    examples: (usize, usize),
+) -> anyhow::Result<Option<Run>> {
+    let (args, logdir) = (&plan.args, &plan.logdir);
+    let [batch_size, train_examples, valid_examples] = recorded_counts(plan, examples);
+    let opened = Run::builder(plan.begin, plan.checkpoints())
+        .dir(logdir)
+        .rank(plan.job.rank() as u32, plan.job.size())
+        .epochs(plan.epochs())
+        .settings(Settings::of(hparams))
+        .format(args.format.format())
+        .count(batch_size.0, batch_size.1)
+        .rank_count(train_examples.0, train_examples.1)
+        .count(valid_examples.0, valid_examples.1)
+        .command(command_to_record(given, logdir))
+        .writes_checkpoints(plan.checkpointing())
+        .open();
+    let shown = crate::output::shown(logdir);
+    match opened {
+        Ok(run) => Ok(Some(run)),
         Err(error @ CheckpointError::NothingToResume { .. }) => anyhow::bail!(
             "{error}; nothing was changed. To train the run again from its first step, \
-             discarding its log: ember train --restart {}",
-            crate::output::shown(logdir)
+             discarding its log: ember train --restart {shown}"
         ),
         Err(error @ CheckpointError::AnotherRun { .. }) => anyhow::bail!(
-            "{error} (ember train --resume {0}, ember train --restart {0}, or another --logdir)",
-            crate::output::shown(logdir)
+            "{error} (ember train --resume {shown}, ember train --restart {shown}, or another \
+             --logdir)"
         ),
-        Err(CheckpointError::Finished { .. }) if args.resume_if_any => Ok(Admitted::Finished),
-        Err(error @ CheckpointError::Finished { .. }) => anyhow::bail!(
-            "{error}: ember train --restart {}",
-            crate::output::shown(logdir)
-        ),
+        Err(CheckpointError::Finished { .. }) if args.resume_if_any => Ok(None),
+        Err(error @ CheckpointError::Finished { .. }) => {
+            anyhow::bail!("{error}: ember train --restart {shown}")
+        }
         Err(error) => Err(error.into()),
-        Ok(layout) => Ok(Admitted::Yes(layout)),
     }
 }
 
-/// What the run's recorded arguments make of the settings a checkpoint holds, as the Trainer
-/// counts them on rank 0: its workers, the examples of worker 0's first batch (the batch size,
-/// or the worker's whole slice of the data when that is smaller), of an epoch's training on
-/// rank 0, and of a validation (every rank's).
-fn recorded_settings(
-    args: &TrainArgs,
-    world_size: usize,
-    (workers, test_fraction): (usize, f64),
-) -> anyhow::Result<[(&'static str, usize); 3]> {
-    let mut examples = crate::digits::load()?.len();
-    if let Some(subset) = args.subset {
-        examples = examples.min(usize::try_from(subset).unwrap_or(usize::MAX));
-    }
-    let test = ((examples as f64 * test_fraction).round() as usize).min(examples);
-    let shard = ember::collective::shard_range(examples - test, world_size, 0).len();
-    let slice = shard / workers.max(1);
-    let first_batch = usize::from(args.batch_size).min(slice.max(1));
+/// What the run's recorded arguments make of the counts a checkpoint holds, as the Trainer
+/// counts them on rank 0, over `(train, test)` digits: the examples of worker 0's first batch
+/// (the batch size, or the worker's whole slice of the data when that is smaller), of an epoch's
+/// training on rank 0, and of a validation (every rank's).
+fn recorded_counts(plan: &Plan, (train, test): (usize, usize)) -> [(&'static str, usize); 3] {
+    let shard = ember::collective::shard_range(train, plan.job.size(), 0).len();
+    let slice = shard / plan.specs.len().max(1);
+    let first_batch = usize::from(plan.args.batch_size).min(slice.max(1));
     // The devices are the Trainer's to check: a run goes on on fewer than it started on.
-    Ok([
+    [
         ("batch_size", first_batch),
         ("train_examples", shard),
         ("valid_examples", test),
-    ])
+    ]
 }
 
-/// Saves the run's command line for `--resume`, the log directory made explicit.
-pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyhow::Result<()> {
+/// The command line to record for the run: the one given, the log directory made explicit, how
+/// this start was asked for left out (the next start says its own).
+pub(super) fn command_to_record(given: &[String], logdir: &Path) -> Vec<String> {
     let mut saved: Vec<String> = Vec::new();
-    // How this start was asked for is not the run's: its next start says its own.
-    let given = without_flag(given, "--resume-if-any");
+    let given = without_flag(&without_flag(given, "--resume-if-any"), "--restart");
+    let given = without_flag(&given, "--resume");
     let mut rest = given.iter();
     while let Some(arg) = rest.next() {
         if arg == "--logdir" {
@@ -300,36 +297,7 @@ pub(super) fn save_command(dir: &Path, given: &[String], logdir: &Path) -> anyho
     }
     saved.push("--logdir".into());
     saved.push(logdir.to_string_lossy().into_owned());
-    let path = dir.join(COMMAND_FILE);
-    write_file(dir, COMMAND_FILE, serde_json::to_string(&saved)?.as_bytes())
-        .with_context(|| format!("writing {}", crate::output::shown(&path)))
-}
-
-/// The file `name` of the run directory `dir`, local or (with the `object-store` feature) a
-/// URL's object.
-pub(super) fn read_file(dir: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
-    if let Some(url) = dir.to_str().filter(|d| ember::is_remote(d)) {
-        #[cfg(feature = "object-store")]
-        return ember::Bucket::open(url)?
-            .get(name)?
-            .with_context(|| format!("{url} holds no {name}"));
-        #[cfg(not(feature = "object-store"))]
-        anyhow::bail!("{url}: this ember was built without the `object-store` feature");
-    }
-    Ok(std::fs::read(dir.join(name))?)
-}
-
-/// Writes `bytes` as the file `name` of `dir`, whole: durably (and `dir` made) on a local
-/// disk, by one PUT in a bucket.
-pub(super) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
-    if let Some(url) = dir.to_str().filter(|d| ember::is_remote(d)) {
-        #[cfg(feature = "object-store")]
-        return Ok(ember::Bucket::open(url)?.put(name, bytes.to_vec())?);
-        #[cfg(not(feature = "object-store"))]
-        anyhow::bail!("{url}: this ember was built without the `object-store` feature");
-    }
-    ember::durable::create_dir(dir)?;
-    Ok(ember::durable::replace(&dir.join(name), bytes)?)
+    saved
 }
 
 /// The arguments after `train` on this process's command line.

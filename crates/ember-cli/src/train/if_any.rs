@@ -1,8 +1,8 @@
 //! `--resume-if-any`: one command line for a run's first start and every start after it, for a
 //! batch script that a scheduler (Slurm's `--requeue`, a preemption) runs again as it is.
 //!
-//! Which run a log directory holds is told by the command line `ember train` saved beside its
-//! checkpoints (`command.json`): the same arguments, parsed and compared flag by flag (the
+//! Which run a log directory holds is told by the command line `ember train` recorded beside
+//! its checkpoints (`run.json`): the same arguments, parsed and compared flag by flag (the
 //! order and spelling they were typed in aside), make it this command's run; any other value
 //! (another model size, batch size, epoch count, data subset, …) makes it another run, refused
 //! naming each difference; where it trains (its devices) does not. The checkpoint itself is checked again when it is
@@ -11,22 +11,18 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::ensure;
-use ember::checkpoint::Begin;
-
 use super::args::TrainArgs;
-use super::command::{command_saved, saved_args};
-use super::logdir::CHECKPOINTS;
+use super::command::{recorded_command, saved_args};
+use anyhow::ensure;
 
-/// How the run of `args` (asked for with `--resume-if-any`) begins in `logdir`, in a job of
-/// `world_size` ranks: fresh where no `ember train` run is there (admission then refuses any
-/// other run's files), going on from the newest whole checkpoint of this command's run, or
-/// trained again from its first step where it stopped before writing one. Whether that run has
-/// finished is admission's to tell, as for `--resume`.
-pub(super) fn begin(args: &TrainArgs, logdir: &Path, world_size: usize) -> anyhow::Result<Begin> {
-    let checkpoints = logdir.join(CHECKPOINTS);
-    if !command_saved(&checkpoints) {
-        return Ok(Begin::Fresh);
+/// Refuses `--resume-if-any` where `logdir` holds another `ember train` run: one whose
+/// recorded command differs from `args`, naming each difference. How this run then begins
+/// (fresh, resumed, restarted, or finished and left as it is) is [`ember::run::Run`]'s to settle
+/// from what the directory holds; a run whose record was lost goes on with `args`, its
+/// checkpoint compared with them.
+pub(super) fn refuse_another_run(args: &TrainArgs, logdir: &Path) -> anyhow::Result<()> {
+    if recorded_command(logdir)?.is_none() {
+        return Ok(());
     }
     let saved = saved_args(logdir, &[])?;
     let differences = differences(&saved, args);
@@ -37,14 +33,7 @@ pub(super) fn begin(args: &TrainArgs, logdir: &Path, world_size: usize) -> anyho
         crate::output::shown(logdir),
         differences.join(", ")
     );
-    Ok(
-        match ember::checkpoint::begin_if_any(&checkpoints, world_size)? {
-            Begin::Resume => Begin::Resume,
-            // This run, stopped before its first whole checkpoint: nothing to go on from, and its
-            // log and torn checkpoint are its own to discard.
-            Begin::Fresh | Begin::Restart => Begin::Restart,
-        },
-    )
+    Ok(())
 }
 
 /// Each flag whose value differs between the run's saved arguments and the given ones, as

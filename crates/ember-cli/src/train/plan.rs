@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use ember::checkpoint::Begin;
 use ember::devices::DeviceSpec;
+use ember::run::Begin;
 
 use super::args::TrainArgs;
 use super::logdir::CHECKPOINTS;

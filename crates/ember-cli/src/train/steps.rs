@@ -1,7 +1,7 @@
 //! How many steps a run takes, as its step reports count them: what its progress bar counts
 //! to.
 
-use ember::checkpoint::DataLayout;
+use ember::run::DataLayout;
 
 /// Pool steps in one epoch: the loader is split into one contiguous slice per worker (the last
 /// takes the remainder), and each step runs one batch on every worker that has one left.

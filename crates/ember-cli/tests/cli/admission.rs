@@ -1,8 +1,8 @@
 //! Which runs `ember train` admits to a directory, decided by ember's one admission check: a
 //! run with no checkpoints of its own is kept out of another run's directory, bare `--resume`
-//! takes the newest run that has not finished, a batch size or data set size edited in `command.json` is
-//! refused naming both values, and a run whose `command.json` is lost is restarted with the
-//! arguments given.
+//! takes the newest run that has not finished, a batch size or data set size edited in the run's
+//! record (`run.json`) is refused naming both values, and a run whose record is lost goes on,
+//! or is restarted, with the arguments given.
 
 use std::path::Path;
 use std::process::Output;
@@ -131,7 +131,7 @@ fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
         ],
         dir.path(),
     );
-    let command = dir.path().join("run/checkpoints/command.json");
+    let command = dir.path().join("run/checkpoints/run.json");
     let saved = std::fs::read_to_string(&command).unwrap();
     assert!(saved.contains(r#""--batch-size","16""#), "{saved}");
     std::fs::write(
@@ -139,7 +139,7 @@ fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
         saved.replace(r#""--batch-size","16""#, r#""--batch-size","40""#),
     )
     .unwrap();
-    resume_is_refused_leaving_the_run(dir.path(), "recorded batch_size is 40, its checkpoint's 16");
+    resume_is_refused_leaving_the_run(dir.path(), "batch_size: 16 there, 40 here");
 
     // Another data set size is refused the same way: 320 training digits of 400, not 240.
     std::fs::write(
@@ -147,10 +147,7 @@ fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
         saved.replace(r#""--subset","300""#, r#""--subset","400""#),
     )
     .unwrap();
-    resume_is_refused_leaving_the_run(
-        dir.path(),
-        "recorded train_examples is 320, its checkpoint's 240",
-    );
+    resume_is_refused_leaving_the_run(dir.path(), "train_examples: 240 there, 320 here");
 
     // As it was recorded, the run goes on.
     std::fs::write(&command, &saved).unwrap();
@@ -159,29 +156,23 @@ fn a_setting_edited_in_the_command_is_refused_naming_both_values() {
 }
 
 #[test]
-fn a_run_whose_command_is_lost_is_restarted_with_the_arguments_given() {
+fn a_run_whose_record_is_lost_goes_on_or_restarts_with_the_arguments_given() {
     let dir = tempfile::tempdir().unwrap();
     interrupted(
         &["--subset", "300", "--epochs", "60", "--logdir", "run"],
         dir.path(),
     );
     let run = dir.path().join("run");
-    std::fs::remove_file(run.join("checkpoints/command.json")).unwrap();
+    std::fs::remove_file(run.join("checkpoints/run.json")).unwrap();
 
-    // A resume cannot know how the run was started; it says how to go on.
-    let output = ember_in(&["train", "--resume", "run"], dir.path());
-    let printed = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{printed}");
-    assert!(
-        printed.contains("ember train --restart run ARGS"),
-        "{printed}"
-    );
+    // Its checkpoint says what it was: a resume with other arguments is refused, naming them.
+    resume_is_refused_leaving_the_run(dir.path(), "train_examples: 240 there, 1438 here");
 
     let output = train(&[&["--restart", "run"], SMALL].concat(), dir.path());
     assert!(text(&output.stdout).contains("test accuracy"));
     // The restarted run's log holds each of its steps once, from its first.
     assert_eq!(loss_steps(&run), (1..=8).collect::<Vec<_>>());
-    let saved = std::fs::read_to_string(run.join("checkpoints/command.json")).unwrap();
+    let saved = std::fs::read_to_string(run.join("checkpoints/run.json")).unwrap();
     assert!(
         saved.contains(r#""--epochs","2""#) && !saved.contains("--restart"),
         "{saved}"
@@ -203,4 +194,95 @@ fn resume_is_refused_leaving_the_run(dir: &Path, says: &str) {
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains(says), "{printed}");
     assert_eq!(tree(&run), before);
+}
+
+/// The id `run`'s record names.
+fn run_id(run: &Path) -> String {
+    let record = ember::run::RunRecord::read(&run.join("checkpoints")).unwrap();
+    record.and_then(|r| r.id).expect("a run's id").to_string()
+}
+
+/// Issue 52: run A's checkpoint copied into run B's directory was resumed without a word, A's
+/// model taken for B's and B's own event file removed by the rollback.
+#[test]
+fn another_run_s_checkpoint_is_refused_naming_both_runs_and_neither_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    for run in ["a", "b"] {
+        interrupted(
+            &["--subset", "300", "--epochs", "60", "--logdir", run],
+            dir.path(),
+        );
+    }
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let newest = |run: &Path| {
+        let mut found: Vec<_> = std::fs::read_dir(run.join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("ckpt-") && name.ends_with(".ember"))
+            .collect();
+        found.sort();
+        found.pop().unwrap()
+    };
+    // B's newest checkpoint replaced by A's, as a copy under B's own name.
+    let name = newest(&b);
+    std::fs::copy(
+        a.join("checkpoints").join(newest(&a)),
+        b.join("checkpoints").join(&name),
+    )
+    .unwrap();
+    let (before_a, before_b) = (tree(&a), tree(&b));
+    let output = ember_in(&["train", "--resume", "b"], dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains(&run_id(&a)) && printed.contains(&run_id(&b)),
+        "{printed}"
+    );
+    assert!(printed.contains("taken by run"), "{printed}");
+    assert_eq!(tree(&a), before_a);
+    assert_eq!(tree(&b), before_b);
+}
+
+/// Issue 52: `--lr` or `--format` edited into the run's recorded command was resumed without a
+/// word.
+#[test]
+fn a_learning_rate_or_format_edited_into_the_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    interrupted(
+        &["--subset", "300", "--epochs", "60", "--logdir", "run"],
+        dir.path(),
+    );
+    let record = dir.path().join("run/checkpoints/run.json");
+    let saved = std::fs::read_to_string(&record).unwrap();
+    let edited = |extra: &str| saved.replace(r#""--epochs""#, &format!("{extra},\"--epochs\""));
+    std::fs::write(&record, edited(r#""--lr","0.05""#)).unwrap();
+    resume_is_refused_leaving_the_run(dir.path(), "learning_rate: 0.01 there, 0.05 here");
+    std::fs::write(&record, edited(r#""--format","mindinsight""#)).unwrap();
+    resume_is_refused_leaving_the_run(dir.path(), "format: tensorboard there, mindinsight here");
+}
+
+/// Issue 52: bare `--resume` stopped at a newer run whose record does not read, instead of
+/// passing it over.
+#[test]
+fn bare_resume_passes_over_a_run_whose_record_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let older = "runs/2026-01-01T00-00-00Z";
+    let newer = dir.path().join("runs/2026-01-02T00-00-00Z");
+    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    interrupted(
+        &["--subset", "300", "--epochs", "3", "--logdir", older],
+        dir.path(),
+    );
+    std::fs::create_dir_all(newer.join("checkpoints")).unwrap();
+    std::fs::write(newer.join("checkpoints/run.json"), b"{not json").unwrap();
+    let output = train(&["--resume"], dir.path());
+    let printed = text(&output.stderr);
+    assert!(
+        printed.contains("passing over runs/2026-01-02T00-00-00Z"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!("resumed from {older}/checkpoints/ckpt-")),
+        "{printed}"
+    );
 }

@@ -176,3 +176,101 @@ fn a_checkpoint_without_its_log_section_is_refused_and_the_log_is_unchanged() {
             .collect::<Vec<_>>()
     );
 }
+
+/// What a Burn program leaves in its artifact directory: its model, its config, its own
+/// checkpoints, event files of its splits.
+fn burn_program_s_directory(dir: &Path) {
+    std::fs::create_dir_all(dir.join("checkpoints")).unwrap();
+    std::fs::create_dir_all(dir.join("train")).unwrap();
+    std::fs::write(dir.join("model.bpk"), evaluator_bytes()).unwrap();
+    std::fs::write(dir.join("config.json"), br#"{"lr":0.1}"#).unwrap();
+    std::fs::write(dir.join("checkpoints/epoch=3.ckpt"), b"burn's checkpoint").unwrap();
+    let events = dir.join("train/events.out.tfevents.1700000000.h.1.0");
+    std::fs::write(events, evaluator_bytes()).unwrap();
+}
+
+/// Issue 52: `ember train` (fresh, and with `--resume-if-any`) in a directory holding another
+/// program's `model.bpk` replaced it without a word.
+#[test]
+fn another_program_s_model_is_never_replaced_and_its_directory_is_left_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx2 = dir.path().join("fx2");
+    burn_program_s_directory(&fx2);
+    let before = tree(&fx2);
+    for line in [
+        &["train", "--resume-if-any", "--logdir", "fx2"][..],
+        &["train", "--logdir", "fx2"],
+        &["train", "--restart", "fx2"],
+    ] {
+        let output = ember_in(&[line, ARGS].concat(), dir.path());
+        let printed = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{line:?}: {printed}");
+        assert!(
+            printed.contains("fx2/model.bpk is not this run's"),
+            "{line:?}: {printed}"
+        );
+        assert_eq!(tree(&fx2), before, "{line:?} changed the directory");
+    }
+}
+
+/// Issue 52: a `--logdir` that is a link into a stopped run's `checkpoints/` was admitted, the
+/// new run's files written among the other run's checkpoints.
+#[cfg(unix)]
+#[test]
+fn a_log_directory_linked_into_another_run_s_checkpoints_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = killed_after_a_checkpoint(dir.path());
+    std::os::unix::fs::symlink(run.join("checkpoints"), dir.path().join("link")).unwrap();
+    let before = tree(&run);
+    let output = ember_in(&[&["train", "--logdir", "link"], ARGS].concat(), dir.path());
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("of another run"), "{printed}");
+    assert_eq!(tree(&run), before);
+}
+
+/// Issue 52: a log directory whose checkpoints' paths the system cannot open failed at the first
+/// checkpoint, after training had begun.
+#[test]
+fn a_path_too_long_for_checkpoints_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut logdir = std::path::PathBuf::from("l");
+    while std::path::absolute(dir.path().join(&logdir))
+        .unwrap()
+        .as_os_str()
+        .len()
+        < 4048
+    {
+        logdir.push("d".repeat(200));
+    }
+    let output = ember_in(
+        &[&["train", "--logdir", logdir.to_str().unwrap()], ARGS].concat(),
+        dir.path(),
+    );
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("choose a shorter path"), "{printed}");
+    assert!(!printed.contains("epoch 1/"), "{printed}");
+    assert!(
+        !dir.path().join("l").exists(),
+        "the refused run made its directory"
+    );
+}
+
+/// Issue 52: `ember train --restart R ARGS 2>&1 | true` on a run without its record exited 101:
+/// a panic writing its notice to a closed stderr.
+#[test]
+fn a_closed_stderr_costs_the_notices_not_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args([&["train", "--restart", "gone"], ARGS].concat())
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(dir.path().join("gone/model.bpk").is_file());
+}

@@ -179,6 +179,42 @@ fn a_checkpoint_directory_without_room_costs_the_checkpoints_not_the_run() {
     assert_eq!(summaries.scalars["valid/loss"].len(), 4, "{printed}");
 }
 
+/// Issue 52: once the checkpoint disk was full no checkpoint was written again (202 of 214
+/// skipped), though removing the oldest kept one would have made room. With room for two of
+/// them, every checkpoint is written, the oldest going first when the disk is full.
+#[test]
+fn a_full_checkpoint_disk_makes_room_by_removing_the_oldest_kept_checkpoint() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    // Two of the digit model's checkpoints (about 60 KB each) and change; three are kept.
+    let disk = Tmpfs::mount(run.join("checkpoints"), "150k");
+    let output = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(["train", "--subset", "300", "--epochs", "4"])
+        .args(["--checkpoint-every", "2", "--logdir"])
+        .arg(&run)
+        .output()
+        .expect("the ember binary runs");
+    let printed = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{printed}");
+    assert!(
+        !printed.contains("a checkpoint was not written"),
+        "{printed}"
+    );
+    let store = ember::checkpoint::Checkpoints::new(&disk.0, 1);
+    let kept = store.list().unwrap();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    // The newest, at the end of the last epoch, is the run's whole last checkpoint.
+    let newest = store.latest().unwrap().expect("a whole checkpoint");
+    let meta = String::from_utf8(newest.checkpoint.section("meta").unwrap().to_vec()).unwrap();
+    assert!(
+        meta.contains("\nepoch=4\n") && meta.contains("epoch_done=true"),
+        "{meta}"
+    );
+}
+
 /// Before: the run went on past its log writer's failure and checkpointed (its checkpoints on a
 /// disk of their own); the resume after space was freed exited 0 with the log missing the
 /// steps between the failure and the checkpoint, and nothing said so. Now the resume warns with

@@ -59,18 +59,78 @@ fn the_same_command_starts_a_run_then_does_nothing_once_it_has_finished() {
         "{printed}"
     );
     assert!(tree(&run) == finished, "a finished run was changed");
+}
 
-    // Stopped between its last checkpoint and saving its model, it is not called done.
-    std::fs::remove_file(run.join("model.bpk")).unwrap();
-    let unsaved = tree(&run);
-    let output = requeued(dir.path(), &[]);
-    let refusal = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{refusal}");
+/// Issue 52: a run stopped by SIGTERM saved its partial model as `model.bpk`; a requeue killed
+/// after its final checkpoint but before its model then said "nothing to do" over it. Without
+/// the SIGTERM the same kill left a run refused until `--restart`, which trained every epoch
+/// again.
+#[test]
+fn model_bpk_is_only_the_trained_model_and_a_run_trained_without_one_finishes_from_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = uninterrupted(dir.path());
+    let run = dir.path().join("run");
+    let mut training = running(dir.path());
+    training.signal("-TERM");
+    assert_eq!(training.child.0.wait().unwrap().code(), Some(143));
     assert!(
-        refusal.contains("holds no model.bpk") && refusal.contains("--restart run"),
-        "{refusal}"
+        !run.join("model.bpk").exists(),
+        "a stopped run saved model.bpk"
     );
-    assert!(tree(&run) == unsaved, "a refused run was changed");
+    assert!(run.join("model.interrupted.bpk").is_file());
+
+    let output = requeued(dir.path(), &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_as_whole(dir.path(), &whole);
+    assert!(!run.join("model.interrupted.bpk").exists());
+
+    // What a kill between the final checkpoint and the model leaves: the checkpoint, and no model
+    // of this run's (here a stale one in its place, as an older ember's stopped run saved).
+    std::fs::write(run.join("model.bpk"), b"a stale model").unwrap();
+    std::fs::remove_file(run.join("model.json")).unwrap();
+    let output = requeued(dir.path(), &[]);
+    let printed = text(&output.stderr);
+    assert!(output.status.success(), "{printed}");
+    assert!(!printed.contains("nothing to do"), "{printed}");
+    assert!(
+        !printed.lines().any(|line| line.starts_with("epoch ")),
+        "an epoch was trained again:\n{printed}"
+    );
+    assert!(
+        printed.contains("resumed from run/checkpoints/ckpt-"),
+        "{printed}"
+    );
+    assert_as_whole(dir.path(), &whole);
+    // Now it has its model: done.
+    let again = requeued(dir.path(), &[]);
+    assert!(text(&again.stderr).contains("nothing to do"));
+}
+
+/// Issue 52: a run whose record (once `command.json`) was lost was refused by `--resume-if-any`
+/// as "another run", though the command line has its arguments.
+#[test]
+fn a_run_whose_record_is_lost_goes_on_with_the_arguments_of_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = uninterrupted(dir.path());
+    kill_9(running(dir.path()));
+    let run = dir.path().join("run");
+    let id = |run: &Path| {
+        let record = ember::run::RunRecord::read(&run.join("checkpoints")).unwrap();
+        record.and_then(|record| record.id)
+    };
+    let started_as = id(&run).expect("a run's id");
+    std::fs::remove_file(run.join("checkpoints/run.json")).unwrap();
+
+    let output = requeued(dir.path(), &[]);
+    let printed = text(&output.stderr);
+    assert!(output.status.success(), "{printed}");
+    assert!(
+        printed.contains("resumed from run/checkpoints/ckpt-"),
+        "{printed}"
+    );
+    assert_as_whole(dir.path(), &whole);
+    // Recorded again, under the id its checkpoints name.
+    assert_eq!(id(&run), Some(started_as));
 }
 
 #[test]

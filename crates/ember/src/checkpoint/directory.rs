@@ -4,14 +4,14 @@
 //! prefix of an object store (`s3://bucket/run/checkpoints`): there a checkpoint is one object,
 //! written by one PUT, so whole or absent, and the newest whole one is found by listing.
 
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use ember_write::durable;
 
-use super::error::{CheckpointError, io_err};
-use super::file::{Checkpoint, write_durably};
+use super::error::CheckpointError;
+use super::file::Checkpoint;
+use super::meta::Fields;
+use crate::run::place::Place;
 
 pub(super) const PREFIX: &str = "ckpt-";
 pub(super) const SUFFIX: &str = ".ember";
@@ -27,18 +27,42 @@ pub struct Loaded {
     pub seq: u64,
     /// Its contents.
     pub checkpoint: Checkpoint,
+    /// The other ranks' parts of it (rank, part), read with it to tell it whole.
+    pub parts: Vec<(usize, Checkpoint)>,
     /// Newer checkpoint files that were passed over, and why.
     pub skipped: Vec<(PathBuf, String)>,
+    /// How long finding and reading it took.
+    pub(crate) read: std::time::Duration,
+}
+
+impl Loaded {
+    /// The fields of its `meta` section (none where it has none that reads).
+    pub(crate) fn meta(&self) -> Fields<'_> {
+        Fields::of(&self.checkpoint)
+    }
+
+    /// Rank `rank`'s part, read with the checkpoint.
+    pub(crate) fn part(&self, rank: usize) -> Option<&Checkpoint> {
+        self.parts
+            .iter()
+            .find(|(of, _)| *of == rank)
+            .map(|(_, part)| part)
+    }
+
+    /// The path of rank `rank`'s part.
+    pub(crate) fn part_path(&self, rank: usize) -> PathBuf {
+        self.path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(part_name(self.seq, rank))
+    }
 }
 
 /// A directory of checkpoints; see the module docs.
 #[derive(Debug, Clone)]
 pub struct Checkpoints {
-    dir: PathBuf,
+    place: Place,
     keep: usize,
-    /// The object store, when `dir` is a URL.
-    #[cfg(feature = "object-store")]
-    bucket: Option<std::sync::Arc<ember_write::remote::Bucket>>,
 }
 
 impl Checkpoints {
@@ -46,143 +70,59 @@ impl Checkpoints {
     /// (`s3://…`, with the `object-store` feature) names a prefix of an object store; one this
     /// build cannot open is an error at the first use.
     pub fn new(dir: impl Into<PathBuf>, keep: usize) -> Self {
-        let dir = dir.into();
-        #[cfg(feature = "object-store")]
-        let bucket = dir
-            .to_str()
-            .filter(|d| ember_write::is_remote(d))
-            .map(|url| ember_write::remote::Bucket::open(url).map(std::sync::Arc::new));
-        #[cfg(feature = "object-store")]
-        let bucket = match bucket {
-            Some(Ok(bucket)) => Some(bucket),
-            Some(Err(error)) => {
-                log::error!("checkpoints in {}: {error}", dir.display());
-                None
-            }
-            None => None,
-        };
+        Self::at(Place::at(dir), keep)
+    }
+
+    pub(crate) fn at(place: Place, keep: usize) -> Self {
         Self {
-            dir,
+            place,
             keep: keep.max(1),
-            #[cfg(feature = "object-store")]
-            bucket,
         }
     }
 
     /// The directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.place.path()
+    }
+
+    /// Its place.
+    pub(crate) fn place(&self) -> &Place {
+        &self.place
     }
 
     /// Whether the directory is a URL.
     pub fn is_remote(&self) -> bool {
-        self.dir.to_str().is_some_and(ember_write::is_remote)
+        self.place.remote()
     }
 
     /// The names of the directory's files (none when it does not exist).
     fn names(&self) -> Result<Vec<String>, CheckpointError> {
-        #[cfg(feature = "object-store")]
-        if let Some(bucket) = &self.bucket {
-            return Ok(bucket
-                .list()
-                .map_err(|e| self.remote_err("list", e))?
-                .into_iter()
-                .map(|listed| listed.name)
-                .filter(|name| !name.contains('/'))
-                .collect());
-        }
-        if self.is_remote() {
-            return Err(self.unserved());
-        }
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(io_err("list", &self.dir)(e)),
-        };
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(io_err("list", &self.dir))?;
-            names.push(entry.file_name().to_string_lossy().into_owned());
-        }
-        Ok(names)
+        self.place.names()
     }
 
     /// The file `name`'s bytes; `Err` with the reason when it cannot be read.
     fn read_file(&self, name: &str) -> Result<Vec<u8>, String> {
-        #[cfg(feature = "object-store")]
-        if let Some(bucket) = &self.bucket {
-            return bucket
-                .get(name)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "No such object".to_owned());
+        match self.place.read(name) {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => Err("no such file".to_owned()),
+            Err(error) => Err(error.to_string()),
         }
-        fs::read(self.dir.join(name)).map_err(|e| e.to_string())
     }
 
-    /// Writes `checkpoint` as the file `name`, durably: a PUT in a bucket, else through
-    /// [`write_durably`].
+    /// Writes `checkpoint` as the file `name`, durably (see [`Place`]).
     pub(crate) fn write_file(
         &self,
         name: &str,
         checkpoint: &Checkpoint,
     ) -> Result<PathBuf, CheckpointError> {
-        #[cfg(feature = "object-store")]
-        if let Some(bucket) = &self.bucket {
-            bucket
-                .put(name, checkpoint.encode())
-                .map_err(|e| self.remote_err("write", e))?;
-            return Ok(self.dir.join(name));
-        }
-        if self.is_remote() {
-            return Err(self.unserved());
-        }
-        write_durably(&self.dir, name, checkpoint)
+        self.place
+            .write_with(name, |out| checkpoint.write_to(out))?;
+        Ok(self.dir().join(name))
     }
 
     fn remove_file(&self, name: &str) -> Result<(), CheckpointError> {
-        #[cfg(feature = "object-store")]
-        if let Some(bucket) = &self.bucket {
-            return bucket
-                .delete(name)
-                .map_err(|e| self.remote_err("remove", e));
-        }
-        let path = self.dir.join(name);
-        match fs::remove_file(&path) {
-            // Every rank of a job starting over removes them: another was first.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            removed => removed.map_err(io_err("remove", &path)),
-        }
-    }
-
-    #[cfg(feature = "object-store")]
-    fn remote_err(
-        &self,
-        op: &'static str,
-        error: ember_write::remote::RemoteError,
-    ) -> CheckpointError {
-        CheckpointError::Io {
-            op,
-            path: self.dir.clone(),
-            source: io::Error::other(error.to_string()),
-        }
-    }
-
-    fn unserved(&self) -> CheckpointError {
-        CheckpointError::Io {
-            op: "open",
-            path: self.dir.clone(),
-            source: io::Error::other(
-                "an object store this build cannot open (the `object-store` feature, a URL it \
-                 serves)",
-            ),
-        }
+        // Every rank of a job starting over removes them: another may have been first.
+        self.place.remove(name)
     }
 
     /// The checkpoint files, newest first, with their sequence numbers.
@@ -190,14 +130,7 @@ impl Checkpoints {
         let mut found: Vec<(u64, PathBuf)> = self
             .names()?
             .into_iter()
-            .filter_map(|name| {
-                let seq = name
-                    .strip_prefix(PREFIX)?
-                    .strip_suffix(SUFFIX)?
-                    .parse::<u64>()
-                    .ok()?;
-                Some((seq, self.dir.join(name)))
-            })
+            .filter_map(|name| Some((seq_of(&name)?, self.dir().join(name))))
             .collect();
         found.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
         Ok(found)
@@ -212,19 +145,7 @@ impl Checkpoints {
     /// The file of rank `rank`'s part of checkpoint `seq`, in a job of several ranks: its own
     /// log's snapshot and position, beside rank 0's checkpoint.
     pub fn part_path(&self, seq: u64, rank: usize) -> PathBuf {
-        self.dir.join(part_name(seq, rank))
-    }
-
-    /// Rank `rank`'s part of checkpoint `seq`, read and checked whole.
-    pub(crate) fn read_part(&self, seq: u64, rank: usize) -> Result<Checkpoint, CheckpointError> {
-        let path = self.part_path(seq, rank);
-        let bytes =
-            self.read_file(&part_name(seq, rank))
-                .map_err(|reason| CheckpointError::Damaged {
-                    path: path.clone(),
-                    reason,
-                })?;
-        Checkpoint::decode(&bytes).map_err(|reason| CheckpointError::Damaged { path, reason })
+        self.dir().join(part_name(seq, rank))
     }
 
     /// Writes rank `rank`'s part of checkpoint `seq`, durably.
@@ -253,31 +174,37 @@ impl Checkpoints {
     /// The newest whole checkpoint, or every file passed over and why. A checkpoint that names
     /// the ranks of the job that took it is whole with their parts (a job may go on with
     /// other ranks); one that does not, with those of a job of `ranks`.
-    fn newest_whole(
+    pub(crate) fn newest_whole(
         &self,
         ranks: usize,
     ) -> Result<Result<Loaded, Vec<(PathBuf, String)>>, CheckpointError> {
+        let started = std::time::Instant::now();
         let mut skipped = Vec::new();
         for (seq, path) in self.list()? {
             let name = format!("{PREFIX}{seq:012}{SUFFIX}");
             let whole = self.read_file(&name).and_then(|bytes| {
                 let checkpoint = Checkpoint::decode(&bytes)?;
-                for rank in 1..taken_by(&checkpoint).unwrap_or(ranks) {
+                let taken = Fields::of(&checkpoint).usize("ranks").unwrap_or(ranks);
+                let mut parts = Vec::new();
+                for rank in 1..taken {
                     let path = self.part_path(seq, rank);
                     let of_part = |e: String| format!("rank {rank}'s part {}: {e}", path.display());
                     let bytes = self.read_file(&part_name(seq, rank)).map_err(of_part)?;
                     let part = Checkpoint::decode(&bytes).map_err(of_part)?;
                     same_step(&checkpoint, &part).map_err(of_part)?;
+                    parts.push((rank, part));
                 }
-                Ok(checkpoint)
+                Ok((checkpoint, parts))
             });
             match whole {
-                Ok(checkpoint) => {
+                Ok((checkpoint, parts)) => {
                     return Ok(Ok(Loaded {
                         path,
                         seq,
                         checkpoint,
+                        parts,
                         skipped,
+                        read: started.elapsed(),
                     }));
                 }
                 Err(reason) => {
@@ -294,8 +221,8 @@ impl Checkpoints {
 
     /// The error a resume gives when no checkpoint is whole, saying why: no directory, no
     /// checkpoint file, or each file passed over and why.
-    fn nothing_to_resume(&self, passed_over: Vec<(PathBuf, String)>) -> CheckpointError {
-        let why = if !self.is_remote() && !self.dir.is_dir() {
+    pub(crate) fn nothing_to_resume(&self, passed_over: Vec<(PathBuf, String)>) -> CheckpointError {
+        let why = if !self.is_remote() && !self.dir().is_dir() {
             "the directory does not exist (moved, removed, or not mounted)".to_owned()
         } else if passed_over.is_empty() {
             "it holds no checkpoint file".to_owned()
@@ -310,7 +237,7 @@ impl Checkpoints {
                 .join("; ")
         };
         CheckpointError::NothingToResume {
-            dir: self.dir.clone(),
+            dir: self.dir().to_path_buf(),
             why,
             passed_over,
         }
@@ -324,10 +251,14 @@ impl Checkpoints {
                 self.remove_file(&name)?;
             }
         }
-        if self.is_remote() || !self.dir.is_dir() {
+        if self.is_remote() || !self.dir().is_dir() {
             return Ok(());
         }
-        sync_dir(&self.dir)
+        durable::sync_dir(self.dir()).map_err(|source| CheckpointError::Io {
+            op: "fsync",
+            path: self.dir().to_path_buf(),
+            source,
+        })
     }
 
     /// The sequence number the next checkpoint gets: past every file there, whole or not.
@@ -354,10 +285,26 @@ impl Checkpoints {
     /// Writes `checkpoint` as number `seq`, durably (see the module docs), then removes the
     /// oldest beyond the number to keep. Returns its path.
     pub fn write(&self, seq: u64, checkpoint: &Checkpoint) -> Result<PathBuf, CheckpointError> {
-        let path = self.write_file(&format!("{PREFIX}{seq:012}{SUFFIX}"), checkpoint)?;
+        let name = format!("{PREFIX}{seq:012}{SUFFIX}");
+        let path = loop {
+            match self.write_file(&name, checkpoint) {
+                Ok(path) => break path,
+                // A full disk: the oldest kept checkpoint makes room for the new one, the
+                // newest always kept until the new one is on the disk.
+                Err(error)
+                    if no_room(&error) && self.prune(self.list()?.len().saturating_sub(1))? > 0 =>
+                {
+                    log::warn!(
+                        "no room for checkpoint {seq} in {}: removed the oldest kept one",
+                        self.dir().display()
+                    );
+                }
+                Err(error) => return Err(error),
+            }
+        };
         // The new checkpoint is durable: an old one that cannot be removed is the disk's
         // clutter, not this checkpoint's failure; the next write tries again.
-        if let Err(error) = self.prune() {
+        if let Err(error) = self.prune(self.keep) {
             log::warn!(
                 "removing checkpoints older than the newest {}: {error}",
                 self.keep
@@ -366,17 +313,22 @@ impl Checkpoints {
         Ok(path)
     }
 
-    /// Removes the checkpoints (and their parts) beyond the newest `keep`.
-    fn prune(&self) -> Result<(), CheckpointError> {
-        for (old_seq, old) in self.list()?.into_iter().skip(self.keep) {
+    /// Removes the checkpoints (and their parts) beyond the newest `keep`; how many it removed.
+    pub(crate) fn prune(&self, keep: usize) -> Result<usize, CheckpointError> {
+        let old = self
+            .list()?
+            .into_iter()
+            .skip(keep.max(1))
+            .collect::<Vec<_>>();
+        for (old_seq, old) in &old {
             let name = old
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             self.remove_file(&name)?;
-            self.remove_parts(old_seq)?;
+            self.remove_parts(*old_seq)?;
         }
-        Ok(())
+        Ok(old.len())
     }
 
     /// Removes the other ranks' parts of checkpoint `seq`.
@@ -391,13 +343,23 @@ impl Checkpoints {
     }
 }
 
-/// The ranks of the job that took `checkpoint`, where its meta names them.
-fn taken_by(checkpoint: &Checkpoint) -> Option<usize> {
-    std::str::from_utf8(checkpoint.section("meta")?)
-        .ok()?
-        .lines()
-        .find_map(|line| line.strip_prefix("ranks="))?
-        .parse()
+/// Whether `error` is a write the file system had no room for (a full disk, a quota).
+pub(crate) fn no_room(error: &CheckpointError) -> bool {
+    match error {
+        CheckpointError::Io { source, .. } => matches!(
+            source.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        ),
+        _ => false,
+    }
+}
+
+/// The sequence number of a checkpoint file's name (`ckpt-<seq>.ember`), or `None` for any
+/// other name (a part, a temporary file, another file).
+pub(crate) fn seq_of(name: &str) -> Option<u64> {
+    name.strip_prefix(PREFIX)?
+        .strip_suffix(SUFFIX)?
+        .parse::<u64>()
         .ok()
 }
 
@@ -436,13 +398,11 @@ fn is_stale_temporary(name: &str) -> bool {
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
-    durable::sync_dir(dir).map_err(io_err("fsync", dir))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::file::read;
+    use std::fs;
+
+    use super::super::file::{read, write_durably};
     use super::*;
 
     fn sample(n: u8) -> Checkpoint {

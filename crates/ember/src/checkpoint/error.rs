@@ -95,21 +95,55 @@ pub enum CheckpointError {
         /// Its newest whole checkpoint.
         checkpoint: PathBuf,
     },
-    /// A setting the run was recorded with differs from what its checkpoint holds.
+    /// The checkpoint was taken with other settings than the run resuming from it has (a
+    /// learning rate, a seed, a model or data size, a batch, the log's format, …). Nothing was
+    /// changed.
     #[error(
-        "cannot resume from {}: the run's recorded {setting} is {recorded}, its checkpoint's \
-         {held}; resume with the settings it was started with",
-        checkpoint.display()
+        "cannot resume from {}: it was taken with other settings ({}); resume with the settings \
+         the run was started with; nothing was changed",
+        checkpoint.display(),
+        differences.join(", ")
     )]
-    SettingChanged {
+    SettingsDiffer {
         /// The checkpoint.
         checkpoint: PathBuf,
-        /// The setting's name.
-        setting: String,
-        /// The value the run was recorded with.
-        recorded: usize,
-        /// The value the checkpoint holds.
-        held: usize,
+        /// Each setting that differs, as `name: value there, value here`.
+        differences: Vec<String>,
+    },
+    /// The checkpoint was taken by another run than the one in its directory (a copy of another
+    /// run's checkpoint). Nothing was changed.
+    #[error(
+        "cannot resume from {}: it was taken by run {taken_by}, and this directory's run is \
+         {this_run}; nothing was changed (move it out, or resume run {taken_by} where it lives)",
+        checkpoint.display()
+    )]
+    OtherRun {
+        /// The checkpoint.
+        checkpoint: PathBuf,
+        /// The id of the run that took it.
+        taken_by: String,
+        /// The id of the run of its directory.
+        this_run: String,
+    },
+    /// A fresh run found a name it would write taken by a file that is not its own (another
+    /// program's model, another run's record). Nothing was changed.
+    #[error(
+        "{} is not this run's, and the run would replace it; nothing was changed: move it, or \
+         choose another directory",
+        found.display()
+    )]
+    Occupied {
+        /// The file.
+        found: PathBuf,
+    },
+    /// The checkpoint directory's files would have paths the system cannot open. Nothing was
+    /// changed.
+    #[error("cannot write checkpoints in {}: {why}; choose a shorter path", path.display())]
+    PathTooLong {
+        /// The checkpoint directory.
+        path: PathBuf,
+        /// What is too long.
+        why: String,
     },
     /// Another run holds the checkpoint directory, or this run lost it while it trained (the
     /// directory or its lock file deleted or replaced).

@@ -54,7 +54,7 @@ impl Checkpoint {
 
     /// Writes [`encode`](Self::encode)'s bytes to `out` without gathering them first: a
     /// checkpoint may hold a model of hundreds of megabytes.
-    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+    pub fn write_to<W: Write + ?Sized>(&self, out: &mut W) -> io::Result<()> {
         let mut crc = 0u32;
         let mut put = |bytes: &[u8]| -> io::Result<()> {
             crc = crc32c::crc32c_append(crc, bytes);

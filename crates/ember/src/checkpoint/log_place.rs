@@ -111,8 +111,9 @@ impl LogPlace {
     /// This place, a bucket's objects of the run now recorded as what the run's checkpoints
     /// add their shipped cuts to: one listing, when the run begins writing (after its
     /// rollback), instead of one at every checkpoint.
-    #[cfg(feature = "object-store")]
+    #[cfg_attr(not(feature = "object-store"), allow(unused_mut))]
     pub(crate) fn with_base(mut self) -> Result<Self, CheckpointError> {
+        #[cfg(feature = "object-store")]
         if let (true, Snapshot::Bucket(base)) = (self.remote(), self.take()?) {
             self.base = Some(base);
         }

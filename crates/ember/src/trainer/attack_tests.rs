@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use burn::optim::SgdConfig;
 use burn::tensor::Device;
 use ember_tests::{Mlp, regression_loader};
-use ember_write::LockError;
+use ember_write::{DirLock, LockError};
 
 use super::*;
 use crate::checkpoint::{CheckpointError, Checkpoints, write_durably};
@@ -48,20 +48,20 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 #[test]
-fn the_caller_holds_the_checkpoint_directory_until_it_lets_the_lock_go() {
+fn the_caller_holds_the_checkpoint_directory_until_it_lets_the_run_go() {
     let device = Device::flex().autodiff();
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("checkpoints");
-    let (_, _, lock) = trainer(checkpointing(1, &checkpoints), &device)
-        .fit_holding_lock(
+    let (_, _, run) = trainer(checkpointing(1, &checkpoints), &device)
+        .fit_holding_run(
             Mlp::new(4, &device),
             regression_loader(1, 32, 8, &device),
             None,
             None,
         )
         .unwrap();
-    let mut lock = lock.expect("a local checkpoint directory is locked");
-    lock.check().unwrap();
+    let mut run = run.expect("a run with a checkpoint directory comes back");
+    run.check_claim().unwrap();
     let me = std::process::id();
     assert_eq!(DirLock::holder(&checkpoints, 0), Some(Some(me)));
     // While the caller saves its model, a resume of the run is refused.
@@ -84,7 +84,7 @@ fn the_caller_holds_the_checkpoint_directory_until_it_lets_the_lock_go() {
             other.map(|r| r.1)
         ),
     }
-    drop(lock);
+    drop(run);
     assert_eq!(DirLock::holder(&checkpoints, 0), None);
 }
 

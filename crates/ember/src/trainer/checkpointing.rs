@@ -18,7 +18,7 @@ use ember_write::durable;
 use super::{CheckpointConfig, OptimizerShards, RunState, TrainError};
 use crate::SummaryRecord;
 use crate::checkpoint::log_place::LogPlace;
-use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints};
+use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, no_room};
 use crate::faults::SummaryFaults;
 
 mod load;
@@ -68,13 +68,13 @@ pub(crate) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// The checkpoints of `config`, each carrying on `carried_logs`, the log snapshots of the
+    /// The checkpoints of `config`, written into `store` (the run's checkpoint directory), each carrying on `carried_logs`, the log snapshots of the
     /// ranks this job lacks: (rank, snapshot), as a resume read them.
     pub(crate) fn new(
         config: &CheckpointConfig,
+        store: Checkpoints,
         carried_logs: &[(usize, String)],
     ) -> Result<Self, CheckpointError> {
-        let store = Checkpoints::new(&config.dir, config.keep);
         store.clean()?;
         Ok(Self {
             next_seq: store.next_seq()?,
@@ -358,17 +358,6 @@ fn with_carried(checkpoint: Checkpoint, carried_logs: Vec<(String, Vec<u8>)>) ->
         .fold(checkpoint, |checkpoint, (name, log)| {
             checkpoint.with(&name, log)
         })
-}
-
-/// Whether `error` is a write the file system had no room for (a full disk, a quota).
-fn no_room(error: &CheckpointError) -> bool {
-    match error {
-        CheckpointError::Io { source, .. } => matches!(
-            source.kind(),
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-        ),
-        _ => false,
-    }
 }
 
 impl Drop for Checkpointer {

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use burn::data::dataloader::DataLoader;
 use burn::module::Module;
 use burn::train::TrainStep;
-use ember_write::DirLock;
 
 use super::Trainable;
 use super::Trainer;
@@ -16,13 +15,14 @@ use super::checkpointing::{Checkpointer, Identity, Position};
 use super::config::{EpochHook, StepHook, TrainerConfig};
 use super::error::TrainError;
 use super::run_state::RunState;
+use super::start::Started;
 use super::steps::Stepper;
 use super::system::SystemSampler;
 use crate::SummaryRecord;
-use crate::checkpoint::CheckpointError;
 use crate::checkpoint::log_place::LogPlace;
 use crate::collective::{Ranks, RoundState};
 use crate::faults::SummaryFaults;
+use crate::run::Run;
 
 /// The step a run starts its log's session at ([`SummaryRecord::start_session`]): a fresh run
 /// at its first record's (0), a resumed one at the first step it writes again, the one after
@@ -71,11 +71,11 @@ pub(super) struct Loop<'t, M> {
     pub(super) world: usize,
     /// This run's rank, across ranks.
     pub(super) rank: Option<usize>,
-    /// The checkpoint directory's lock, checked before every checkpoint: a run whose directory
-    /// was taken away stops instead of writing into what may be another run's. Declared after
-    /// the checkpointer, so dropped after it: a run that ends early releases it only once its
+    /// The run, its claim checked before every checkpoint: a run whose directory was taken
+    /// away stops instead of writing into what may be another run's. Declared after the
+    /// checkpointer, so dropped after it: a run that ends early lets its claim go only once its
     /// checkpoints in flight are written.
-    pub(super) lock: Option<DirLock>,
+    pub(super) run: Option<Run>,
 }
 
 impl<M: Trainable> Trainer<M> {
@@ -87,15 +87,10 @@ impl<M: Trainable> Trainer<M> {
         mut summary: Option<&mut SummaryRecord>,
         faults: &mut SummaryFaults,
         state: &mut RunState,
-    ) -> Result<(M, Option<DirLock>), TrainError> {
+    ) -> Result<(M, Option<Run>), TrainError> {
         let mut started = self.start(model, train, summary.as_deref(), state)?;
         state.began = true;
-        let checkpointer = self
-            .config
-            .checkpoints
-            .as_ref()
-            .map(|config| Checkpointer::new(config, &started.carried_logs))
-            .transpose()?;
+        let checkpointer = self.checkpointer(&started)?;
         let lead = self.lead();
         if let Some(summary) = summary.as_deref_mut() {
             let resumed = started.from.is_some();
@@ -145,7 +140,7 @@ impl<M: Trainable> Trainer<M> {
             lead,
             world: self.ranks.as_ref().map_or(1, Ranks::size),
             rank: self.ranks.as_ref().map(Ranks::rank),
-            lock: started.lock.take(),
+            run: started.run.take(),
         };
         for epoch in first_epoch..=looping.config.epochs {
             let from = started.from.as_ref().filter(|p| p.epoch == epoch);
@@ -157,6 +152,19 @@ impl<M: Trainable> Trainer<M> {
             looping.end_epoch(epoch, trained, valid.as_deref(), self.ranks.as_mut())?;
         }
         looping.finish()
+    }
+
+    /// What writes the run's checkpoints, into its directory; `None` for a run without.
+    fn checkpointer(&self, started: &Started<M>) -> Result<Option<Checkpointer>, TrainError> {
+        let (Some(config), Some(run)) = (&self.config.checkpoints, &started.run) else {
+            return Ok(None);
+        };
+        let store = run.checkpoints(config.keep);
+        Ok(Some(Checkpointer::new(
+            config,
+            store,
+            &started.carried_logs,
+        )?))
     }
 }
 
@@ -175,8 +183,8 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
         if !self.checkpoint_due(when) {
             return Ok(());
         }
-        if let Some(lock) = self.lock.as_mut() {
-            lock.check().map_err(CheckpointError::from)?;
+        if let Some(run) = self.run.as_mut() {
+            run.check_claim()?;
         }
         let mut ranks = ranks;
         if let Some(ranks) = ranks.as_deref_mut()
@@ -325,8 +333,8 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
     }
 
     /// The last phase: waits for the checkpoint still being written and hands the model back,
-    /// with the checkpoint directory's lock (for the caller to hold until it has saved it).
-    fn finish(mut self) -> Result<(M, Option<DirLock>), TrainError> {
+    /// with the run, still claimed (for the caller to hold until it has saved the model).
+    fn finish(mut self) -> Result<(M, Option<Run>), TrainError> {
         if let Some(checkpointer) = self.checkpointer.as_mut() {
             let started = std::time::Instant::now();
             checkpointer.wait()?;
@@ -337,6 +345,6 @@ impl<M: Module + Clone + 'static> Loop<'_, M> {
             report.checkpoint_queue_wait = checkpointer.queue_wait;
             report.checkpoint_end_wait = started.elapsed();
         }
-        Ok((self.stepper.model, self.lock))
+        Ok((self.stepper.model, self.run))
     }
 }

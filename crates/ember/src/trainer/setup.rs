@@ -14,10 +14,11 @@ use crate::collective::{Communicator, Ranks};
 use crate::{SummaryError, SummaryRecord};
 
 use super::Trainable;
+use super::Trainer;
 use super::config::TrainerConfig;
 use super::optimizer_shards::OptimizerShards;
 use super::report::{EpochReport, StepReport};
-use super::{Resume, Trainer};
+use crate::run::{Begin, Run};
 
 impl<M: Trainable> Trainer<M> {
     /// A trainer on `devices` (the first is the main device) with `optimizer` and a learning-rate
@@ -55,7 +56,8 @@ impl<M: Trainable> Trainer<M> {
             on_update: None,
             stop: None,
             ranks: None,
-            resume: None,
+            begin: None,
+            run: None,
             model: std::marker::PhantomData,
         }
     }
@@ -142,7 +144,7 @@ impl<M: Trainable> Trainer<M> {
     /// does not divide them, or on a device count that neither divides the run's nor is a
     /// multiple of it that divides its gradient accumulation
     /// ([`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)). Starting
-    /// such a run over is [`start_over`](Self::start_over), asked for by name.
+    /// such a run over is [`restart`](Self::restart), asked for by name.
     ///
     /// On fewer devices or ranks that divide the ones it began with, the run goes on with the
     /// same data split and global batch: each device runs several of a step's slices, each rank
@@ -153,7 +155,7 @@ impl<M: Trainable> Trainer<M> {
     /// one process, within float rounding across ranks (a step's gradients are summed in
     /// another order). See docs/resuming.md.
     pub fn resume_from(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.resume = Some(Resume::Continue(dir.into()));
+        self.begin = Some((Begin::Resume, dir.into()));
         self
     }
 
@@ -162,8 +164,17 @@ impl<M: Trainable> Trainer<M> {
     /// writers made in it before (files of other ranks and the user's own are left), so that
     /// readers show the new run's steps once. For a run stopped before its first checkpoint,
     /// which [`resume_from`](Self::resume_from) refuses.
-    pub fn start_over(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.resume = Some(Resume::StartOver(dir.into()));
+    pub fn restart(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.begin = Some((Begin::Restart, dir.into()));
+        self
+    }
+
+    /// Trains in `run`, opened by the caller ([`Run::builder`]): begun as it was admitted
+    /// (fresh, resumed from the checkpoint it read, or restarted), its checkpoints in its
+    /// directory ([`CheckpointConfig::dir`](crate::CheckpointConfig::dir) must name the same one,
+    /// or be left to it). `fit_holding_run` hands it back.
+    pub fn in_run(mut self, run: Run) -> Self {
+        self.run = Some(run);
         self
     }
 
@@ -173,7 +184,7 @@ impl<M: Trainable> Trainer<M> {
     /// checkpoint the run starts fresh, where it holds a whole one the run goes on from
     /// the newest as [`resume_from`](Self::resume_from) does, and where it holds checkpoint
     /// files but none whole (stopped while writing its first) it is started over as
-    /// [`start_over`](Self::start_over) does. A run that has finished goes on from its last
+    /// [`restart`](Self::restart) does. A run that has finished goes on from its last
     /// epoch's checkpoint and so trains nothing more: `fit` hands back its model.
     ///
     /// Another run's checkpoint is refused as `resume_from` refuses it (another model,
@@ -181,7 +192,7 @@ impl<M: Trainable> Trainer<M> {
     /// [`CheckpointError::Mismatch`](crate::checkpoint::CheckpointError::Mismatch)), and so is
     /// a directory another process holds.
     pub fn resume_if_any(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.resume = Some(Resume::IfAny(dir.into()));
+        self.begin = Some((Begin::ResumeIfAny, dir.into()));
         self
     }
 }

@@ -3,7 +3,7 @@
 //! started over; then the hyper-parameters and graph recorded at step 0. Everything that can
 //! refuse a run refuses here, before the log or the checkpoints are touched.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use burn::data::dataloader::DataLoader;
@@ -11,22 +11,22 @@ use burn::module::Module;
 use burn::train::TrainStep;
 use ember_pool::PoolOptions;
 use ember_pool::step::burn::Reduction;
-use ember_write::DirLock;
 use ember_write::pack::{Format, SessionPart};
 
+use super::Trainer;
 use super::checkpointing::{self, Identity, Position};
 use super::error::TrainError;
 use super::item::TrainingItem;
 use super::run_state::RunState;
-use super::{Resume, Trainer};
 use super::{Trainable, ValidItem};
 use crate::SummaryRecord;
 use crate::checkpoint::log_place::{LogPlace, Snapshot};
-use crate::checkpoint::{Admission, Begin, CheckpointError, Checkpoints};
+use crate::checkpoint::{CheckpointError, Loaded};
 use crate::collective::Ranks;
 use crate::driver::Driver;
 use crate::faults::SummaryFaults;
 use crate::model_info::module_graph;
+use crate::run::{Begin, Run, Settings};
 
 /// A run ready for its first epoch.
 pub(super) struct Started<M: TrainStep + Module + 'static> {
@@ -39,15 +39,15 @@ pub(super) struct Started<M: TrainStep + Module + 'static> {
     pub(super) identity: Identity,
     /// The log's place beside the checkpoints, for their snapshots.
     pub(super) log_place: Option<LogPlace>,
-    /// Held for as long as the run trains: one run per local checkpoint directory and rank.
-    pub(super) lock: Option<DirLock>,
+    /// The run, claimed for as long as it trains.
+    pub(super) run: Option<Run>,
     /// The log snapshots of the ranks this job lacks, which rank 0's checkpoints carry on.
     pub(super) carried_logs: Vec<(usize, String)>,
 }
 
 impl<M: Trainable> Trainer<M> {
-    /// Opens the pool, claims the checkpoint directory and begins the run as asked: fresh,
-    /// resumed or started over.
+    /// Opens the pool and the run (its checkpoint directory claimed) and begins it as admitted:
+    /// fresh, resumed or restarted.
     pub(super) fn start(
         &mut self,
         model: M,
@@ -58,7 +58,7 @@ impl<M: Trainable> Trainer<M> {
         // Each step draws at least one item: a checkpoint further into an epoch than this is
         // of other data (or crafted), refused before the log is rolled back.
         let items = train.num_items();
-        self.settle_if_any()?;
+        let mut run = self.open_run(summary)?;
         let mut driver = self.open_driver(train)?;
         let model = match self.ranks.as_mut() {
             Some(ranks) => ranks
@@ -70,37 +70,43 @@ impl<M: Trainable> Trainer<M> {
                 })?,
             None => model,
         };
-        let identity = Identity::new(
+        let mut identity = Identity::new(
             &model,
             self.devices.len(),
             self.ranks.as_ref().map_or(1, Ranks::size),
             self.config.grad_accumulation,
             self.config.reduction,
         );
-        let (checkpoint_dir, lock) = self.claim_checkpoint_dir()?;
+        if let Some(run) = &run {
+            identity.run = run.id().cloned();
+            identity.settings = run.settings().clone();
+            identity.format = run.format();
+        }
         let log_place = summary
-            .zip(checkpoint_dir.as_deref())
-            .map(|(summary, dir)| LogPlace::of(summary, dir));
+            .zip(run.as_ref())
+            .map(|(summary, run)| LogPlace::of(summary, run.checkpoint_dir()));
         let mut data_ranks = identity.data_ranks;
         let mut carried_logs = Vec::new();
-        let (model, from) = match self.resume.take() {
-            // `IfAny` is settled above; were it not, going on is what it asks first.
-            Some(Resume::Continue(dir) | Resume::IfAny(dir)) => {
+        let begin = run.as_ref().map_or(Begin::Fresh, Run::begin);
+        let resumed = run.as_mut().and_then(Run::take_resumed);
+        let (model, from) = match (begin, resumed) {
+            (Begin::Resume, Some(loaded)) => {
                 let place = log_place.as_ref().zip(summary);
                 let within = (&mut driver, items);
-                let resumed = self.resume(&dir, model, &identity, within, place, state)?;
+                let resumed = self.resume(loaded, model, &identity, within, place, state)?;
                 data_ranks = resumed.data_ranks;
                 carried_logs = resumed.carried_logs;
                 (resumed.model, resumed.from)
             }
-            Some(Resume::StartOver(dir)) => {
-                start_over(&dir, summary, log_place.as_ref())?;
+            (Begin::Restart, _) => {
+                if let Some(run) = &run {
+                    restart(run, summary, log_place.as_ref())?;
+                }
                 (model, None)
             }
-            None => (model, None),
+            _ => (model, None),
         };
         // What the run's checkpoints in a bucket add their log's cuts to, the log rolled back.
-        #[cfg(feature = "object-store")]
         let log_place = log_place.map(LogPlace::with_base).transpose()?;
         // A resharded run's checkpoints name the devices and ranks it started on, whose data
         // split it goes on with.
@@ -115,24 +121,49 @@ impl<M: Trainable> Trainer<M> {
             from,
             identity,
             log_place,
-            lock,
+            run,
             carried_logs,
         })
     }
 
-    /// Turns [`Resume::IfAny`] into what its directory holds asks for: a resume, a start
-    /// over, or a fresh start.
-    fn settle_if_any(&mut self) -> Result<(), TrainError> {
-        let Some(Resume::IfAny(dir)) = &self.resume else {
-            return Ok(());
-        };
+    /// The run: the caller's ([`in_run`](Trainer::in_run)), or one opened here on the directory
+    /// resumed from or checkpointed into, admitted by the same checks `ember train` makes (its
+    /// settings this trainer's hyper-parameters and the log's format), before anything is made
+    /// or changed; `None` for a run with neither. The log directory is the caller's record's,
+    /// which holds its claim already.
+    fn open_run(&mut self, summary: Option<&SummaryRecord>) -> Result<Option<Run>, TrainError> {
         let world = self.ranks.as_ref().map_or(1, Ranks::size);
-        self.resume = match crate::checkpoint::begin_if_any(dir, world)? {
-            Begin::Resume => Some(Resume::Continue(dir.clone())),
-            Begin::Restart => Some(Resume::StartOver(dir.clone())),
-            Begin::Fresh => None,
+        let rank = self.ranks.as_ref().map_or(0, Ranks::rank) as u32;
+        let configured = self.config.checkpoints.as_ref().map(|c| c.dir.clone());
+        if let Some(run) = self.run.take() {
+            if run.rank() != (rank, world) {
+                return Err(TrainError::Config(format!(
+                    "the run was opened as rank {} of {}, this trainer is rank {rank} of {world}",
+                    run.rank().0,
+                    run.rank().1
+                )));
+            }
+            same_directory(configured.as_deref(), run.checkpoint_dir())?;
+            return Ok(Some(run));
+        }
+        let (begin, dir) = match self.begin.take() {
+            Some((begin, dir)) => {
+                same_directory(configured.as_deref(), &dir)?;
+                (begin, dir)
+            }
+            None => match configured {
+                Some(dir) => (Begin::Fresh, dir),
+                None => return Ok(None),
+            },
         };
-        Ok(())
+        let mut builder = Run::builder(begin, dir)
+            .rank(rank, world)
+            .settings(Settings::of(&self.hparams))
+            .writes_checkpoints(self.config.checkpoints.is_some());
+        if let Some(summary) = summary {
+            builder = builder.format(summary.format());
+        }
+        Ok(Some(builder.open()?))
     }
 
     /// The device pool and its loaders, after the configuration is checked.
@@ -161,39 +192,7 @@ impl<M: Trainable> Trainer<M> {
         .ok_or_else(|| TrainError::Config("no devices".into()))
     }
 
-    /// The directory this run's checkpoints go to (the configured one, else the one resumed
-    /// from) and, for a local one, its lock, once [`Admission`] admits the run there: the same
-    /// checks `ember train` makes, before anything is made or changed. The log directory is the
-    /// caller's record's, which holds its lock already.
-    fn claim_checkpoint_dir(&self) -> Result<(Option<PathBuf>, Option<DirLock>), TrainError> {
-        let world = self.ranks.as_ref().map_or(1, Ranks::size);
-        let rank = self.ranks.as_ref().map_or(0, Ranks::rank) as u32;
-        let (begin, resume_dir) = match &self.resume {
-            Some(Resume::Continue(dir) | Resume::IfAny(dir)) => (Begin::Resume, Some(dir.clone())),
-            Some(Resume::StartOver(dir)) => (Begin::Restart, Some(dir.clone())),
-            None => (Begin::Fresh, None),
-        };
-        let configured = self.config.checkpoints.as_ref().map(|c| c.dir.clone());
-        // No epochs to tell a finished run by: a library run resumed from its last checkpoint
-        // rolls its log back to its end and finishes again as it did.
-        let mut admission = Admission::new(begin).rank(rank, world);
-        if let Some(dir) = resume_dir.clone().or_else(|| configured.clone()) {
-            admission = admission.checkpoint_dir(dir);
-        }
-        admission.admit()?;
-        let checkpoint_dir = configured.or(resume_dir);
-        // A bucket has no lock to hold: a bucket log's record holds the run's lease instead.
-        let remote = |dir: &Path| dir.to_str().is_some_and(ember_write::is_remote);
-        let lock = checkpoint_dir
-            .as_deref()
-            .filter(|dir| !remote(dir))
-            .map(|dir| DirLock::acquire(dir, rank))
-            .transpose()
-            .map_err(CheckpointError::from)?;
-        Ok((checkpoint_dir, lock))
-    }
-
-    /// Starts a resumed run: reads the newest whole checkpoint of `dir` into the model,
+    /// Starts a resumed run: reads `loaded`, the run's newest whole checkpoint, into the model,
     /// optimizer, scheduler and `state`, rolls the log back to it, and begins the loaders'
     /// epochs before it. Returns the model and where to go on from. Without a whole
     /// checkpoint, or with one whose position lies past the data (`items`, the training
@@ -202,7 +201,7 @@ impl<M: Trainable> Trainer<M> {
     /// drawn, after the rollback: their count is the loader's to know.
     fn resume(
         &mut self,
-        dir: &Path,
+        loaded: Loaded,
         model: M,
         identity: &Identity,
         (driver, items): (&mut Driver<M>, usize),
@@ -210,8 +209,13 @@ impl<M: Trainable> Trainer<M> {
         state: &mut RunState,
     ) -> Result<ResumedRun<M>, TrainError> {
         let rank = self.ranks.as_ref().map_or(0, Ranks::rank);
+        let dir = loaded
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let (resumed, loaded) = checkpointing::load(
-            dir,
+            loaded,
             identity,
             rank,
             model,
@@ -409,22 +413,32 @@ pub(super) struct ResumedRun<M> {
     carried_logs: Vec<(usize, String)>,
 }
 
-/// Discards what a run stopped before wrote, for [`Trainer::start_over`]: its checkpoints in
-/// `dir` and its files in the log.
-fn start_over(
-    dir: &Path,
+/// Discards what a run stopped before wrote, for [`Trainer::restart`]: its checkpoints and its
+/// files in the log.
+fn restart(
+    run: &Run,
     summary: Option<&SummaryRecord>,
     log_place: Option<&LogPlace>,
 ) -> Result<(), TrainError> {
-    log::warn!(
-        "starting the run over: removing its checkpoints in {} and its log",
-        dir.display()
-    );
-    Checkpoints::new(dir, 1).remove_all()?;
+    run.remove_checkpoints()?;
     if let (Some(place), Some(summary)) = (log_place, summary) {
         place.roll_back(&Snapshot::empty(place), summary)?;
     }
     Ok(())
+}
+
+/// Refuses a run whose checkpoints would be written elsewhere than where it was opened or is
+/// resumed from: one run, one checkpoint directory.
+fn same_directory(configured: Option<&Path>, dir: &Path) -> Result<(), TrainError> {
+    match configured {
+        Some(configured) if configured != dir => Err(TrainError::Config(format!(
+            "the run's checkpoint directory is {}, and its configuration names {}: one run, one \
+             checkpoint directory",
+            dir.display(),
+            configured.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The error of a checkpoint whose position lies past what this run trains (`holds`): a

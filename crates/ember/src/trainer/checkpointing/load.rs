@@ -13,7 +13,7 @@ use super::meta::{Fields, decode_meta, decode_part_position};
 use super::position::{EpochTotals, Identity, Position};
 use super::sections::{SavedState, load_optimizer, record_err, section};
 use crate::checkpoint::log_place::Snapshot;
-use crate::checkpoint::{Checkpoint, CheckpointError, Checkpoints, Loaded};
+use crate::checkpoint::{Checkpoint, CheckpointError, Loaded};
 use crate::trainer::{OptimizerShards, RunState};
 
 /// A resumed run's starting point, read from a checkpoint.
@@ -41,9 +41,10 @@ pub(crate) struct Resumed<M> {
     pub(crate) restore: std::time::Duration,
 }
 
-/// Reads the newest whole checkpoint of `dir` into rank `rank` of a run of `identity` on
-/// `model`'s structure, with `optimizer` and `scheduler` as configured; an error saying why
-/// when there is none. The log is not touched here.
+/// Reads `loaded`, the run's newest whole checkpoint as [`Run`](crate::run::Run) read it once,
+/// into rank `rank` of a run of `identity` on `model`'s structure, with `optimizer` and
+/// `scheduler` as configured; an error saying why it cannot go on from it. The log is not
+/// touched here.
 ///
 /// A job may go on with fewer ranks than took the checkpoint, where they divide the shards its
 /// data was cut into (`data_ranks`): each rank then runs the shards of the ranks it stands for,
@@ -52,7 +53,7 @@ pub(crate) struct Resumed<M> {
 /// parameter ([`regroup`]). As many ranks as the data's shards again: each goes on with the
 /// shards, and the place, of the rank it is, its epoch totals from then.
 pub(crate) fn load<M: Module>(
-    dir: &Path,
+    loaded: Loaded,
     identity: &Identity,
     rank: usize,
     model: M,
@@ -60,9 +61,6 @@ pub(crate) fn load<M: Module>(
     scheduler: ModuleLrScheduler,
 ) -> Result<(Resumed<M>, Loaded), CheckpointError> {
     let started = std::time::Instant::now();
-    let store = Checkpoints::new(dir, 1);
-    let loaded = newest_of_this_job(&store, identity)?;
-    let read = started.elapsed();
     let path = loaded.path.clone();
     let bad_meta = |reason: String| CheckpointError::Section {
         path: path.clone(),
@@ -86,7 +84,7 @@ pub(crate) fn load<M: Module>(
         .try_load_record(record)
         .map_err(record_err(&path, "its model does not fit this one"))?;
     let world = identity.ranks.max(1);
-    let parts = read_parts(&store, &loaded, (rank, world), taken_ranks)?;
+    let parts = parts_of(&loaded, (rank, world), taken_ranks)?;
     let (position, steps) = {
         let taken = (taken_ranks, data_ranks);
         place_of_rank(&parts, (position, steps), (rank, world), taken)?
@@ -125,8 +123,8 @@ pub(crate) fn load<M: Module>(
         state,
         path: loaded.path.clone(),
         seq: loaded.seq,
-        read,
-        restore: started.elapsed() - read,
+        read: loaded.read,
+        restore: started.elapsed(),
     };
     Ok((resumed, loaded))
 }
@@ -134,8 +132,7 @@ pub(crate) fn load<M: Module>(
 /// The parts of checkpoint `loaded` (of a job of `taken` ranks) that rank `rank` of a job of
 /// `world` reads: those of the saving ranks it stands for, and whose parameters it may step; its
 /// own alone when the job has as many ranks as took the checkpoint.
-fn read_parts(
-    store: &Checkpoints,
+fn parts_of(
     loaded: &Loaded,
     (rank, world): (usize, usize),
     taken: usize,
@@ -143,8 +140,15 @@ fn read_parts(
     (1..taken)
         .filter(|from| taken != world || *from == rank)
         .map(|from| {
-            let part = store.read_part(loaded.seq, from)?;
-            Ok((from, part, store.part_path(loaded.seq, from)))
+            let path = loaded.part_path(from);
+            let part = loaded
+                .part(from)
+                .cloned()
+                .ok_or_else(|| CheckpointError::Damaged {
+                    path: path.clone(),
+                    reason: "not read with its checkpoint".into(),
+                })?;
+            Ok((from, part, path))
         })
         .collect()
 }
@@ -211,49 +215,25 @@ fn part_place(
     decode_part_position(&Fields::parse(meta)).map_err(bad)
 }
 
-/// The newest checkpoint with every rank's part whole. Across ranks, every rank reads the
-/// same directory before any writes to it, so each picks the same one.
-fn newest_of_this_job(store: &Checkpoints, identity: &Identity) -> Result<Loaded, CheckpointError> {
-    store.to_resume(identity.ranks).map_err(|error| {
-        // A job of more ranks than took the checkpoints finds none whole (the new ranks'
-        // parts never existed): name the difference rather than each missing part.
-        let taken_by = store.latest_of_job(1).ok().flatten();
-        taken_by
-            .and_then(|loaded| {
-                let meta = std::str::from_utf8(loaded.checkpoint.section("meta")?).ok()?;
-                let reason = identity.mismatch(&Fields::parse(meta))?;
-                Some(CheckpointError::Mismatch {
-                    path: loaded.path,
-                    reason,
-                })
-            })
-            .unwrap_or(error)
-    })
-}
-
 /// The log snapshot of rank `rank` that a loaded checkpoint holds: rank 0's in the checkpoint,
 /// another rank's in its part, or, where the job that took it had fewer ranks, as rank 0
 /// carried it on.
 pub(crate) fn snapshot_of(loaded: &Loaded, rank: usize) -> Result<Snapshot, CheckpointError> {
-    let meta = loaded
-        .checkpoint
-        .section("meta")
-        .and_then(|meta| std::str::from_utf8(meta).ok())
-        .unwrap_or_default();
-    let taken = Fields::parse(meta).usize("ranks").unwrap_or(rank + 1);
+    let taken = loaded.meta().usize("ranks").unwrap_or(rank + 1);
     Snapshot::decode(&snapshot_text(loaded, rank, taken)?)
 }
 
 /// The text of rank `rank`'s log snapshot in a checkpoint taken by a job of `taken` ranks.
 fn snapshot_text(loaded: &Loaded, rank: usize, taken: usize) -> Result<String, CheckpointError> {
-    let part;
     let (path, holder, name) = if rank == 0 {
         (loaded.path.clone(), &loaded.checkpoint, "log".to_owned())
     } else if rank < taken {
-        let dir = loaded.path.parent().unwrap_or(Path::new("."));
-        let store = Checkpoints::new(dir, 1);
-        part = store.read_part(loaded.seq, rank)?;
-        (store.part_path(loaded.seq, rank), &part, "log".to_owned())
+        let path = loaded.part_path(rank);
+        let part = loaded.part(rank).ok_or_else(|| CheckpointError::Damaged {
+            path: path.clone(),
+            reason: "not read with its checkpoint".into(),
+        })?;
+        (path, part, "log".to_owned())
     } else {
         (loaded.path.clone(), &loaded.checkpoint, carried_log(rank))
     };

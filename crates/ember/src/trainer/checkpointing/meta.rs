@@ -1,6 +1,9 @@
 //! A checkpoint's `meta` section: the run's position, counters and identity as `key=value`
 //! lines, written exactly and read back with the field that is wrong named.
 
+pub(super) use crate::checkpoint::meta::Fields;
+use crate::checkpoint::meta::{parse_float, parse_opt_float};
+
 use super::position::{EpochTotals, Identity, Position};
 use crate::EpochReport;
 use crate::trainer::RunState;
@@ -28,6 +31,13 @@ pub(super) fn encode_meta(
         format!("reduction={}", identity.reduction),
         format!("model={}", identity.model),
     ];
+    if let Some(run) = &identity.run {
+        lines.push(format!("run={run}"));
+    }
+    if let Some(format) = identity.format {
+        lines.push(format!("format={}", crate::run::format_name(format)));
+    }
+    lines.extend(identity.settings.meta_lines());
     lines.extend(position_lines(position, steps));
     lines.extend([
         format!("optimizer_steps={optimizer_steps}"),
@@ -107,66 +117,6 @@ fn position_lines(position: &Position, steps: usize) -> [String; 9] {
         format!("correct={}", t.correct),
         format!("judged={}", t.judged),
     ]
-}
-
-/// The meta section's fields.
-pub(super) struct Fields<'a> {
-    pairs: Vec<(&'a str, &'a str)>,
-}
-
-impl<'a> Fields<'a> {
-    pub(super) fn parse(text: &'a str) -> Self {
-        Self {
-            pairs: text.lines().filter_map(|l| l.split_once('=')).collect(),
-        }
-    }
-
-    pub(super) fn text(&self, key: &str) -> Result<&'a str, String> {
-        self.pairs
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
-            .ok_or_else(|| format!("no `{key}`"))
-    }
-
-    pub(super) fn all(&self, key: &str) -> impl Iterator<Item = &'a str> + '_ {
-        let key = key.to_owned();
-        self.pairs
-            .iter()
-            .filter(move |(k, _)| *k == key)
-            .map(|(_, v)| *v)
-    }
-
-    pub(super) fn usize(&self, key: &str) -> Result<usize, String> {
-        let text = self.text(key)?;
-        text.parse().map_err(|_| format!("`{key}={text}`"))
-    }
-
-    pub(super) fn opt_usize(&self, key: &str) -> Result<Option<usize>, String> {
-        match self.text(key)? {
-            "-" => Ok(None),
-            _ => self.usize(key).map(Some),
-        }
-    }
-
-    pub(super) fn float(&self, key: &str) -> Result<f64, String> {
-        parse_float(self.text(key)?).ok_or_else(|| format!("`{key}`"))
-    }
-
-    pub(super) fn opt_float(&self, key: &str) -> Result<Option<f64>, String> {
-        parse_opt_float(self.text(key)?).ok_or_else(|| format!("`{key}`"))
-    }
-}
-
-pub(super) fn parse_float(text: &str) -> Option<f64> {
-    u64::from_str_radix(text, 16).ok().map(f64::from_bits)
-}
-
-pub(super) fn parse_opt_float(text: &str) -> Option<Option<f64>> {
-    match text {
-        "-" => Some(None),
-        _ => parse_float(text).map(Some),
-    }
 }
 
 /// Where a run is: its epoch, step in it and the epoch's totals so far.

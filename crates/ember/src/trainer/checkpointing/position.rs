@@ -4,7 +4,10 @@
 use burn::module::Module;
 use ember_pool::step::burn::Reduction;
 
+use ember_write::pack::Format;
+
 use crate::model_info::named_shapes;
+use crate::run::{RunId, Settings};
 
 /// What an epoch has added up so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -30,7 +33,7 @@ pub(crate) struct Position {
 }
 
 /// What must match between the run that took a checkpoint and the one resuming from it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Identity {
     /// The devices the run started on: the shards of its data, which a run resumed on fewer
     /// devices keeps (each device then runs several shards a step).
@@ -43,6 +46,11 @@ pub(crate) struct Identity {
     pub(crate) reduction: &'static str,
     /// Every parameter's name and size.
     pub(crate) model: String,
+    /// The run's id, where it has one (see [`crate::run`]), its settings and its log's format:
+    /// what [`Run`](crate::run::Run) compares, recorded for the next start to.
+    pub(crate) run: Option<RunId>,
+    pub(crate) settings: Settings,
+    pub(crate) format: Option<Format>,
 }
 
 impl Identity {
@@ -68,6 +76,9 @@ impl Identity {
                 Reduction::Sum => "sum",
             },
             model,
+            run: None,
+            settings: Settings::new(),
+            format: None,
         }
     }
 }

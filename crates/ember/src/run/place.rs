@@ -1,0 +1,220 @@
+//! A run's place: the directory that holds its files, a local one or a prefix of an object
+//! store, read and written as whole files. Which of the two is chosen once, where a place is
+//! made ([`Place::at`]); everything above asks the same questions of either, so that a local run
+//! and a bucket run cannot disagree on what a file write or a listing means.
+//!
+//! A local file is written durably (a temporary file of this writer's own, fsynced, renamed, the
+//! directory fsynced: [`ember_write::durable`]); an object by one PUT, so whole or absent either
+//! way.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ember_write::durable;
+
+use super::store::Store;
+use crate::checkpoint::CheckpointError;
+
+/// A directory of a run's files (see the module docs). Cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    path: PathBuf,
+    store: Arc<dyn Store>,
+}
+
+impl Place {
+    /// The place `dir` names: an object store's prefix for a URL (`s3://…`, with the
+    /// `object-store` feature; without it, or for a URL no store serves, every use fails
+    /// saying so), else a local directory.
+    pub(crate) fn at(dir: impl Into<PathBuf>) -> Self {
+        let path = dir.into();
+        let store = match path.to_str().filter(|d| ember_write::is_remote(d)) {
+            Some(url) => super::bucket::open(url),
+            None => Arc::new(LocalDir(path.clone())) as Arc<dyn Store>,
+        };
+        Self { path, store }
+    }
+
+    /// The directory or URL.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the place is an object store's.
+    pub(crate) fn remote(&self) -> bool {
+        self.store.remote()
+    }
+
+    /// Refuses, naming it, another live writer of rank `rank` here (see [`Store::refuse_holder`]).
+    pub(crate) fn refuse_holder(&self, rank: u32) -> Result<(), CheckpointError> {
+        self.store.refuse_holder(&self.path, rank)
+    }
+
+    /// The names directly in the place (none when it does not exist).
+    pub(crate) fn names(&self) -> Result<Vec<String>, CheckpointError> {
+        self.store.names().map_err(self.failed("list", None))
+    }
+
+    /// The file `name`'s bytes; `None` when there is none.
+    pub(crate) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, CheckpointError> {
+        self.store
+            .read(name)
+            .map_err(self.failed("read", Some(name)))
+    }
+
+    /// Writes `bytes` as the file `name`, whole (see the module docs).
+    pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), CheckpointError> {
+        self.write_with(name, |out| out.write_all(bytes))
+    }
+
+    /// Writes the file `name` whole with what `fill` writes, without gathering it first on a
+    /// local disk (a checkpoint may hold a model of hundreds of megabytes).
+    pub(crate) fn write_with(
+        &self,
+        name: &str,
+        mut fill: impl FnMut(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<(), CheckpointError> {
+        self.store
+            .write(name, &mut fill)
+            .map_err(self.failed("write", Some(name)))
+    }
+
+    /// Removes the file `name`; one that is not there is no error.
+    pub(crate) fn remove(&self, name: &str) -> Result<(), CheckpointError> {
+        self.store
+            .remove(name)
+            .map_err(self.failed("remove", Some(name)))
+    }
+
+    fn failed<'a>(
+        &'a self,
+        op: &'static str,
+        name: Option<&'a str>,
+    ) -> impl FnOnce(io::Error) -> CheckpointError + 'a {
+        move |source| CheckpointError::Io {
+            op,
+            path: name.map_or_else(|| self.path.clone(), |name| self.path.join(name)),
+            source,
+        }
+    }
+}
+
+/// A local directory.
+#[derive(Debug)]
+struct LocalDir(PathBuf);
+
+impl Store for LocalDir {
+    fn remote(&self) -> bool {
+        false
+    }
+
+    fn names(&self) -> io::Result<Vec<String>> {
+        let entries = match std::fs::read_dir(&self.0) {
+            Ok(entries) => entries,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        entries
+            .map(|entry| Ok(entry?.file_name().to_string_lossy().into_owned()))
+            .collect()
+    }
+
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        match std::fs::read(self.0.join(name)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write(
+        &self,
+        name: &str,
+        fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        durable::create_dir(&self.0)?;
+        durable::replace_with(&self.0.join(name), |tmp| {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(tmp)?;
+            let mut buffered = io::BufWriter::with_capacity(1 << 20, file);
+            fill(&mut buffered)?;
+            buffered.flush()
+        })
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        match std::fs::remove_file(self.0.join(name)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            removed => removed,
+        }
+    }
+
+    fn refuse_holder(&self, dir: &Path, rank: u32) -> Result<(), CheckpointError> {
+        match ember_write::DirLock::holder(dir, rank) {
+            Some(holder) => Err(ember_write::LockError::Held {
+                dir: dir.to_path_buf(),
+                holder,
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::store::Unserved;
+
+    #[test]
+    fn a_local_place_reads_back_what_it_wrote_and_lists_nothing_where_there_is_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = Place::at(dir.path().join("run"));
+        assert!(place.names().unwrap().is_empty());
+        assert_eq!(place.read("a").unwrap(), None);
+        place.write("a", b"one").unwrap();
+        Place::at(dir.path().join("run/sub"))
+            .write("b", b"two")
+            .unwrap();
+        let mut names = place.names().unwrap();
+        names.sort();
+        assert_eq!(names, ["a", "sub"]);
+        assert_eq!(place.read("a").unwrap().as_deref(), Some(&b"one"[..]));
+        let sub = Place::at(dir.path().join("run/sub"));
+        assert_eq!(sub.read("b").unwrap().as_deref(), Some(&b"two"[..]));
+        place.remove("a").unwrap();
+        place.remove("a").unwrap();
+        assert_eq!(place.read("a").unwrap(), None);
+    }
+
+    #[test]
+    fn a_place_no_store_serves_fails_at_each_use_saying_why() {
+        let place = Place {
+            path: "s3://bucket/run".into(),
+            store: Arc::new(Unserved("no store here".into())),
+        };
+        let message = place.names().unwrap_err().to_string();
+        assert!(
+            message.contains("s3://bucket/run") && message.contains("no store here"),
+            "{message}"
+        );
+        assert!(place.write("a", b"x").is_err() && place.read("a").is_err());
+    }
+}

@@ -1,0 +1,406 @@
+use std::path::{Path, PathBuf};
+
+use burn::optim::SgdConfig;
+use burn::tensor::Device;
+use ember_tests::{Mlp, regression_loader};
+use ember_write::DirLock;
+use ember_write::pack::HParams;
+
+use super::*;
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::{CheckpointConfig, SummaryRecord, TrainError, Trainer, TrainerConfig};
+
+fn checkpoint_at(dir: &Path, meta: &str) {
+    Checkpoints::new(dir, 3)
+        .write(1, &Checkpoint::new().with("meta", meta.as_bytes().to_vec()))
+        .unwrap();
+}
+
+/// Every file under `dir` and its bytes (the lock files aside: taking a lock writes one).
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            if !path.ends_with(ember_write::lock::LOCKS) {
+                found.extend(files(&path));
+            }
+        } else {
+            found.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn a_fresh_run_is_refused_where_another_run_left_checkpoints_or_events() {
+    let root = tempfile::tempdir().unwrap();
+    let checkpoints = root.path().join("checkpoints");
+    let fresh = || {
+        Run::builder(Begin::Fresh, &checkpoints)
+            .dir(root.path())
+            .admit()
+    };
+    std::fs::write(root.path().join("notes.txt"), "the user's").unwrap();
+    fresh().unwrap();
+    let events = root.path().join("events.out.tfevents.1700000000.host.1.0");
+    std::fs::write(&events, b"").unwrap();
+    let error = fresh().unwrap_err().to_string();
+    assert!(
+        error.contains("of another run") && error.contains("tfevents"),
+        "{error}"
+    );
+    std::fs::remove_file(&events).unwrap();
+    checkpoint_at(&checkpoints, "epoch=1");
+    assert!(matches!(
+        fresh().unwrap_err(),
+        CheckpointError::AnotherRun { .. }
+    ));
+}
+
+/// Issue 52: a fresh run used to replace another program's `model.bpk` in its directory; and a
+/// directory that is another run's checkpoint directory (a `--logdir` linked into one) was
+/// taken for a new run's.
+#[test]
+fn a_fresh_run_never_replaces_a_file_it_would_write_that_is_not_its_own() {
+    let root = tempfile::tempdir().unwrap();
+    let fresh = |dir: &Path| {
+        Run::builder(Begin::Fresh, dir.join("checkpoints"))
+            .dir(dir)
+            .admit()
+    };
+    for name in [MODEL_FILE, MODEL_RECORD, INTERRUPTED_MODEL_FILE] {
+        let dir = root.path().join(name.replace('.', "_"));
+        std::fs::create_dir_all(dir.join("checkpoints")).unwrap();
+        std::fs::write(dir.join(name), b"another program's").unwrap();
+        std::fs::write(dir.join("checkpoints/epoch=3.ckpt"), b"burn's").unwrap();
+        let before = files(&dir);
+        let error = fresh(&dir).unwrap_err();
+        assert!(
+            matches!(&error, CheckpointError::Occupied { found } if found.ends_with(name)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("not this run's"), "{error}");
+        // Opened for good, it is refused the same, having written nothing.
+        let opened = Run::builder(Begin::Fresh, dir.join("checkpoints"))
+            .dir(&dir)
+            .open();
+        assert!(opened.is_err());
+        assert_eq!(files(&dir), before);
+    }
+    // Another run's checkpoint directory, taken for a run directory.
+    let other = root.path().join("other");
+    checkpoint_at(&other, "epoch=1");
+    let error = fresh(&other).unwrap_err().to_string();
+    assert!(error.contains("ckpt-000000000001.ember"), "{error}");
+    // A run's record alone (a run killed before its first checkpoint) is another run's too.
+    let recorded = root.path().join("recorded");
+    let record = RunRecord {
+        id: Some(RunId::new()),
+        command: None,
+    };
+    record
+        .write_at(&place::Place::at(recorded.join("checkpoints")))
+        .unwrap();
+    let error = fresh(&recorded).unwrap_err().to_string();
+    assert!(error.contains(RECORD_FILE), "{error}");
+}
+
+/// A resume admitted says how the run cut its data, so that a run going on on other devices or
+/// ranks counts its steps as the run did.
+#[test]
+fn a_resume_admitted_says_the_devices_and_ranks_the_run_began_with() {
+    let root = tempfile::tempdir().unwrap();
+    let layout = || {
+        Run::builder(Begin::Resume, root.path())
+            .open()
+            .unwrap()
+            .layout()
+    };
+    // A job of 2 ranks on 1 device each, gone on as 1 rank: it keeps the 2 ranks' shards.
+    checkpoint_at(root.path(), "epoch=1\ndevices=1\nranks=1\ndata_ranks=2");
+    let two_ranks = DataLayout {
+        devices: 1,
+        data_ranks: 2,
+    };
+    assert_eq!(layout(), Some(two_ranks));
+    // Before data_ranks was recorded, the ranks were the shards.
+    checkpoint_at(root.path(), "epoch=1\ndevices=2\nranks=1");
+    let two_devices = DataLayout {
+        devices: 2,
+        data_ranks: 1,
+    };
+    assert_eq!(layout(), Some(two_devices));
+    checkpoint_at(root.path(), "epoch=1");
+    assert_eq!(layout(), None);
+    let restart = Run::builder(Begin::Restart, root.path()).open().unwrap();
+    assert_eq!((restart.begin(), restart.layout()), (Begin::Restart, None));
+}
+
+#[test]
+fn a_resume_is_refused_when_finished_with_its_model_or_when_a_count_changed() {
+    let root = tempfile::tempdir().unwrap();
+    let checkpoints = root.path().join("checkpoints");
+    checkpoint_at(
+        &checkpoints,
+        "epoch=2\nepoch_done=true\nsteps=12\nbatch_size=32",
+    );
+    let resume = |epochs, batch| {
+        Run::builder(Begin::Resume, &checkpoints)
+            .dir(root.path())
+            .epochs(epochs)
+            .count("batch_size", batch)
+            .admit()
+    };
+    // Trained to its end, its model never saved (killed between the two): it finishes.
+    assert_eq!(resume(2, 32).unwrap(), Begin::Resume);
+    let place = place::Place::at(root.path());
+    model::write_final(&place, None, 12, b"trained").unwrap();
+    assert!(matches!(
+        resume(2, 32).unwrap_err(),
+        CheckpointError::Finished { epochs: 2, .. }
+    ));
+    resume(3, 32).unwrap();
+    let error = resume(3, 75).unwrap_err().to_string();
+    assert!(error.contains("batch_size: 32 there, 75 here"), "{error}");
+}
+
+#[test]
+fn resume_if_any_begins_by_what_the_directory_holds() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("checkpoints");
+    let begin = |world| {
+        Run::builder(Begin::ResumeIfAny, &dir)
+            .rank(0, world)
+            .admit()
+    };
+    assert_eq!(begin(1).unwrap(), Begin::Fresh);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ckpt-000000000001.ember"), b"torn").unwrap();
+    assert_eq!(begin(1).unwrap(), Begin::Restart);
+    checkpoint_at(&dir, "epoch=1\nranks=1");
+    assert_eq!(begin(1).unwrap(), Begin::Resume);
+    // A job of more ranks than began it is refused: named, not started over.
+    let error = begin(2).unwrap_err().to_string();
+    assert!(error.contains("1 rank(s), this one has 2"), "{error}");
+    // A job of fewer ranks that divide them goes on, once the checkpoint is whole with the
+    // part of every rank that took it.
+    checkpoint_at(&dir, "epoch=1\nranks=2");
+    assert_eq!(begin(1).unwrap(), Begin::Restart);
+    let part = Checkpoint::new().with("meta", b"rank=1".to_vec());
+    Checkpoints::new(&dir, 3).write_part(1, 1, &part).unwrap();
+    assert_eq!(begin(1).unwrap(), Begin::Resume);
+}
+
+/// Issue 52: a path the system cannot open used to fail at the first checkpoint, after
+/// training began.
+#[test]
+fn a_checkpoint_directory_of_too_long_a_path_is_refused_before_anything_is_written() {
+    let root = tempfile::tempdir().unwrap();
+    let mut deep = root.path().to_path_buf();
+    while deep.as_os_str().len() < 4048 {
+        deep.push("d".repeat(200));
+    }
+    let error = Run::builder(Begin::Fresh, &deep).open().unwrap_err();
+    assert!(
+        matches!(error, CheckpointError::PathTooLong { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("shorter path"), "{error}");
+    let long_name = root.path().join("n".repeat(300));
+    let error = Run::builder(Begin::Fresh, &long_name).open().unwrap_err();
+    assert!(error.to_string().contains("300 bytes"), "{error}");
+    assert!(files(root.path()).is_empty());
+    assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+}
+
+fn trainer(checkpoints: &Path, hparams: HParams) -> Trainer<Mlp> {
+    let device = Device::flex().autodiff();
+    Trainer::new(
+        vec![device.clone(), device],
+        SgdConfig::new().init(),
+        0.05,
+        TrainerConfig {
+            epochs: 2,
+            histogram_every: None,
+            checkpoints: Some(CheckpointConfig::new(checkpoints, 2)),
+            ..TrainerConfig::default()
+        },
+    )
+    .hparams(hparams)
+}
+
+fn fit(
+    trainer: Trainer<Mlp>,
+    summary: Option<&mut SummaryRecord>,
+) -> Result<crate::TrainReport, TrainError> {
+    let device = Device::flex().autodiff();
+    let loader = regression_loader(1, 64, 8, &device);
+    trainer
+        .fit(Mlp::new(4, &device), loader, None, summary)
+        .map(|(_, report)| report)
+}
+
+fn lr(lr: f64) -> HParams {
+    HParams::new().with("learning_rate", lr).with("seed", 7i64)
+}
+
+#[test]
+fn the_trainer_is_refused_by_the_same_admission() {
+    let root = tempfile::tempdir().unwrap();
+    let checkpoints = root.path().join("checkpoints");
+    let refusal = |trainer: Trainer<Mlp>| match fit(trainer, None) {
+        Err(TrainError::Checkpoint(error)) => error,
+        other => panic!("not refused: {other:?}"),
+    };
+    let admission = |begin| {
+        Run::builder(begin, &checkpoints)
+            .admit()
+            .unwrap_err()
+            .to_string()
+    };
+    fit(trainer(&checkpoints, lr(0.05)), None).unwrap();
+    let finished = files(&checkpoints);
+
+    // A fresh run where another run left its checkpoints: refused as the one admission refuses
+    // it, the first run's files as they were.
+    let error = refusal(trainer(&checkpoints, lr(0.05)));
+    assert!(
+        matches!(error, CheckpointError::AnotherRun { .. }),
+        "{error}"
+    );
+    assert_eq!(error.to_string(), admission(Begin::Fresh));
+    assert!(files(&checkpoints) == finished);
+
+    // A directory another writer holds, even to restart.
+    let held = DirLock::acquire(&checkpoints, 0).unwrap();
+    let error = refusal(trainer(&checkpoints, lr(0.05)).restart(&checkpoints));
+    assert!(matches!(error, CheckpointError::Locked(_)), "{error}");
+    assert_eq!(error.to_string(), admission(Begin::Restart));
+    drop(held);
+    assert!(files(&checkpoints) == finished);
+
+    let report = fit(trainer(&checkpoints, lr(0.05)).restart(&checkpoints), None).unwrap();
+    assert_eq!(report.steps, 8);
+}
+
+/// Issue 52: a resume from another run's checkpoint, or with other settings, used to go on
+/// without a word (and its rollback removed the run's own event file).
+#[test]
+fn a_checkpoint_of_another_run_or_of_other_settings_is_refused_with_both_runs_unchanged() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    for run in [&a, &b] {
+        let mut summary = SummaryRecord::new(run.join("log")).unwrap();
+        let checkpoints = run.join("checkpoints");
+        fit(trainer(&checkpoints, lr(0.05)), Some(&mut summary)).unwrap();
+        summary.close().unwrap();
+    }
+    let id = |run: &Path| {
+        RunRecord::read(&run.join("checkpoints"))
+            .unwrap()
+            .unwrap()
+            .id
+            .unwrap()
+    };
+    let (id_a, id_b) = (id(&a), id(&b));
+    assert_ne!(id_a, id_b);
+    // Run A's newest checkpoint copied into run B's directory, as its newest.
+    let newest_a = Checkpoints::new(a.join("checkpoints"), 1).list().unwrap()[0]
+        .1
+        .clone();
+    let next_b = Checkpoints::new(b.join("checkpoints"), 1)
+        .next_seq()
+        .unwrap();
+    let copied = b.join(format!("checkpoints/ckpt-{next_b:012}.ember"));
+    std::fs::copy(&newest_a, &copied).unwrap();
+    let (before_a, before_b) = (files(&a), files(&b));
+    let mut summary = SummaryRecord::new(b.join("log")).unwrap();
+    let resumed = fit(
+        trainer(&b.join("checkpoints"), lr(0.05)).resume_from(b.join("checkpoints")),
+        Some(&mut summary),
+    );
+    drop(summary);
+    let error = match resumed {
+        Err(TrainError::Checkpoint(error)) => error,
+        other => panic!("another run's checkpoint was resumed: {other:?}"),
+    };
+    let message = error.to_string();
+    assert!(
+        matches!(error, CheckpointError::OtherRun { .. })
+            && message.contains(id_a.as_str())
+            && message.contains(id_b.as_str()),
+        "{message}"
+    );
+    assert_eq!(files(&a), before_a);
+    // Every file of B is as it was; the caller's record, opened to resume, made its own.
+    let after_b = files(&b);
+    for file in &before_b {
+        assert!(
+            after_b.contains(file),
+            "{} changed or went",
+            file.0.display()
+        );
+    }
+    for (path, _) in after_b.iter().filter(|file| !before_b.contains(file)) {
+        let made = path.strip_prefix(&b).unwrap();
+        assert!(made.starts_with("log"), "{} was made", made.display());
+    }
+    std::fs::remove_file(&copied).unwrap();
+
+    // Its own checkpoint, resumed with another learning rate: refused, naming it.
+    let resumed = trainer(&b.join("checkpoints"), lr(0.02)).resume_from(b.join("checkpoints"));
+    let error = match fit(resumed, None) {
+        Err(TrainError::Checkpoint(error)) => error.to_string(),
+        other => panic!("other settings were resumed: {other:?}"),
+    };
+    assert!(
+        error.contains("learning_rate: 0.05 there, 0.02 here"),
+        "{error}"
+    );
+    // With its own settings it goes on (trained to its end, it trains nothing more).
+    let report = fit(
+        trainer(&b.join("checkpoints"), lr(0.05)).resume_from(b.join("checkpoints")),
+        None,
+    )
+    .unwrap();
+    assert_eq!(report.steps, 8);
+}
+
+/// Before: a bucket run was never locked, and a second `--resume` of a live one was let in.
+#[cfg(feature = "object-store")]
+#[test]
+fn a_bucket_run_another_process_writes_is_refused_naming_it_until_it_closes() {
+    use ember_write::remote::RemoteError;
+    let bucket = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+    let url = format!("file://{}/run", bucket.path().display());
+    let mut record = SummaryRecord::builder(&url).build().unwrap();
+    record.add_scalar("loss", 1.0, 1).unwrap();
+    let restart = || {
+        Run::builder(Begin::Restart, format!("{url}/checkpoints"))
+            .dir(&url)
+            .admit()
+    };
+    let admitted = restart();
+    assert!(
+        matches!(
+            &admitted,
+            Err(CheckpointError::Leased(RemoteError::Leased { pid, .. }))
+                if *pid == std::process::id()
+        ),
+        "{admitted:?}"
+    );
+    let message = admitted.unwrap_err().to_string();
+    assert!(message.contains(&format!("is in use by process {}", std::process::id())));
+    let second = SummaryRecord::builder(&url).build();
+    assert!(second.is_err(), "a second record of a leased run");
+    record.close().unwrap();
+    restart().unwrap();
+    let read = crate::read::scalars(&url).unwrap();
+    assert_eq!(read["loss"].len(), 1);
+}
