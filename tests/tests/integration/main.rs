@@ -14,6 +14,7 @@ mod summary_record;
 // The Trainer: summaries, failures and stops, then killed runs resumed.
 mod reshard;
 mod resume;
+mod run;
 mod trainer;
 mod trainer_failures;
 

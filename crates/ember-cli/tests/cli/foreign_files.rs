@@ -234,15 +234,15 @@ fn a_log_directory_linked_into_another_run_s_checkpoints_is_refused() {
 #[test]
 fn a_path_too_long_for_checkpoints_is_refused_before_training() {
     let dir = tempfile::tempdir().unwrap();
+    // 4,048 bytes from the root, as reported: the directory itself opens, a checkpoint's
+    // temporary file beside it (4,048 + `/checkpoints/` + its name) would not.
     let mut logdir = std::path::PathBuf::from("l");
-    while std::path::absolute(dir.path().join(&logdir))
-        .unwrap()
-        .as_os_str()
-        .len()
-        < 4048
-    {
+    let length = |logdir: &Path| dir.path().join(logdir).as_os_str().len();
+    while length(&logdir) + 201 < 4048 {
         logdir.push("d".repeat(200));
     }
+    logdir.push("e".repeat(4048 - length(&logdir) - 1));
+    assert_eq!(length(&logdir), 4048);
     let output = ember_in(
         &[&["train", "--logdir", logdir.to_str().unwrap()], ARGS].concat(),
         dir.path(),
