@@ -51,6 +51,7 @@
 //! `strategy.rs` the strategy; they share only `failure.rs`'s `EmberFailure`, the way an ember
 //! error reaches burn's `TrainingError`.
 
+mod checkpoints;
 mod failure;
 mod logger;
 mod strategy;

@@ -12,8 +12,6 @@
 //!   a restart or starting over touches nothing else in the directory: another tool's event
 //!   file, a copy, an empty directory stay byte for byte);
 //! - `meta`: the `meta` section's fields, read in one place;
-//! - `burn_train`: the checkpoints of a burn-train run logged by
-//!   [`SummaryLogger`](crate::burn_train::SummaryLogger).
 //!
 //! A resume either finds a whole checkpoint of this very run (same accumulation, reduction
 //! and model; as many devices and ranks, or fewer that divide the ones it began with) or
@@ -39,7 +37,6 @@
 //! directory never holds only torn checkpoints. [`Checkpoints::latest`] takes the newest whole
 //! one and says why it passed over any newer.
 
-pub(crate) mod burn_train;
 mod directory;
 mod error;
 mod file;

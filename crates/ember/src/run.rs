@@ -89,7 +89,6 @@ pub struct Run {
     id: Option<RunId>,
     settings: Settings,
     format: Option<Format>,
-    command: Option<Vec<String>>,
     newest: Option<Loaded>,
     /// The checkpoint directory's lock, held for as long as the run is: one writer per
     /// directory and rank.
@@ -154,11 +153,6 @@ impl Run {
         self.format
     }
 
-    /// The command line's arguments the run was started with, as its record keeps them.
-    pub fn command(&self) -> Option<&[String]> {
-        self.command.as_deref()
-    }
-
     /// The checkpoint directory.
     pub fn checkpoint_dir(&self) -> &Path {
         self.checkpoints.path()
@@ -172,11 +166,6 @@ impl Run {
     /// The run's checkpoints, keeping the newest `keep` when writing.
     pub fn checkpoints(&self, keep: usize) -> Checkpoints {
         Checkpoints::at(self.checkpoints.clone(), keep)
-    }
-
-    /// A resume's checkpoint, read once when the run was opened.
-    pub fn resumed_from(&self) -> Option<&Loaded> {
-        self.newest.as_ref()
     }
 
     /// A resume's checkpoint, handed on to what reads it into the run.

@@ -72,7 +72,6 @@ impl RunBuilder {
             id,
             settings: self.settings,
             format: self.format,
-            command,
             newest,
             lock,
         })

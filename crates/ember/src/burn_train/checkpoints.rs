@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use burn::train::metric::store::Split;
 
-use crate::burn_train::SummaryLogger;
-use crate::burn_train::split_prefix;
+use super::SummaryLogger;
+use super::split_prefix;
 use crate::checkpoint::log_place::Snapshot;
 use crate::checkpoint::{self, Checkpoint, CheckpointError, LogPlace};
 
