@@ -126,11 +126,11 @@ impl Shipper {
                     let _ = ack.send(result);
                 }
                 Ok(Request::ShipTo(id, ack)) => {
-                    let cut = Cuts::lock(&self.cuts).close(id);
-                    let result = match cut {
-                        Some(cut) => runtime
-                            .block_on(self.ship_all(true))
-                            .and_then(|()| self.shipped_cut(cut)),
+                    // Shipped while the cut is still open, so that this pass's segment stops
+                    // at it too: records written after the cut would otherwise share it.
+                    let shipped = runtime.block_on(self.ship_all(true));
+                    let result = match Cuts::lock(&self.cuts).close(id) {
+                        Some(cut) => shipped.and_then(|()| self.shipped_cut(cut)),
                         None => Err(format!("no cut numbered {id} is open")),
                     };
                     let _ = ack.send(result);
