@@ -9,6 +9,9 @@
 //!   under its own name, when it changed: at once on an explicit ship (the pool has flushed, so
 //!   it is whole), and on a timed pass once it has stayed the same since the previous pass. The
 //!   projector's files are replaced by a rename, whole at any moment; an export is written once.
+//! - Every upload of a leased mirror asks its claim first, and a file shipped whole replaces
+//!   only the version it read then (see `lease`'s fencing rule): once the lease is lost the
+//!   mirror uploads nothing more, and its staging's state goes, so that nothing ships it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -22,10 +25,13 @@ use std::time::{Duration, Instant, SystemTime};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
+use super::claim::{Claim, Unfenced, put_fenced};
 use super::cut::{Cut, Cuts, ShippedCut};
 use super::markers::{marked_file, marker_of};
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
 use super::staged::{PROJECTOR_CONFIG, Staged, staged_files};
+use super::staging::STATE_FILE;
+use super::store::RemoteError;
 use crate::framing::{HEADER_LEN, masked_crc32c};
 
 /// The most bytes of records one segment object holds: far under the 5 GiB a single PUT may
@@ -44,7 +50,7 @@ type Version = (u64, Option<SystemTime>);
 
 /// The mirror's thread.
 pub(super) struct Shipper {
-    pub(super) store: Box<dyn ObjectStore>,
+    pub(super) store: Arc<dyn ObjectStore>,
     pub(super) prefix: ObjectPath,
     pub(super) staging: PathBuf,
     /// The log directory's URL, kept with the progress for a writer that may be killed.
@@ -67,9 +73,11 @@ pub(super) struct Shipper {
     pub(super) stats: Arc<std::sync::Mutex<MirrorStats>>,
     /// Bytes written to the staging directory and not in the store yet, as last measured.
     pub(super) backlog: Arc<AtomicU64>,
-    /// The run's lease, when the mirror holds one: renewed between passes and between the
-    /// files of a pass, released at the close.
-    pub(super) lease: Option<super::lease::Lease>,
+    /// This writer's claim on the run, which every upload asks first, when the mirror holds
+    /// the run's lease.
+    pub(super) claim: Option<Claim>,
+    /// The thread that renews the lease; dropped, it releases it.
+    pub(super) lease: Option<super::lease::Keeper>,
     /// The shipped state last kept in the staging directory, encoded.
     pub(super) kept_state: Option<String>,
     /// Where a test kills this thread.
@@ -116,7 +124,6 @@ impl Shipper {
     ) -> MirrorStats {
         let mut next_pass = Instant::now() + interval;
         loop {
-            runtime.block_on(self.renew_lease());
             let wait = next_pass
                 .saturating_duration_since(Instant::now())
                 .min(MEASURE_EVERY);
@@ -138,11 +145,12 @@ impl Shipper {
                 Ok(Request::Forget(id)) => drop(Cuts::lock(&self.cuts).close(id)),
                 Ok(Request::Close(ack)) => {
                     // The last records have nowhere else to go: a store that is down gets a
-                    // while to come back before the close gives up on them.
+                    // while to come back before the close gives up on them (a lost lease
+                    // does not come back).
                     let deadline = Instant::now() + CLOSE_PATIENCE;
                     let result = loop {
                         match runtime.block_on(self.ship_all(true)) {
-                            Err(error) if Instant::now() < deadline => {
+                            Err(error) if Instant::now() < deadline && !self.lost() => {
                                 log::warn!(
                                     "ember-write: shipping the last records: {error}; trying again"
                                 );
@@ -151,7 +159,7 @@ impl Shipper {
                             result => break result,
                         }
                     };
-                    runtime.block_on(self.release_lease());
+                    drop(self.lease.take());
                     let _ = ack.send(result);
                     break;
                 }
@@ -166,7 +174,7 @@ impl Shipper {
                 Err(RecvTimeoutError::Timeout) => self.measure(),
                 Err(RecvTimeoutError::Disconnected) => {
                     let _ = runtime.block_on(self.ship_all(true));
-                    runtime.block_on(self.release_lease());
+                    drop(self.lease.take());
                     break;
                 }
             }
@@ -180,10 +188,10 @@ impl Shipper {
     /// Ships what is new in every file of the staging directory; `settled` when the pool has
     /// just flushed, so that every file is whole.
     async fn ship_all(&mut self, settled: bool) -> Result<(), String> {
+        self.fence()?;
         let files = self.staged()?;
         let mut first_error = None;
         for file in &files {
-            self.renew_lease().await;
             let shipped = if file.event_file {
                 self.ship_records(file).await
             } else {
@@ -205,6 +213,9 @@ impl Shipper {
     /// writer's staging still needs is what `ember push` ships, from there. It must never say
     /// less than the bytes freed ([`free_shipped`]): shipped again, they would be zeros.
     fn keep_state(&mut self) -> Result<(), String> {
+        if self.lost() {
+            return Ok(());
+        }
         let state = super::staging::ShipState {
             url: self.url.clone(),
             shipped: self.shipped.clone(),
@@ -225,16 +236,24 @@ impl Shipper {
         Ok(())
     }
 
-    async fn renew_lease(&mut self) {
-        if let Some(lease) = self.lease.as_mut() {
-            lease.renew_if_due(self.store.as_ref()).await;
-        }
+    fn lost(&self) -> bool {
+        self.claim.as_ref().is_some_and(Claim::is_lost)
     }
 
-    async fn release_lease(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            lease.release(self.store.as_ref()).await;
-        }
+    /// Refuses the next upload unless this writer holds the run's lease now (see `lease`'s
+    /// fencing rule). Once it is lost, the staging's state goes too: what the staging holds
+    /// was written after the new holder's checkpoint, and `ember push` leaves a staging
+    /// directory without a state alone.
+    fn fence(&mut self) -> Result<(), String> {
+        let Some(claim) = &self.claim else {
+            return Ok(());
+        };
+        claim.check().map_err(|error| {
+            if matches!(error, RemoteError::LeaseLost { .. }) && self.kept_state.take().is_some() {
+                let _ = fs::remove_file(self.staging.join(STATE_FILE));
+            }
+            error.to_string()
+        })
     }
 
     /// Ships the event file's new whole records as its next segments, each of at most
@@ -279,6 +298,7 @@ impl Shipper {
                 let relative = format!("{name}.{:08}", segment + 1);
                 self.mark(&relative).await?;
                 let object = self.object(&relative);
+                self.fence()?;
                 self.store
                     .put(&object, payload.into())
                     .await
@@ -338,10 +358,7 @@ impl Shipper {
             let relative = self.object_relative(&file.relative);
             self.mark(&relative).await?;
             let object = self.object(&relative);
-            self.store
-                .put(&object, bytes.into())
-                .await
-                .map_err(|e| format!("uploading {object}: {e}"))?;
+            self.replace(&object, bytes).await?;
         }
         self.kill.step();
         self.whole.insert(file.relative.clone(), (Some(now), now));
@@ -369,6 +386,7 @@ impl Shipper {
         for _ in 0..CLAIM_TRIES {
             self.mark(&object_of(&name)).await?;
             let object = self.object(&object_of(&name));
+            self.fence()?;
             let put = self
                 .store
                 .put_opts(
@@ -387,6 +405,7 @@ impl Shipper {
                 {
                     // Killed before it kept its state, this writer shipped the start of what it
                     // ships now: the longer object replaces it.
+                    self.fence()?;
                     self.store
                         .put(&object, payload.to_vec().into())
                         .await
@@ -426,12 +445,38 @@ impl Shipper {
             return Ok(());
         }
         let marker = self.object(&marker_of(relative));
+        self.fence()?;
         self.store
             .put(&marker, Vec::new().into())
             .await
             .map_err(|e| format!("uploading {marker}: {e}"))?;
         self.marked.insert(file);
         Ok(())
+    }
+
+    /// Writes `bytes` as `object`, whole, replacing only what this writer read of it: fenced
+    /// by the claim where the mirror holds the run's lease.
+    async fn replace(&mut self, object: &ObjectPath, bytes: Vec<u8>) -> Result<(), String> {
+        let Some(claim) = self.claim.clone() else {
+            return self
+                .store
+                .put(object, bytes.into())
+                .await
+                .map(drop)
+                .map_err(|e| format!("uploading {object}: {e}"));
+        };
+        self.fence()?;
+        let check = || claim.check();
+        match put_fenced(self.store.as_ref(), object, bytes.into(), &check).await {
+            Ok(()) => Ok(()),
+            // Said through the fence, which lets the staging go once the lease is lost.
+            Err(Unfenced::Refused(error)) => self.fence().and(Err(error.to_string())),
+            Err(Unfenced::Changed) => Err(format!(
+                "{object} changed while this writer replaced it (another writer's now): not \
+                 replaced"
+            )),
+            Err(Unfenced::Store(e)) => Err(format!("uploading {object}: {e}")),
+        }
     }
 
     /// Whether the store's `object` holds `payload` or, where it is records, whole records

@@ -101,9 +101,33 @@ pub enum RemoteError {
         /// How long ago, by this host's clock, the holder last renewed the lease.
         renewed_ago: Duration,
     },
+    /// Another writer took the run's lease over while this one held it (this one did not renew
+    /// it for `stale_after`: it was paused, or cut off from the store): this writer writes
+    /// nothing more under the run (see [`lease`](super::lease)'s fencing rule).
+    #[error(
+        "{url} is no longer this writer's: its lease was taken over by {} (this writer had not \
+         renewed it for {stale_after:?}: paused, or cut off from the store); it writes nothing \
+         more under the run",
+        taker(holder.as_ref())
+    )]
+    LeaseLost {
+        /// The log directory's URL.
+        url: String,
+        /// Who holds the lease now, where its object said.
+        holder: Option<super::LeaseHolder>,
+        /// How long a lease not renewed stays its holder's.
+        stale_after: Duration,
+    },
     /// The mirror's thread could not start, or stopped.
     #[error("the remote mirror's thread {0}")]
     Thread(&'static str),
+}
+
+fn taker(holder: Option<&super::LeaseHolder>) -> String {
+    match holder {
+        Some(holder) => format!("process {} on host {}", holder.pid, holder.host),
+        None => "another writer (the lease is gone)".into(),
+    }
 }
 
 /// Runs `work` on a thread of its own and waits for it: a caller inside a tokio runtime may
