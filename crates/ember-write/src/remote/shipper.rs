@@ -27,6 +27,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
 use super::claim::{Claim, Unfenced, put_fenced};
 use super::cut::{Cut, Cuts, ShippedCut};
+use super::download::file_of_segment;
 use super::markers::{marked_file, marker_of};
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
 use super::staged::{PROJECTOR_CONFIG, Staged, staged_files};
@@ -291,8 +292,13 @@ impl Shipper {
             let payload = bytes[..whole].to_vec();
             if segment == 0 {
                 let relative = file.relative.clone();
-                self.claim(&relative, |name| format!("{name}.00000001"), &payload)
-                    .await?;
+                let first = self.after_the_run_s(&relative).await?;
+                self.claim(
+                    (&relative, first),
+                    |name| format!("{name}.00000001"),
+                    &payload,
+                )
+                .await?;
             } else {
                 let name = self.claimed_name(&file.relative);
                 let relative = format!("{name}.{:08}", segment + 1);
@@ -352,7 +358,7 @@ impl Shipper {
         let unclaimed_export = top.starts_with("export_") && !self.claimed.contains_key(&top);
         if unclaimed_export {
             let rest = file.relative[top.len()..].to_owned();
-            self.claim(&top, |name| format!("{name}{rest}"), &bytes)
+            self.claim((&top, top.clone()), |name| format!("{name}{rest}"), &bytes)
                 .await?;
         } else {
             let relative = self.object_relative(&file.relative);
@@ -369,20 +375,54 @@ impl Shipper {
         Ok(())
     }
 
+    /// The name the staged event file `relative` starts claiming from: its own, or, where the
+    /// run already has an event file of its kind in the store made in that second or later (a
+    /// run resumed within the second its last file was made in), one second after the newest:
+    /// readers take a directory's files in name order, as the pool names a first file after
+    /// those already in a local directory.
+    async fn after_the_run_s(&self, relative: &str) -> Result<String, String> {
+        let (dir, file) = relative.rsplit_once('/').unwrap_or(("", relative));
+        let Some(secs) = crate::naming::name_secs(file) else {
+            return Ok(relative.to_owned());
+        };
+        let prefix = match dir {
+            "" => self.prefix.clone(),
+            dir => self.object(dir),
+        };
+        let listed = self
+            .store
+            .list_with_delimiter(Some(&prefix))
+            .await
+            .map_err(|e| format!("listing {prefix}: {e}"))?;
+        let kind = crate::naming::kind_of(file);
+        let newest = listed
+            .objects
+            .iter()
+            .filter_map(|meta| meta.location.filename().map(file_of_segment))
+            .filter(|other| *other != file && crate::naming::kind_of(other) == kind)
+            .filter_map(crate::naming::name_secs)
+            .max();
+        Ok(match newest {
+            Some(newest) if newest >= secs => crate::naming::with_secs(relative, newest + 1)
+                .unwrap_or_else(|| relative.to_owned()),
+            _ => relative.to_owned(),
+        })
+    }
+
     /// Uploads the first object of `staged` (an event file's first segment, an export
-    /// directory's first file: `object_of(name)`) under the staged name, or, where another
-    /// writer has an object of that name already (two records to one URL in one second),
-    /// under the same name one second later, and so on: a create-only PUT
-    /// (`PutMode::Create`) decides, so that two writers racing cannot both win. Every later
-    /// object of `staged` takes the name claimed. An object found in place with these very
-    /// bytes is this writer's own (a PUT retried after its answer was lost).
+    /// directory's first file: `object_of(name)`) under `name` (the staged name, or where it
+    /// starts: see [`Shipper::after_the_run_s`]), or, where another writer has an object of
+    /// that name already (two records to one URL in one second), under the same name one
+    /// second later, and so on: a create-only PUT (`PutMode::Create`) decides, so that two
+    /// writers racing cannot both win. Every later object of `staged` takes the name claimed.
+    /// An object found in place with these very bytes is this writer's own (a PUT retried
+    /// after its answer was lost).
     async fn claim(
         &mut self,
-        staged: &str,
+        (staged, mut name): (&str, String),
         object_of: impl Fn(&str) -> String,
         payload: &[u8],
     ) -> Result<(), String> {
-        let mut name = staged.to_owned();
         for _ in 0..CLAIM_TRIES {
             self.mark(&object_of(&name)).await?;
             let object = self.object(&object_of(&name));
