@@ -517,6 +517,7 @@ fn finish(
         if let Some(lock) = checkpoints_lock.as_mut() {
             lock.check().context("saving the trained model")?;
         }
+        summary.check_claim().context("saving the trained model")?;
         save_model(model, &plan.logdir)?;
     }
     let embedded = if lead {

@@ -105,9 +105,9 @@ pub enum RemoteError {
     /// it for `stale_after`: it was paused, or cut off from the store): this writer writes
     /// nothing more under the run (see [`lease`](super::lease)'s fencing rule).
     #[error(
-        "{url} is no longer this writer's: its lease was taken over by {} (this writer had not \
-         renewed it for {stale_after:?}: paused, or cut off from the store); it writes nothing \
-         more under the run",
+        "{url} is no longer this writer's: {} took its lease over (a lease not renewed for \
+         {stale_after:?} is taken over: this writer was stopped, or cut off from the store); it \
+         writes nothing more under the run",
         taker(holder.as_ref())
     )]
     LeaseLost {
@@ -126,7 +126,7 @@ pub enum RemoteError {
 fn taker(holder: Option<&super::LeaseHolder>) -> String {
     match holder {
         Some(holder) => format!("process {} on host {}", holder.pid, holder.host),
-        None => "another writer (the lease is gone)".into(),
+        None => "another writer, which has released it since,".into(),
     }
 }
 

@@ -69,6 +69,21 @@ impl Checkpoints {
         }
     }
 
+    /// These checkpoints, written only while `log`'s writer holds its run in a bucket: each
+    /// write and removal asks its claim first, and none replaces what another writer put
+    /// there since (see [`Bucket::fenced_by`](ember_write::remote::Bucket)); once the lease
+    /// is lost, [`CheckpointError::Leased`] with `RemoteError::LeaseLost`. Unchanged for a
+    /// local directory (its lock fences it) or a log that holds no lease.
+    pub fn fenced_by(self, log: Option<&crate::SummaryRecord>) -> Self {
+        #[cfg(feature = "object-store")]
+        if let (Some(bucket), Some(claim)) = (&self.bucket, log.and_then(|l| l.claim())) {
+            let bucket = Some(std::sync::Arc::new(bucket.fenced_by(claim)));
+            return Self { bucket, ..self };
+        }
+        let _ = log;
+        self
+    }
+
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -167,6 +182,10 @@ impl Checkpoints {
         op: &'static str,
         error: ember_write::remote::RemoteError,
     ) -> CheckpointError {
+        // Not a failure of the store's, which a run goes past: the run is another writer's now.
+        if let ember_write::remote::RemoteError::LeaseLost { .. } = error {
+            return CheckpointError::Leased(error);
+        }
         CheckpointError::Io {
             op,
             path: self.dir.clone(),

@@ -69,12 +69,14 @@ pub(crate) struct Checkpointer {
 
 impl Checkpointer {
     /// The checkpoints of `config`, each carrying on `carried_logs`, the log snapshots of the
-    /// ranks this job lacks: (rank, snapshot), as a resume read them.
+    /// ranks this job lacks: (rank, snapshot), as a resume read them; in a bucket, written only
+    /// while `log`'s writer holds the run ([`Checkpoints::fenced_by`]).
     pub(crate) fn new(
         config: &CheckpointConfig,
         carried_logs: &[(usize, String)],
+        log: Option<&SummaryRecord>,
     ) -> Result<Self, CheckpointError> {
-        let store = Checkpoints::new(&config.dir, config.keep);
+        let store = Checkpoints::new(&config.dir, config.keep).fenced_by(log);
         store.clean()?;
         Ok(Self {
             next_seq: store.next_seq()?,

@@ -94,7 +94,7 @@ impl<M: Trainable> Trainer<M> {
             .config
             .checkpoints
             .as_ref()
-            .map(|config| Checkpointer::new(config, &started.carried_logs))
+            .map(|config| Checkpointer::new(config, &started.carried_logs, summary.as_deref()))
             .transpose()?;
         let lead = self.lead();
         if let Some(summary) = summary.as_deref_mut() {

@@ -423,7 +423,7 @@ fn a_writer_stopped_past_its_lease_is_stopped_and_ships_nothing_more() {
     );
     let said = lost.to_string();
     let expected = format!(
-        "{url} is no longer this writer's: its lease was taken over by process {} on host {}",
+        "{url} is no longer this writer's: process {} on host {} took its lease over",
         std::process::id(),
         crate::naming::host_name()
     );

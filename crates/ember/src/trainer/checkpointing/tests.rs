@@ -184,7 +184,7 @@ fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_old
 
     let dir = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
-    let mut checkpointer = Checkpointer::new(&config, &[]).unwrap();
+    let mut checkpointer = Checkpointer::new(&config, &[], None).unwrap();
     // Each checkpoint's thread waits for its own release.
     let mut releases = Vec::new();
     let mut taken = |checkpointer: &mut Checkpointer| {
@@ -229,7 +229,7 @@ fn a_second_checkpoint_is_written_beside_the_first_and_a_third_waits_for_the_old
 fn a_run_that_ends_early_finishes_the_checkpoint_it_was_writing() {
     let dir = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(dir.path().join("checkpoints"), 1);
-    let mut checkpointer = Checkpointer::new(&config, &[]).unwrap();
+    let mut checkpointer = Checkpointer::new(&config, &[], None).unwrap();
     let release = held_checkpoint(&mut checkpointer);
     // The run fails: its checkpointer is dropped with the checkpoint in flight.
     let ended = std::thread::spawn(move || drop(checkpointer));
