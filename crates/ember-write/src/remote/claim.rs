@@ -8,7 +8,7 @@ use std::time::Instant;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
-use super::lease::{LeaseHolder, LeaseTiming};
+use super::holder::{LeaseHolder, LeaseTiming};
 use super::store::RemoteError;
 
 /// This process's hold on a run's lease: cheap to clone and to ask, shared by whatever writes

@@ -7,6 +7,8 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
 
+use super::holder::LeaseHolder;
+
 /// What can go wrong with a remote log directory.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -114,7 +116,7 @@ pub enum RemoteError {
         /// The log directory's URL.
         url: String,
         /// Who holds the lease now, where its object said.
-        holder: Option<super::LeaseHolder>,
+        holder: Option<LeaseHolder>,
         /// How long a lease not renewed stays its holder's.
         stale_after: Duration,
     },
@@ -123,7 +125,7 @@ pub enum RemoteError {
     Thread(&'static str),
 }
 
-fn taker(holder: Option<&super::LeaseHolder>) -> String {
+fn taker(holder: Option<&LeaseHolder>) -> String {
     match holder {
         Some(holder) => format!("process {} on host {}", holder.pid, holder.host),
         None => "another writer, which has released it since,".into(),
