@@ -559,19 +559,6 @@ impl SummaryRecord {
         self.remote.as_ref().map(remote::Remote::cut).transpose()
     }
 
-    /// Whether this record may still write under its run: always for a local log directory
-    /// (its lock is the directory's), and for a run in a bucket while its lease holds (see
-    /// `ember_write::remote::Claim::check`): a lease another writer took over is
-    /// `SummaryError::Remote(RemoteError::LeaseLost)`. Asked before a write of one's own
-    /// under the run, as [`DirLock::check`](ember_write::DirLock::check) is for a local one.
-    pub fn check_claim(&self) -> Result<(), SummaryError> {
-        #[cfg(feature = "object-store")]
-        if let Some(remote) = &self.remote {
-            return remote.check_claim();
-        }
-        Ok(())
-    }
-
     /// Whether the log directory is an object-store URL (written through a local staging
     /// directory, shipped as segment objects).
     pub fn is_remote(&self) -> bool {

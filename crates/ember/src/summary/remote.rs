@@ -12,7 +12,7 @@ use ember_write::remote::{
     Claim, DEFAULT_SHIP_INTERVAL, LeaseTiming, MirrorStats, RemoteError, RemoteMirror, Wait,
 };
 
-use crate::{SummaryError, SummaryRecord};
+use crate::SummaryError;
 
 /// The staging directory and the mirror of one record.
 #[derive(Debug)]
@@ -65,6 +65,12 @@ impl Remote {
             wait,
             final_stats: None,
         })
+    }
+
+    /// The mirror's claim on the run while it lives (its lease released at the close).
+    pub(super) fn claim(&self) -> Option<Claim> {
+        self.mirror.as_ref()?;
+        self.claim.clone()
     }
 
     /// Whether this writer may write under the run now: see [`Claim::check`].
@@ -167,17 +173,6 @@ impl Remote {
                 ),
             }),
         }
-    }
-}
-
-impl SummaryRecord {
-    /// This record's claim on its run in a bucket (see [`Claim`]): what a writer of other
-    /// objects under the run (checkpoints, the model) asks before it writes, or fences a
-    /// [`Bucket`](ember_write::remote::Bucket) with. `None` for a local log directory, and
-    /// once the record is closed (its lease released).
-    pub fn claim(&self) -> Option<Claim> {
-        let remote = self.remote.as_ref().filter(|r| r.mirror.is_some())?;
-        remote.claim.clone()
     }
 }
 
