@@ -251,14 +251,20 @@ impl Lease {
         }
     }
 
-    /// The store refused the renewal sent at `sent`: the lease is lost, unless the object
-    /// holds this very renewal (a retry of a PUT the store had taken is refused as if the
-    /// lease had moved on).
+    /// The store refused the renewal sent at `sent`: the lease is lost, unless the object is
+    /// still this holder's (the same host, process and time taken): a retry of a PUT the
+    /// store had taken is refused as if the lease had moved on, and a store restored from
+    /// before the last renewal holds an earlier one, which the next renewal updates.
     async fn lose(&mut self, store: &dyn ObjectStore, sent: Instant) {
         let holder = match read(store, &self.object).await {
-            Ok(Some((found, version))) if found == self.holder => {
+            Ok(Some((found, version)))
+                if (&found.host, found.pid, found.taken_ms)
+                    == (&self.holder.host, self.holder.pid, self.holder.taken_ms) =>
+            {
                 self.version = version;
-                self.claim.renewed(sent);
+                if found == self.holder {
+                    self.claim.renewed(sent);
+                }
                 return;
             }
             Ok(found) => found.map(|(holder, _)| holder),

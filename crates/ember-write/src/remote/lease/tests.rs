@@ -533,3 +533,42 @@ fn a_write_racing_a_takeover_never_replaces_the_new_holder_s_object() {
         assert_eq!(&kept[..], b"the new holder's");
     }
 }
+
+/// A store that lost this holder's last renewal (restored from before it) holds an earlier
+/// version of its lease: a refused renewal then finds its own lease, not another writer's,
+/// and the next renewal goes through.
+#[test]
+fn a_renewal_refused_over_an_earlier_version_of_its_own_lease_goes_on() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    runtime().block_on(async {
+        let prefix = ObjectPath::from("run");
+        let mut lease = Lease::take(store.as_ref(), &prefix, 0, "memory:///run", quick())
+            .await
+            .unwrap();
+        let (earlier, _) = read(store.as_ref(), &lease_object(&prefix, 0))
+            .await
+            .unwrap()
+            .unwrap();
+        // A renewal stamped a later millisecond than the take.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        lease.renew(store.as_ref()).await;
+        // Restored from before that renewal: the e-tag this holder wrote last is gone.
+        put(
+            store.as_ref(),
+            &lease_object(&prefix, 0),
+            &earlier,
+            PutMode::Overwrite,
+        )
+        .await
+        .unwrap();
+        lease.renew(store.as_ref()).await;
+        assert!(!lease.claim.is_lost());
+        lease.renew(store.as_ref()).await;
+        lease.claim.check().unwrap();
+        let (now, _) = read(store.as_ref(), &lease_object(&prefix, 0))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(now, lease.holder);
+    });
+}
