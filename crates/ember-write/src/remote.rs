@@ -251,10 +251,7 @@ impl RemoteMirror {
             Ok((runtime, store, prefix, lease))
         })?;
         let (runtime, store, prefix, lease) = runtime;
-        let store: Arc<dyn object_store::ObjectStore> = Arc::from(store);
-        let lease = lease
-            .map(|lease| lease::Keeper::start(lease, Arc::clone(&store)))
-            .transpose()?;
+        let lease = lease.map(lease::Keeper::start).transpose()?;
         let claim = lease.as_ref().map(|keeper| keeper.claim().clone());
         // Kept before anything is shipped: a writer killed before its first pass leaves a
         // staging directory that `ember push` can still ship.

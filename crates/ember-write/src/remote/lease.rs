@@ -60,7 +60,6 @@
 //! within `renew_every`; and an object written by a plain PUT after a check (the CLI's
 //! `model.bpk`) is covered by the check alone.
 
-use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -313,8 +312,11 @@ pub(super) struct Keeper {
 }
 
 impl Keeper {
-    /// Keeps `lease`, on a thread of its own with a runtime of its own.
-    pub(super) fn start(lease: Lease, store: Arc<dyn ObjectStore>) -> Result<Self, RemoteError> {
+    /// Keeps `lease`, on a thread of its own with a runtime and a client of its own: a
+    /// connection the mirror's client opened is served by the mirror's runtime, which runs
+    /// only while the mirror ships, and a renewal sent over it would wait for the next pass.
+    pub(super) fn start(lease: Lease) -> Result<Self, RemoteError> {
+        let (store, _) = super::store::open_store(&lease.url)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

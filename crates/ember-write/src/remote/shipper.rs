@@ -49,7 +49,7 @@ type Version = (u64, Option<SystemTime>);
 
 /// The mirror's thread.
 pub(super) struct Shipper {
-    pub(super) store: Arc<dyn ObjectStore>,
+    pub(super) store: Box<dyn ObjectStore>,
     pub(super) prefix: ObjectPath,
     pub(super) staging: PathBuf,
     /// The log directory's URL, kept with the progress for a writer that may be killed.
