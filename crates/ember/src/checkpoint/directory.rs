@@ -71,8 +71,8 @@ impl Checkpoints {
 
     /// These checkpoints, written only while `log`'s writer holds its run in a bucket: each
     /// write and removal asks its claim first, and none replaces what another writer put
-    /// there since (see [`Bucket::fenced_by`](ember_write::remote::Bucket)); once the lease
-    /// is lost, [`CheckpointError::Leased`] with `RemoteError::LeaseLost`. Unchanged for a
+    /// there since (see `ember_write::remote::Bucket::fenced_by`); once the lease
+    /// is lost, `CheckpointError::Leased` with `RemoteError::LeaseLost`. Unchanged for a
     /// local directory (its lock fences it) or a log that holds no lease.
     pub fn fenced_by(self, log: Option<&crate::SummaryRecord>) -> Self {
         #[cfg(feature = "object-store")]
