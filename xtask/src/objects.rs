@@ -29,7 +29,10 @@
 //!     seeded moments and resumed from it (`ember train --resume s3://…`): each ends with the
 //!     uninterrupted run's model byte for byte (`ember pull`) and its values in `ember inspect`,
 //!     each step once; TensorBoard's S3 reader shows the last as the local run. Then the same
-//!     in MindInsight's format, pulled and read by MindInsight 2.3.1.
+//!     in MindInsight's format, pulled and read by MindInsight 2.3.1. Then a run stopped with
+//!     SIGSTOP past its lease while `--resume` takes the run over and trains to the end: sent
+//!     SIGCONT, it fails with the lost lease's message, and the pulled run is the
+//!     uninterrupted one (its model, each step once).
 //! 12. The write, read, kill (with `ember push`, and resumed), two-at-once and
 //!     resumed-from-the-bucket scenarios against fake-gcs-server (`objects_gcs.rs`), then the
 //!     same and refused keys against Azurite, the Azure Storage emulator from the npm registry
@@ -56,7 +59,7 @@ use crate::objects_scenarios::{
 use crate::process::{
     Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
 };
-use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, wait_for_port};
+use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys, wait_for_port};
 use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects";
@@ -159,6 +162,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     };
     crate::objects_scenarios::against(&s3, "s3", &work, TASK)?;
     let resumed_local = resumed_in_the_bucket(&check, &endpoint)?;
+    stopped_past_its_lease(&check, &endpoint, &resumed_local)?;
     resumed_for_mindinsight(&check, &endpoint)?;
     restarted(&check)?;
     refused(&check)?;
@@ -333,6 +337,36 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<PathBu
         after_kills(&after)
     );
     Ok(local)
+}
+
+/// A run into the bucket stopped with SIGSTOP past its lease while `--resume` takes it over
+/// (`objects_scenarios::stopped_past_its_lease`); TensorBoard's S3 reader shows the run as the
+/// uninterrupted one (`local`) too.
+fn stopped_past_its_lease(check: &Check, endpoint: &str, local: &Path) -> anyhow::Result<()> {
+    let url = "s3://ember/stopped";
+    let checkpointed = || -> anyhow::Result<bool> {
+        let keys = s3_keys(endpoint, "ember", "stopped/checkpoints/ckpt-")?;
+        Ok(keys.iter().any(|key| key.ends_with(".ember")))
+    };
+    let ember = |args: &[&str]| check.ember(endpoint, args);
+    let lost = crate::objects_scenarios::stopped_past_its_lease(
+        &ember,
+        (check.ember, local),
+        (url, &checkpointed),
+        check.work,
+    )?;
+    let local = local.to_str().context("a path that is not UTF-8")?;
+    check.script(
+        endpoint,
+        &["compare", url, local],
+        "TensorBoard's S3 reader against the local run",
+    )?;
+    eprintln!(
+        "{TASK}: a run stopped with SIGSTOP past its lease, taken over by --resume and trained \
+         to its end, then continued: it fails ({lost}); the run has the uninterrupted run's \
+         model and values, each step once, in ember inspect and TensorBoard's S3 reader"
+    );
+    Ok(())
 }
 
 /// MindInsight-format runs in the bucket killed at [`MI_BUCKET_KILLS`] seeded moments.

@@ -1,14 +1,14 @@
 //! The object-store scenarios that run alike against every store (moto's S3, fake-gcs-server
 //! and Azurite): a run killed with SIGKILL then `ember push`ed (and one resumed first), two runs
-//! into one URL at once, runs killed at seeded moments and resumed from the bucket, `ember
-//! inspect` and `ember pull` of a URL. A module of their own, so that `objects` and its Google
+//! into one URL at once, runs killed at seeded moments and resumed from the bucket, a run
+//! stopped past its lease and taken over, `ember inspect` and `ember pull` of a URL. A module of their own, so that `objects` and its Google
 //! and Azure parts share them without one reaching into another.
 
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::{Context, bail, ensure};
 
 use crate::process::{expect_success, kill_after, run_limited};
 
@@ -483,4 +483,86 @@ pub(crate) fn resumed_from_the_bucket(
         last = url;
     }
     Ok((last, after))
+}
+
+/// `ember train RESUMED_ARGS --logdir url` stopped with SIGSTOP once `checkpointed` says its
+/// first checkpoint is in the bucket (as `scontrol suspend` or a paused VM stops a run), for
+/// longer than its lease lives: `ember train --resume url` of another process waits the lease
+/// out, takes the run over and trains it to its end. Sent SIGCONT, the first must fail with the
+/// lost lease's `error:` line (returned), having written nothing more: pulled, the run has the
+/// uninterrupted run's (`local`, trained by `ember_binary`) model byte for byte and its values
+/// in `ember inspect`, each step once. Before, the first logged "two writers may now write the
+/// run" and trained on, and both wrote checkpoints, segments and the model under one prefix.
+pub(crate) fn stopped_past_its_lease(
+    ember: &dyn Fn(&[&str]) -> Command,
+    (ember_binary, local): (&Path, &Path),
+    (url, checkpointed): (&str, &dyn Fn() -> anyhow::Result<bool>),
+    work: &Path,
+) -> anyhow::Result<String> {
+    let mut first = ember(RESUMED_ARGS);
+    first.args(["--logdir", url]);
+    let log_path = work.join("stopped.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut first = first
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting ember train")?;
+    let started = Instant::now();
+    while !checkpointed()? {
+        ensure!(
+            first.try_wait()?.is_none() && started.elapsed() < Duration::from_secs(120),
+            "the run ended, or took two minutes, before its first checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&first, "-STOP")?;
+    let resumed = run_limited(
+        ember(&["train", "--resume", url]),
+        "ember train --resume of a stopped run",
+        &work.join("stopped-resume.log"),
+    );
+    signal(&first, "-CONT")?;
+    expect_success(&resumed?, "ember train --resume beside a stopped run")?;
+    let status = ended_within(&mut first, Duration::from_secs(60))?;
+    let said = std::fs::read_to_string(&log_path)?;
+    let lost = said
+        .lines()
+        .find(|line| line.starts_with("error: ") && line.contains("is no longer this writer's"));
+    let Some(lost) = lost.filter(|_| !status.success()) else {
+        bail!("the run taken over went on ({status}):\n{said}");
+    };
+    let pulled = work.join("stopped-pulled");
+    pull(ember, url, &pulled)?;
+    ensure!(
+        crate::runs::model_without_ids(&pulled.join("model.bpk"))?
+            == crate::runs::model_without_ids(&local.join("model.bpk"))?,
+        "{url}: the model is not the resumed run's, which is the uninterrupted run's"
+    );
+    let reference = crate::process::inspect_json(ember_binary, local)?;
+    crate::runs::same_values(&reference, &inspect(ember, url)?, Path::new(url))?;
+    Ok(format!("{status}: {lost}"))
+}
+
+/// Sends `child` the signal `which` (`-STOP`, `-CONT`).
+fn signal(child: &Child, which: &str) -> anyhow::Result<()> {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args([which, &pid]).status()?;
+    ensure!(sent.success(), "kill {which} {pid} failed");
+    Ok(())
+}
+
+/// How `child` ended, once it has, within `limit` (killed past it).
+fn ended_within(child: &mut Child, limit: Duration) -> anyhow::Result<ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            bail!("the run did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -149,19 +149,30 @@ pub fn with_secs(name: &str, secs: u64) -> Option<String> {
     Some(segments.join("."))
 }
 
+/// The kind of event file `name` names, as far as its name orders it: lineage, explain, or a
+/// summary file (of either format).
+pub(crate) fn kind_of(name: &str) -> FileKind {
+    if name.ends_with("_lineage") {
+        FileKind::Lineage
+    } else if name.ends_with("_explain") {
+        FileKind::Explain
+    } else {
+        FileKind::Summary
+    }
+}
+
 /// The newest creation time among the `kind` event files of `dir`; `None` when it has none
 /// (or cannot be listed: then the new file is named by the clock alone).
 pub(crate) fn newest_secs(dir: &std::path::Path, kind: FileKind) -> Option<u64> {
-    let of_kind = |name: &str| match kind {
-        FileKind::Lineage => name.ends_with("_lineage"),
-        FileKind::Explain => name.ends_with("_explain"),
-        _ => !name.ends_with("_lineage") && !name.ends_with("_explain"),
+    let kind = match kind {
+        FileKind::Lineage | FileKind::Explain => kind,
+        _ => FileKind::Summary,
     };
     std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| of_kind(name))
+        .filter(|name| kind_of(name) == kind)
         .filter_map(|name| name_secs(&name))
         .max()
 }

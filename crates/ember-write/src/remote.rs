@@ -42,8 +42,9 @@
 //! A run in a bucket has no directory to lock: [`RemoteMirror::start_leased`] holds a lease
 //! instead, an object in the run's prefix that a second writer finds live and is refused by,
 //! renewed while the mirror lives and taken over once stale; see [`lease`] for its timing and
-//! takeover rule, and [`check_lease`] for the check an admission makes before anything is
-//! written. Nor has it a journal of the files its writers made: before a file's first object,
+//! takeover rule, the fencing rule by which a writer that lost it writes nothing more (its
+//! [`Claim`], which a [`Bucket`] of the run's checkpoints asks too), and [`check_lease`] for
+//! the check an admission makes before anything is written. Nor has it a journal of the files its writers made: before a file's first object,
 //! the mirror puts an empty marker (`markers`), and a rollback ([`BucketSnapshot`]) removes
 //! only objects of marked files.
 //!
@@ -61,8 +62,10 @@ use std::time::Duration;
 use crate::FullQueuePolicy;
 
 mod bucket;
+mod claim;
 mod cut;
 mod download;
+mod holder;
 pub mod lease;
 mod log_cut;
 mod markers;
@@ -71,9 +74,11 @@ mod staged;
 pub(crate) mod staging;
 
 pub use bucket::{Bucket, BucketSnapshot, Listed};
+pub use claim::Claim;
 pub use cut::ShippedCut;
 pub use download::{Downloaded, download, download_private};
-pub use lease::{LeaseHolder, LeaseTiming, check_lease};
+pub use holder::{LeaseHolder, LeaseTiming};
+pub use lease::check_lease;
 pub use log_cut::LogCut;
 use shipper::{KillSwitch, Shipper};
 pub use staging::{new_staging, staging_parent};
@@ -141,6 +146,8 @@ pub struct RemoteMirror {
     thread: Option<JoinHandle<MirrorStats>>,
     stats: Arc<std::sync::Mutex<MirrorStats>>,
     backlog: Arc<AtomicU64>,
+    /// This writer's claim on the run, when the mirror holds its lease.
+    claim: Option<Claim>,
 }
 
 impl RemoteMirror {
@@ -172,24 +179,30 @@ impl RemoteMirror {
 
     /// [`start`](Self::start), holding `rank`'s lease on the run while the mirror lives (see
     /// [`lease`]): refused with [`RemoteError::Leased`] while another process holds it, before
-    /// anything is shipped; renewed by the mirror's thread; released at the close.
+    /// anything is shipped; renewed by a thread of the mirror's; released at the close. Once
+    /// another writer has taken it over, the mirror ships nothing more: see [`claim`](Self::claim).
     pub fn start_leased(
         url: &str,
         staging: &Path,
         interval: Duration,
         (rank, timing): (u32, LeaseTiming),
     ) -> Result<Self, RemoteError> {
+        let holder = LeaseHolder::this_process();
+        Self::start_leased_as(url, staging, interval, (rank, timing, holder))
+    }
+
+    /// [`start_leased`](Self::start_leased), for `holder` (a test's writer of another host).
+    pub(crate) fn start_leased_as(
+        url: &str,
+        staging: &Path,
+        interval: Duration,
+        lease: (u32, LeaseTiming, LeaseHolder),
+    ) -> Result<Self, RemoteError> {
         let state = staging::ShipState {
             url: url.to_owned(),
             ..staging::ShipState::default()
         };
-        Self::start_from(
-            state,
-            staging,
-            interval,
-            Some((rank, timing)),
-            KillSwitch::default(),
-        )
+        Self::start_from(state, staging, interval, Some(lease), KillSwitch::default())
     }
 
     /// A mirror of the staging directory a writer that was killed left: it goes on from what
@@ -213,7 +226,7 @@ impl RemoteMirror {
         state: staging::ShipState,
         staging: &Path,
         interval: Duration,
-        lease: Option<(u32, LeaseTiming)>,
+        lease: Option<(u32, LeaseTiming, LeaseHolder)>,
         kill: KillSwitch,
     ) -> Result<Self, RemoteError> {
         let url = state.url.clone();
@@ -226,18 +239,20 @@ impl RemoteMirror {
         let runtime = store::outside_any_runtime(move || {
             runtime.block_on(probe(store.as_ref(), &prefix, &url))?;
             let lease = match lease {
-                Some((rank, timing)) => Some(runtime.block_on(lease::Lease::take(
+                Some((rank, timing, holder)) => Some(runtime.block_on(lease::Lease::take_as(
                     store.as_ref(),
-                    &prefix,
-                    rank,
+                    (&prefix, rank),
                     &url,
                     timing,
+                    holder,
                 ))?),
                 None => None,
             };
             Ok((runtime, store, prefix, lease))
         })?;
         let (runtime, store, prefix, lease) = runtime;
+        let lease = lease.map(lease::Keeper::start).transpose()?;
+        let claim = lease.as_ref().map(|keeper| keeper.claim().clone());
         // Kept before anything is shipped: a writer killed before its first pass leaves a
         // staging directory that `ember push` can still ship.
         state
@@ -264,6 +279,7 @@ impl RemoteMirror {
             marked: std::collections::BTreeSet::new(),
             stats: Arc::clone(&stats),
             backlog: Arc::clone(&backlog),
+            claim: claim.clone(),
             lease,
             kept_state,
             kill,
@@ -280,7 +296,15 @@ impl RemoteMirror {
             thread: Some(thread),
             stats,
             backlog,
+            claim,
         })
+    }
+
+    /// This writer's claim on the run, when the mirror holds its lease: what whatever else
+    /// writes under the run (checkpoints, the model) asks before it writes, and what a
+    /// [`Bucket`] fenced by it ([`Bucket::fenced_by`]) asks for each write.
+    pub fn claim(&self) -> Option<&Claim> {
+        self.claim.as_ref()
     }
 
     /// The log directory's URL.

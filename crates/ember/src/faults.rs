@@ -29,8 +29,13 @@ impl SummaryFaults {
     }
 
     /// Whether `error` ends training. When it does not, it is counted, and logged if it is the
-    /// first of its kind.
+    /// first of its kind. A run in a bucket whose lease another writer took over ends whatever
+    /// the policy: the run is the other writer's now.
     pub(crate) fn ends_training(&mut self, error: &SummaryError) -> bool {
+        #[cfg(feature = "object-store")]
+        if let SummaryError::Remote(ember_write::remote::RemoteError::LeaseLost { .. }) = error {
+            return true;
+        }
         if self.policy == ErrorPolicy::Raise {
             return true;
         }

@@ -185,6 +185,14 @@ impl Run {
         })
     }
 
+    /// Writes under the run (its checkpoints, its model) only while `log`'s writer holds it: a
+    /// run in a bucket is fenced by its lease (see [`Checkpoints::fenced_by`]); a local one by
+    /// its lock alone.
+    pub fn fence_by(&mut self, log: &crate::SummaryRecord) {
+        self.checkpoints = self.checkpoints.clone().fenced_by(log);
+        self.dir = self.dir.take().map(|dir| dir.fenced_by(log));
+    }
+
     /// Whether this process still holds the run's checkpoint directory (see
     /// [`DirLock::check`]): a run whose directory was taken away stops writing there.
     pub fn check_claim(&mut self) -> Result<(), CheckpointError> {

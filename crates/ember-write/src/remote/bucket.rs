@@ -1,11 +1,16 @@
 //! An object-store prefix used as a directory of whole files, blocking: where checkpoints, the
 //! run's command line and model go when the log directory is a URL, and what a resume lists,
 //! reads and removes there. A PUT is whole or absent, so a file written here is either whole
-//! or missing, with no temporary name and rename to make it so.
+//! or missing, with no temporary name and rename to make it so. Fenced by a writer's claim on
+//! the run ([`Bucket::fenced_by`]), it writes only while the claim holds, and never replaces
+//! what another writer put since (see `lease`'s fencing rule).
+
+use std::sync::Arc;
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use super::claim::{Claim, Unfenced, put_fenced};
 use super::markers::{marked_file, marked_files};
 use super::staged::PROJECTOR_CONFIG;
 use super::store::{RemoteError, in_short, open_store, outside_any_runtime};
@@ -14,8 +19,10 @@ use super::store::{RemoteError, in_short, open_store, outside_any_runtime};
 /// whole; see the module docs.
 pub struct Bucket {
     url: String,
-    store: Box<dyn ObjectStore>,
+    store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
+    /// The claim every write asks first, where the bucket is fenced.
+    claim: Option<Claim>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -40,9 +47,24 @@ impl Bucket {
         let (store, prefix) = open_store(url)?;
         Ok(Self {
             url: url.trim_end_matches('/').to_owned(),
-            store,
+            store: Arc::from(store),
             prefix,
+            claim: None,
         })
+    }
+
+    /// This bucket, writing only while `claim` (a writer's on the run the bucket lies in)
+    /// holds: each write and removal asks it first and fails with its error (once the lease is
+    /// lost, [`RemoteError::LeaseLost`]); a new object is created create-only and an existing
+    /// one replaced only in the version read before the check, so that a write racing a
+    /// takeover never replaces the new holder's.
+    pub fn fenced_by(&self, claim: Claim) -> Self {
+        Self {
+            url: self.url.clone(),
+            store: Arc::clone(&self.store),
+            prefix: self.prefix.clone(),
+            claim: Some(claim),
+        }
     }
 
     /// The prefix's URL.
@@ -146,21 +168,39 @@ impl Bucket {
         })
     }
 
-    /// Writes `bytes` as the object `name`, whole, replacing any.
+    /// Writes `bytes` as the object `name`, whole, replacing any (fenced: see
+    /// [`fenced_by`](Self::fenced_by)).
     pub fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), RemoteError> {
         let object = self.object(name);
+        let Some(claim) = &self.claim else {
+            return self.run(async {
+                self.store
+                    .put(&object, bytes.into())
+                    .await
+                    .map(drop)
+                    .map_err(|e| self.failed("uploading", &e))
+            });
+        };
+        let check = || claim.check();
         self.run(async {
-            self.store
-                .put(&object, bytes.into())
-                .await
-                .map(drop)
-                .map_err(|e| self.failed("uploading", &e))
+            match put_fenced(self.store.as_ref(), &object, bytes.into(), &check).await {
+                Ok(()) => Ok(()),
+                Err(Unfenced::Refused(error)) => Err(error),
+                Err(Unfenced::Changed) => Err(RemoteError::Unreachable {
+                    url: format!("{}: uploading", self.url),
+                    reason: format!("{name} changed while this writer replaced it: not replaced"),
+                }),
+                Err(Unfenced::Store(e)) => Err(self.failed("uploading", &e)),
+            }
         })
     }
 
     /// Removes the object `name`; one that is not there is no error.
     pub fn delete(&self, name: &str) -> Result<(), RemoteError> {
         let object = self.object(name);
+        if let Some(claim) = &self.claim {
+            claim.check()?;
+        }
         self.run(async {
             match self.store.delete(&object).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),

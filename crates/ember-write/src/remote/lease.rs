@@ -7,147 +7,69 @@
 //!   renewed (`key=value` lines, times in milliseconds since the Unix epoch).
 //! - It is taken by a create-only PUT ([`PutMode::Create`]): of two writers starting at once,
 //!   the store lets one create it.
-//! - The mirror's thread renews it every [`LeaseTiming::renew_every`] (2 s) by a conditional
-//!   update against the version it wrote last; a renewal the store refuses (another writer
-//!   took the lease over) is logged as an error, and the mirror renews no more.
+//! - A thread of the mirror's renews it every [`LeaseTiming::renew_every`] (2 s) by a
+//!   conditional update against the version it wrote last, apart from the uploads, so that a
+//!   long one does not let the lease go stale under a live writer. A renewal the store refuses
+//!   because the lease is another writer's now (or gone) loses it: see the fencing rule below.
 //! - A lease is *stale* once it has not changed for [`LeaseTiming::stale_after`] (8 s, four
 //!   renewals): as its holder's clock says (clocks are taken to agree within seconds), or as
 //!   watched from here, whichever comes first; and at once when its holder is a process of
 //!   this host that no longer exists (a run killed here and resumed here waits for nothing).
-//!   A lease that is not stale is watched until it is renewed (its holder lives: refused with
-//!   [`RemoteError::Leased`]) or goes stale: a resume right after a kill on another host
-//!   waits at most `stale_after`, and says so.
+//!   A stopped process of this host (`SIGSTOP`, `scontrol suspend`) renews nothing, as a
+//!   remote one that is cut off: its renewals alone tell. A lease that is not stale is watched
+//!   until it is renewed (its holder lives: refused with [`RemoteError::Leased`]) or goes
+//!   stale: a resume right after a kill on another host waits at most `stale_after`, and says
+//!   so.
 //! - A stale lease is taken over by a conditional update ([`PutMode::Update`]) against the
 //!   version read: of two takers, the store lets one win; the other is refused naming it.
 //!   Where the store cannot update conditionally (a `file://` store, an S3 store with
 //!   conditional PUTs disabled), the stale lease is deleted and created again create-only:
-//!   two takers of one stale lease in the same instant may then both go on, which the
-//!   renewal of the loser, finding the object not its own, logs.
-//! - The lease is deleted when the mirror closes.
+//!   two takers of one stale lease in the same instant may then both go on, until the
+//!   renewal of the loser finds the object not its own.
+//! - The lease is deleted when the mirror closes, unless it is lost (or cannot be renewed
+//!   first, where its holder's window has passed: another writer may hold it).
+//!
+//! # Fencing: a writer that lost the lease writes nothing more
+//!
+//! A process can stop for longer than `stale_after` (`SIGSTOP`, a suspended job, a paused
+//! VM, a partition) and wake to find the run taken over. Whatever it writes under the run
+//! (the mirror's segments, markers and files, checkpoints) asks its [`Claim`] first:
+//!
+//! 1. A renewal the store took lets its holder write for [`LeaseTiming::valid_for`], half of
+//!    `stale_after`, counted by the holder's own monotonic clock from when the renewal was
+//!    *sent*. A taker takes the lease over only once it has not changed for `stale_after`,
+//!    counted (by the holder's stamp or the taker's watch) from no earlier than that send: the
+//!    holder stops writing `stale_after - valid_for` (4 s) before anyone may take over, room
+//!    for clocks that disagree by less and for a write checked just before its window closed.
+//!    A process that wakes past its window refuses every write until a renewal succeeds, and
+//!    none does once the lease was taken over: the claim is then lost for good, and every
+//!    check answers [`RemoteError::LeaseLost`], which ends the writer. The mirror then ships
+//!    nothing more and removes its staging's state, so that `ember push` never ships it.
+//! 2. Nothing it writes can replace what the new holder wrote: segments and markers are of
+//!    files named after their writer (host, process, time), each file's first object created
+//!    create-only (another writer's name is never taken); every other object (a checkpoint,
+//!    the projector's files) is created create-only where new, and replaced only in the
+//!    version read before the check, by a conditional update (`claim::put_fenced`): a write
+//!    racing the takeover fails rather than replace the new holder's.
+//!
+//! What remains: a request already on its way when the process stopped lands when it
+//! arrives (a store has no fencing token to refuse it), so a segment of the old writer's own
+//! file may appear after the new holder's rollback removed that file's later ones; a store
+//! that cannot update conditionally replaces an existing object after the check alone; a
+//! paused VM whose monotonic clock did not count the pause learns of it at its next renewal,
+//! within `renew_every`; and an object written by a plain PUT after a check (the CLI's
+//! `model.bpk`) is covered by the check alone.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Instant;
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 
+use super::claim::Claim;
+use super::holder::{LeaseHolder, LeaseTiming, now_ms};
 use super::store::{RemoteError, in_short};
-
-/// How often a lease is renewed, and when one that was not is taken for its holder's death.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTiming {
-    /// How often the holder renews it.
-    pub renew_every: Duration,
-    /// How long a lease not renewed stays its holder's.
-    pub stale_after: Duration,
-}
-
-impl Default for LeaseTiming {
-    fn default() -> Self {
-        Self {
-            renew_every: Duration::from_secs(2),
-            stale_after: Duration::from_secs(8),
-        }
-    }
-}
-
-/// Who holds a lease, as its object says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseHolder {
-    /// The holder's host name.
-    pub host: String,
-    /// The holder's process id.
-    pub pid: u32,
-    /// When it took the lease, in milliseconds since the Unix epoch.
-    pub taken_ms: u64,
-    /// When it last renewed it, in milliseconds since the Unix epoch.
-    pub renewed_ms: u64,
-}
-
-impl LeaseHolder {
-    fn this_process() -> Self {
-        let now = now_ms();
-        Self {
-            host: crate::naming::host_name(),
-            pid: std::process::id(),
-            taken_ms: now,
-            renewed_ms: now,
-        }
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        format!(
-            "host={}\npid={}\ntaken={}\nrenewed={}\n",
-            self.host, self.pid, self.taken_ms, self.renewed_ms
-        )
-        .into_bytes()
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let field = |key: &str| {
-            text.lines()
-                .filter_map(|line| line.split_once('='))
-                .find(|(k, _)| *k == key)
-                .map(|(_, value)| value)
-        };
-        Some(Self {
-            host: field("host")?.to_owned(),
-            pid: field("pid")?.parse().ok()?,
-            taken_ms: field("taken")?.parse().ok()?,
-            renewed_ms: field("renewed")?.parse().ok()?,
-        })
-    }
-
-    /// How long ago, by this host's clock, the holder last renewed the lease.
-    pub fn renewed_ago(&self) -> Duration {
-        Duration::from_millis(now_ms().saturating_sub(self.renewed_ms))
-    }
-
-    /// Whether the holder is a process of this host that is alive (`Some(false)`: it is gone),
-    /// or lives elsewhere (`None`: only its renewals tell).
-    fn alive_here(&self) -> Option<bool> {
-        if self.host != crate::naming::host_name() {
-            return None;
-        }
-        #[cfg(unix)]
-        {
-            let pid = i32::try_from(self.pid)
-                .ok()
-                .and_then(rustix::process::Pid::from_raw)?;
-            // EPERM: it exists, another user's. A zombie (killed, not yet reaped: a job's
-            // rank whose parent died before it) holds nothing either.
-            let exists = !matches!(
-                rustix::process::test_kill_process(pid),
-                Err(rustix::io::Errno::SRCH)
-            );
-            Some(exists && !is_zombie(self.pid))
-        }
-        #[cfg(not(unix))]
-        None
-    }
-}
-
-/// Whether process `pid` has ended and waits only to be reaped (Linux: its state in
-/// `/proc/<pid>/stat` is `Z` or `X`); `false` where that cannot be read.
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // The state follows the command name, which is in parentheses and may hold any byte.
-            let after_name = &stat[stat.rfind(')')? + 1..];
-            after_name
-                .split_whitespace()
-                .next()
-                .map(|state| state == "Z" || state == "X")
-        })
-        .unwrap_or(false)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// The lease object of `rank` in `prefix`.
 pub(super) fn lease_object(prefix: &ObjectPath, rank: u32) -> ObjectPath {
@@ -165,9 +87,8 @@ pub(super) struct Lease {
     holder: LeaseHolder,
     version: UpdateVersion,
     timing: LeaseTiming,
-    renewed_at: Instant,
-    /// Another writer has the object now: not renewed, not deleted.
-    lost: bool,
+    /// What the renewals leave of it, which every write under the run asks.
+    claim: Claim,
 }
 
 /// What a lease found in place comes to.
@@ -179,8 +100,8 @@ enum Found {
 }
 
 impl Lease {
-    /// Takes the lease of `rank` in `prefix`: creates it, or takes a stale one over; refused
-    /// with [`RemoteError::Leased`] while another process holds it.
+    /// Takes the lease of `rank` in `prefix` for this process: see [`take_as`](Self::take_as).
+    #[cfg(test)]
     pub(super) async fn take(
         store: &dyn ObjectStore,
         prefix: &ObjectPath,
@@ -188,19 +109,33 @@ impl Lease {
         url: &str,
         timing: LeaseTiming,
     ) -> Result<Self, RemoteError> {
-        let object = lease_object(prefix, rank);
         let holder = LeaseHolder::this_process();
+        Self::take_as(store, (prefix, rank), url, timing, holder).await
+    }
+
+    /// Takes the lease of `rank` in `prefix` for `holder` (this process, or a test's writer
+    /// of another host): creates it, or takes a stale one over; refused with
+    /// [`RemoteError::Leased`] while another process holds it.
+    pub(super) async fn take_as(
+        store: &dyn ObjectStore,
+        (prefix, rank): (&ObjectPath, u32),
+        url: &str,
+        timing: LeaseTiming,
+        holder: LeaseHolder,
+    ) -> Result<Self, RemoteError> {
+        let object = lease_object(prefix, rank);
         let unreachable = |error: &object_store::Error| failed(url, &object, error);
         // Each pass either takes the lease, is refused, or found the lease gone meanwhile.
         let mut deleted_stale = None;
         for _ in 0..4 {
+            let sent = Instant::now();
             let created = put(store, &object, &holder, PutMode::Create).await;
             let error = match created {
                 Ok(version) => {
                     if let Some(stale) = &deleted_stale {
                         said_taken_over(url, stale);
                     }
-                    return Ok(Self::held(object, url, holder, version, timing));
+                    return Ok(Self::held(object, url, (holder, version), timing, sent));
                 }
                 Err(object_store::Error::AlreadyExists { .. }) => None,
                 Err(error) => Some(error),
@@ -212,10 +147,11 @@ impl Lease {
                 continue;
             };
             let update = PutMode::Update(version);
+            let sent = Instant::now();
             match put(store, &object, &holder, update).await {
                 Ok(version) => {
                     said_taken_over(url, &stale);
-                    return Ok(Self::held(object, url, holder, version, timing));
+                    return Ok(Self::held(object, url, (holder, version), timing, sent));
                 }
                 // Azurite answers a failed `If-Match` 409, which comes back as `AlreadyExists`.
                 Err(
@@ -245,9 +181,9 @@ impl Lease {
     fn held(
         object: ObjectPath,
         url: &str,
-        holder: LeaseHolder,
-        version: UpdateVersion,
+        (holder, version): (LeaseHolder, UpdateVersion),
         timing: LeaseTiming,
+        sent: Instant,
     ) -> Self {
         Self {
             object,
@@ -255,17 +191,22 @@ impl Lease {
             holder,
             version,
             timing,
-            renewed_at: Instant::now(),
-            lost: false,
+            claim: Claim::new(url, timing, sent),
         }
     }
 
-    /// Renews the lease when a renewal is due; a store that refuses the renewal (another
-    /// writer took the lease over) is logged once, and the lease is renewed no more.
-    pub(super) async fn renew_if_due(&mut self, store: &dyn ObjectStore) {
-        if self.lost || self.renewed_at.elapsed() < self.timing.renew_every {
+    /// Renews the lease. A store that refuses the renewal because the object is another
+    /// writer's now, or gone, loses the claim for good; any other failure is tried again at
+    /// the next renewal (past `stale_after`, another writer may take the lease meanwhile).
+    pub(super) async fn renew(&mut self, store: &dyn ObjectStore) {
+        if self.claim.is_lost() {
             return;
         }
+        #[cfg(test)]
+        if self.claim.paused() {
+            return;
+        }
+        let sent = Instant::now();
         self.holder.renewed_ms = now_ms();
         let update = PutMode::Update(self.version.clone());
         let renewed = match put(store, &self.object, &self.holder, update).await {
@@ -277,13 +218,13 @@ impl Lease {
         match renewed {
             Ok(version) => {
                 self.version = version;
-                self.renewed_at = Instant::now();
+                self.claim.renewed(sent);
             }
             Err(
                 object_store::Error::Precondition { .. }
-                | object_store::Error::AlreadyExists { .. },
-            ) => self.lose(),
-            // Tried again at the next pass; past `stale_after` another writer may take it.
+                | object_store::Error::AlreadyExists { .. }
+                | object_store::Error::NotFound { .. },
+            ) => self.lose(store, sent).await,
             Err(error) => log::warn!(
                 "ember-write: renewing {}'s lease: {}",
                 self.url,
@@ -309,19 +250,45 @@ impl Lease {
         }
     }
 
-    fn lose(&mut self) {
-        self.lost = true;
-        log::error!(
-            "ember-write: {}'s lease was taken over by another writer (this one's renewals \
-             stopped for longer than {:?}): two writers may now write the run",
-            self.url,
-            self.timing.stale_after
-        );
+    /// The store refused the renewal sent at `sent`: the lease is lost, unless the object is
+    /// still this holder's (the same host, process and time taken): a retry of a PUT the
+    /// store had taken is refused as if the lease had moved on, and a store restored from
+    /// before the last renewal holds an earlier one, which the next renewal updates.
+    async fn lose(&mut self, store: &dyn ObjectStore, sent: Instant) {
+        let holder = match read(store, &self.object).await {
+            Ok(Some((found, version)))
+                if (&found.host, found.pid, found.taken_ms)
+                    == (&self.holder.host, self.holder.pid, self.holder.taken_ms) =>
+            {
+                self.version = version;
+                if found == self.holder {
+                    self.claim.renewed(sent);
+                }
+                return;
+            }
+            Ok(found) => found.map(|(holder, _)| holder),
+            Err(error) => {
+                log::warn!(
+                    "ember-write: reading {}'s lease after a refused renewal: {}",
+                    self.url,
+                    in_short(&error)
+                );
+                return;
+            }
+        };
+        self.claim.lose(holder);
+        if let Err(error) = self.claim.check() {
+            log::error!("ember-write: {error}");
+        }
     }
 
-    /// Deletes the lease, unless another writer holds it now.
-    pub(super) async fn release(self, store: &dyn ObjectStore) {
-        if self.lost {
+    /// Deletes the lease, unless another writer may hold it now: lost, or past its window
+    /// and not renewed first.
+    pub(super) async fn release(mut self, store: &dyn ObjectStore) {
+        if self.claim.check().is_err() {
+            self.renew(store).await;
+        }
+        if self.claim.check().is_err() {
             return;
         }
         match store.delete(&self.object).await {
@@ -331,6 +298,61 @@ impl Lease {
                 self.url,
                 in_short(&error)
             ),
+        }
+    }
+}
+
+/// The thread that renews a held lease every [`LeaseTiming::renew_every`], apart from the
+/// mirror's uploads, and releases it once dropped.
+#[derive(Debug)]
+pub(super) struct Keeper {
+    claim: Claim,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Keeper {
+    /// Keeps `lease`, on a thread of its own with a runtime and a client of its own: a
+    /// connection the mirror's client opened is served by the mirror's runtime, which runs
+    /// only while the mirror ships, and a renewal sent over it would wait for the next pass.
+    pub(super) fn start(lease: Lease) -> Result<Self, RemoteError> {
+        let (store, _) = super::store::open_store(&lease.url)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|_| RemoteError::Thread("could not start its runtime"))?;
+        let claim = lease.claim.clone();
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("ember-lease".into())
+            .spawn(move || {
+                let mut lease = lease;
+                while let Err(RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(lease.timing.renew_every)
+                {
+                    runtime.block_on(lease.renew(store.as_ref()));
+                }
+                runtime.block_on(lease.release(store.as_ref()));
+            })
+            .map_err(|_| RemoteError::Thread("could not start"))?;
+        Ok(Self {
+            claim,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// What the renewals leave of the lease.
+    pub(super) fn claim(&self) -> &Claim {
+        &self.claim
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }

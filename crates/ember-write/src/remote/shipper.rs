@@ -9,6 +9,9 @@
 //!   under its own name, when it changed: at once on an explicit ship (the pool has flushed, so
 //!   it is whole), and on a timed pass once it has stayed the same since the previous pass. The
 //!   projector's files are replaced by a rename, whole at any moment; an export is written once.
+//! - Every upload of a leased mirror asks its claim first, and a file shipped whole replaces
+//!   only the version it read then (see `lease`'s fencing rule): once the lease is lost the
+//!   mirror uploads nothing more, and its staging's state goes, so that nothing ships it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -20,20 +23,22 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
+use object_store::{ObjectStore, ObjectStoreExt};
 
+use super::claim::{Claim, Unfenced, put_fenced};
 use super::cut::{Cut, Cuts, ShippedCut};
 use super::markers::{marked_file, marker_of};
 use super::messages::{CLOSE_PATIENCE, MirrorStats, Request};
 use super::staged::{PROJECTOR_CONFIG, Staged, staged_files};
+use super::staging::STATE_FILE;
+use super::store::RemoteError;
 use crate::framing::{HEADER_LEN, masked_crc32c};
+
+mod names;
 
 /// The most bytes of records one segment object holds: far under the 5 GiB a single PUT may
 /// carry on S3, and what the shipper holds in memory at once.
 pub(super) const MAX_SEGMENT: usize = 64 << 20;
-
-/// How many later seconds a claimed name may move on to before the upload fails.
-const CLAIM_TRIES: usize = 100;
 
 /// How often the backlog is measured between passes, so that a caller over the budget sees it
 /// within this long.
@@ -67,9 +72,11 @@ pub(super) struct Shipper {
     pub(super) stats: Arc<std::sync::Mutex<MirrorStats>>,
     /// Bytes written to the staging directory and not in the store yet, as last measured.
     pub(super) backlog: Arc<AtomicU64>,
-    /// The run's lease, when the mirror holds one: renewed between passes and between the
-    /// files of a pass, released at the close.
-    pub(super) lease: Option<super::lease::Lease>,
+    /// This writer's claim on the run, which every upload asks first, when the mirror holds
+    /// the run's lease.
+    pub(super) claim: Option<Claim>,
+    /// The thread that renews the lease; dropped, it releases it.
+    pub(super) lease: Option<super::lease::Keeper>,
     /// The shipped state last kept in the staging directory, encoded.
     pub(super) kept_state: Option<String>,
     /// Where a test kills this thread.
@@ -116,7 +123,6 @@ impl Shipper {
     ) -> MirrorStats {
         let mut next_pass = Instant::now() + interval;
         loop {
-            runtime.block_on(self.renew_lease());
             let wait = next_pass
                 .saturating_duration_since(Instant::now())
                 .min(MEASURE_EVERY);
@@ -126,11 +132,11 @@ impl Shipper {
                     let _ = ack.send(result);
                 }
                 Ok(Request::ShipTo(id, ack)) => {
-                    let cut = Cuts::lock(&self.cuts).close(id);
-                    let result = match cut {
-                        Some(cut) => runtime
-                            .block_on(self.ship_all(true))
-                            .and_then(|()| self.shipped_cut(cut)),
+                    // Shipped while the cut is still open, so that this pass's segment stops
+                    // at it too: records written after the cut would otherwise share it.
+                    let shipped = runtime.block_on(self.ship_all(true));
+                    let result = match Cuts::lock(&self.cuts).close(id) {
+                        Some(cut) => shipped.and_then(|()| self.shipped_cut(cut)),
                         None => Err(format!("no cut numbered {id} is open")),
                     };
                     let _ = ack.send(result);
@@ -138,11 +144,12 @@ impl Shipper {
                 Ok(Request::Forget(id)) => drop(Cuts::lock(&self.cuts).close(id)),
                 Ok(Request::Close(ack)) => {
                     // The last records have nowhere else to go: a store that is down gets a
-                    // while to come back before the close gives up on them.
+                    // while to come back before the close gives up on them (a lost lease
+                    // does not come back).
                     let deadline = Instant::now() + CLOSE_PATIENCE;
                     let result = loop {
                         match runtime.block_on(self.ship_all(true)) {
-                            Err(error) if Instant::now() < deadline => {
+                            Err(error) if Instant::now() < deadline && !self.lost() => {
                                 log::warn!(
                                     "ember-write: shipping the last records: {error}; trying again"
                                 );
@@ -151,7 +158,7 @@ impl Shipper {
                             result => break result,
                         }
                     };
-                    runtime.block_on(self.release_lease());
+                    drop(self.lease.take());
                     let _ = ack.send(result);
                     break;
                 }
@@ -166,7 +173,7 @@ impl Shipper {
                 Err(RecvTimeoutError::Timeout) => self.measure(),
                 Err(RecvTimeoutError::Disconnected) => {
                     let _ = runtime.block_on(self.ship_all(true));
-                    runtime.block_on(self.release_lease());
+                    drop(self.lease.take());
                     break;
                 }
             }
@@ -180,10 +187,10 @@ impl Shipper {
     /// Ships what is new in every file of the staging directory; `settled` when the pool has
     /// just flushed, so that every file is whole.
     async fn ship_all(&mut self, settled: bool) -> Result<(), String> {
+        self.fence()?;
         let files = self.staged()?;
         let mut first_error = None;
         for file in &files {
-            self.renew_lease().await;
             let shipped = if file.event_file {
                 self.ship_records(file).await
             } else {
@@ -205,6 +212,9 @@ impl Shipper {
     /// writer's staging still needs is what `ember push` ships, from there. It must never say
     /// less than the bytes freed ([`free_shipped`]): shipped again, they would be zeros.
     fn keep_state(&mut self) -> Result<(), String> {
+        if self.lost() {
+            return Ok(());
+        }
         let state = super::staging::ShipState {
             url: self.url.clone(),
             shipped: self.shipped.clone(),
@@ -225,16 +235,24 @@ impl Shipper {
         Ok(())
     }
 
-    async fn renew_lease(&mut self) {
-        if let Some(lease) = self.lease.as_mut() {
-            lease.renew_if_due(self.store.as_ref()).await;
-        }
+    fn lost(&self) -> bool {
+        self.claim.as_ref().is_some_and(Claim::is_lost)
     }
 
-    async fn release_lease(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            lease.release(self.store.as_ref()).await;
-        }
+    /// Refuses the next upload unless this writer holds the run's lease now (see `lease`'s
+    /// fencing rule). Once it is lost, the staging's state goes too: what the staging holds
+    /// was written after the new holder's checkpoint, and `ember push` leaves a staging
+    /// directory without a state alone.
+    fn fence(&mut self) -> Result<(), String> {
+        let Some(claim) = &self.claim else {
+            return Ok(());
+        };
+        claim.check().map_err(|error| {
+            if matches!(error, RemoteError::LeaseLost { .. }) && self.kept_state.take().is_some() {
+                let _ = fs::remove_file(self.staging.join(STATE_FILE));
+            }
+            error.to_string()
+        })
     }
 
     /// Ships the event file's new whole records as its next segments, each of at most
@@ -272,13 +290,19 @@ impl Shipper {
             let payload = bytes[..whole].to_vec();
             if segment == 0 {
                 let relative = file.relative.clone();
-                self.claim(&relative, |name| format!("{name}.00000001"), &payload)
-                    .await?;
+                let first = self.after_the_run_s(&relative).await?;
+                self.claim(
+                    (&relative, first),
+                    |name| format!("{name}.00000001"),
+                    &payload,
+                )
+                .await?;
             } else {
                 let name = self.claimed_name(&file.relative);
                 let relative = format!("{name}.{:08}", segment + 1);
                 self.mark(&relative).await?;
                 let object = self.object(&relative);
+                self.fence()?;
                 self.store
                     .put(&object, payload.into())
                     .await
@@ -332,16 +356,13 @@ impl Shipper {
         let unclaimed_export = top.starts_with("export_") && !self.claimed.contains_key(&top);
         if unclaimed_export {
             let rest = file.relative[top.len()..].to_owned();
-            self.claim(&top, |name| format!("{name}{rest}"), &bytes)
+            self.claim((&top, top.clone()), |name| format!("{name}{rest}"), &bytes)
                 .await?;
         } else {
             let relative = self.object_relative(&file.relative);
             self.mark(&relative).await?;
             let object = self.object(&relative);
-            self.store
-                .put(&object, bytes.into())
-                .await
-                .map_err(|e| format!("uploading {object}: {e}"))?;
+            self.replace(&object, bytes).await?;
         }
         self.kill.step();
         self.whole.insert(file.relative.clone(), (Some(now), now));
@@ -352,72 +373,6 @@ impl Shipper {
         Ok(())
     }
 
-    /// Uploads the first object of `staged` (an event file's first segment, an export
-    /// directory's first file: `object_of(name)`) under the staged name, or, where another
-    /// writer has an object of that name already (two records to one URL in one second),
-    /// under the same name one second later, and so on: a create-only PUT
-    /// (`PutMode::Create`) decides, so that two writers racing cannot both win. Every later
-    /// object of `staged` takes the name claimed. An object found in place with these very
-    /// bytes is this writer's own (a PUT retried after its answer was lost).
-    async fn claim(
-        &mut self,
-        staged: &str,
-        object_of: impl Fn(&str) -> String,
-        payload: &[u8],
-    ) -> Result<(), String> {
-        let mut name = staged.to_owned();
-        for _ in 0..CLAIM_TRIES {
-            self.mark(&object_of(&name)).await?;
-            let object = self.object(&object_of(&name));
-            let put = self
-                .store
-                .put_opts(
-                    &object,
-                    payload.to_vec().into(),
-                    PutOptions {
-                        mode: PutMode::Create,
-                        ..PutOptions::default()
-                    },
-                )
-                .await;
-            match put {
-                Ok(_) => {}
-                Err(object_store::Error::AlreadyExists { .. })
-                    if self.holds_the_start_of(&object, payload).await =>
-                {
-                    // Killed before it kept its state, this writer shipped the start of what it
-                    // ships now: the longer object replaces it.
-                    self.store
-                        .put(&object, payload.to_vec().into())
-                        .await
-                        .map_err(|e| format!("uploading {object}: {e}"))?;
-                }
-                Err(object_store::Error::AlreadyExists { .. }) => {
-                    let secs = crate::naming::name_secs(&name)
-                        .or_else(|| name.strip_prefix("export_")?.parse().ok());
-                    let next = secs.and_then(|secs| crate::naming::with_secs(&name, secs + 1));
-                    match next {
-                        Some(next) => {
-                            log::warn!(
-                                "ember-write: {object} is another writer's; this one's goes on \
-                                 one second later"
-                            );
-                            name = next;
-                            continue;
-                        }
-                        None => return Err(format!("uploading {object}: another writer has it")),
-                    }
-                }
-                Err(error) => return Err(format!("uploading {object}: {error}")),
-            }
-            self.claimed.insert(staged.to_owned(), name);
-            return Ok(());
-        }
-        Err(format!(
-            "uploading {staged}: the next {CLAIM_TRIES} seconds' names are all taken"
-        ))
-    }
-
     /// Marks the file the object `relative` is part of as this run's, before the object is
     /// put (see [`super::markers`]); once a file for this mirror.
     async fn mark(&mut self, relative: &str) -> Result<(), String> {
@@ -426,6 +381,7 @@ impl Shipper {
             return Ok(());
         }
         let marker = self.object(&marker_of(relative));
+        self.fence()?;
         self.store
             .put(&marker, Vec::new().into())
             .await
@@ -434,45 +390,29 @@ impl Shipper {
         Ok(())
     }
 
-    /// Whether the store's `object` holds `payload` or, where it is records, whole records
-    /// `payload` begins with.
-    async fn holds_the_start_of(&self, object: &ObjectPath, payload: &[u8]) -> bool {
-        match self.store.get(object).await {
-            Ok(found) => found.bytes().await.is_ok_and(|bytes| {
-                bytes == payload
-                    || (payload.starts_with(&bytes)
-                        && !bytes.is_empty()
-                        && whole_records(&bytes) == bytes.len())
-            }),
-            Err(_) => false,
+    /// Writes `bytes` as `object`, whole, replacing only what this writer read of it: fenced
+    /// by the claim where the mirror holds the run's lease.
+    async fn replace(&mut self, object: &ObjectPath, bytes: Vec<u8>) -> Result<(), String> {
+        let Some(claim) = self.claim.clone() else {
+            return self
+                .store
+                .put(object, bytes.into())
+                .await
+                .map(drop)
+                .map_err(|e| format!("uploading {object}: {e}"));
+        };
+        self.fence()?;
+        let check = || claim.check();
+        match put_fenced(self.store.as_ref(), object, bytes.into(), &check).await {
+            Ok(()) => Ok(()),
+            // Said through the fence, which lets the staging go once the lease is lost.
+            Err(Unfenced::Refused(error)) => self.fence().and(Err(error.to_string())),
+            Err(Unfenced::Changed) => Err(format!(
+                "{object} changed while this writer replaced it (another writer's now): not \
+                 replaced"
+            )),
+            Err(Unfenced::Store(e)) => Err(format!("uploading {object}: {e}")),
         }
-    }
-
-    /// The name in the store of the staged event file or export directory `staged`.
-    fn claimed_name(&self, staged: &str) -> String {
-        self.claimed
-            .get(staged)
-            .cloned()
-            .unwrap_or_else(|| staged.to_owned())
-    }
-
-    /// `relative` with its top-level name replaced by the one claimed for it.
-    fn object_relative(&self, relative: &str) -> String {
-        match relative.split_once('/') {
-            Some((top, rest)) => format!("{}/{rest}", self.claimed_name(top)),
-            None => self.claimed_name(relative),
-        }
-    }
-
-    /// The object named as the staged file is, byte for byte: an embedding's directory
-    /// (`embedding%2Fhidden_460`) keeps its `%`, which the projector's config refers to. Only a
-    /// name the store's paths cannot hold as it is gets their escaping.
-    fn object(&self, relative: &str) -> ObjectPath {
-        ObjectPath::parse(format!("{}/{relative}", self.prefix)).unwrap_or_else(|_| {
-            relative
-                .split('/')
-                .fold(self.prefix.clone(), |path, part| path.join(part))
-        })
     }
 
     /// The objects that hold the log up to `cut`, which every file of it has been shipped

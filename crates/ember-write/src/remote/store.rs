@@ -7,6 +7,8 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
 
+use super::holder::LeaseHolder;
+
 /// What can go wrong with a remote log directory.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -101,9 +103,33 @@ pub enum RemoteError {
         /// How long ago, by this host's clock, the holder last renewed the lease.
         renewed_ago: Duration,
     },
+    /// Another writer took the run's lease over while this one held it (this one did not renew
+    /// it for `stale_after`: it was paused, or cut off from the store): this writer writes
+    /// nothing more under the run (see [`lease`](super::lease)'s fencing rule).
+    #[error(
+        "{url} is no longer this writer's: {} took its lease over (a lease not renewed for \
+         {stale_after:?} is taken over: this writer was stopped, or cut off from the store); it \
+         writes nothing more under the run",
+        taker(holder.as_ref())
+    )]
+    LeaseLost {
+        /// The log directory's URL.
+        url: String,
+        /// Who holds the lease now, where its object said.
+        holder: Option<LeaseHolder>,
+        /// How long a lease not renewed stays its holder's.
+        stale_after: Duration,
+    },
     /// The mirror's thread could not start, or stopped.
     #[error("the remote mirror's thread {0}")]
     Thread(&'static str),
+}
+
+fn taker(holder: Option<&LeaseHolder>) -> String {
+    match holder {
+        Some(holder) => format!("process {} on host {}", holder.pid, holder.host),
+        None => "another writer, which has released it since,".into(),
+    }
 }
 
 /// Runs `work` on a thread of its own and waits for it: a caller inside a tokio runtime may

@@ -433,3 +433,52 @@ fn a_rollback_removes_the_objects_of_names_holding_a_percent_sign() {
     );
     assert!(!bucket.path().join("run").join(object).exists());
 }
+
+/// Before: a run resumed within the second its last file was made in (in one process, or by
+/// one of a lower process id) named its first file by its staging directory alone, which
+/// holds none of the run's files, and that name could sort before the last one's: readers,
+/// which take a directory's files in name order, read the resumed steps first. Now its first
+/// object is named one second after the newest of its kind in the store, as the pool names a
+/// first file after those already in a local directory; a lineage file there moves no summary
+/// file.
+#[test]
+fn a_resumed_run_s_first_file_sorts_after_the_run_s_files_in_the_store() {
+    let bucket = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/run", bucket.path().display());
+    std::fs::create_dir_all(bucket.path().join("run")).unwrap();
+    let write = |name: &str, record: &[u8]| {
+        let staging = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        crate::framing::frame_into(&mut bytes, record);
+        std::fs::write(staging.path().join(name), bytes).unwrap();
+        let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600));
+        mirror.unwrap().close().unwrap();
+    };
+    write(
+        "events.out.events.summary.0000000005.0.h_lineage",
+        b"lineage",
+    );
+    write("events.out.tfevents.0000000005.h.9.0", b"killed");
+    write("events.out.tfevents.0000000005.h.10.1", b"resumed");
+    let local = tempfile::tempdir().unwrap();
+    download(&url, local.path()).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(local.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("tfevents"))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "events.out.tfevents.0000000005.h.9.0",
+            "events.out.tfevents.0000000006.h.10.1"
+        ]
+    );
+    let read: Vec<Vec<u8>> = names
+        .iter()
+        .flat_map(|name| crate::Scan::file(local.path().join(name)).unwrap().records)
+        .map(|record| record.data)
+        .collect();
+    assert_eq!(read, [b"killed".to_vec(), b"resumed".to_vec()]);
+}

@@ -80,6 +80,18 @@ impl Checkpoints {
         }
     }
 
+    /// These checkpoints, written only while `log`'s writer holds its run in a bucket: each
+    /// write and removal asks its claim first, and none replaces what another writer put there
+    /// since (see `ember_write::remote::Bucket::fenced_by`); once the lease is lost,
+    /// `CheckpointError::Leased` with `RemoteError::LeaseLost`. Unchanged for a local directory
+    /// (its lock fences it) or a log that holds no lease.
+    pub fn fenced_by(self, log: Option<&crate::SummaryRecord>) -> Self {
+        match log {
+            Some(log) => Self::at(self.place.fenced_by(log), self.keep),
+            None => self,
+        }
+    }
+
     /// The directory.
     pub fn dir(&self) -> &Path {
         self.place.path()

@@ -177,6 +177,19 @@ pub enum CheckpointError {
     WriterPanicked,
 }
 
+impl CheckpointError {
+    /// Whether the run lost its place to another writer: its directory or lock file taken
+    /// away, or its lease in a bucket taken over. Nothing more is written under the run then.
+    pub fn claim_lost(&self) -> bool {
+        match self {
+            Self::Locked(ember_write::LockError::Lost { .. }) => true,
+            #[cfg(feature = "object-store")]
+            Self::Leased(ember_write::remote::RemoteError::LeaseLost { .. }) => true,
+            _ => false,
+        }
+    }
+}
+
 pub(super) fn io_err<'a>(
     op: &'static str,
     path: &'a Path,

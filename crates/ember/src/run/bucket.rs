@@ -1,13 +1,14 @@
 //! The object-store half of [`Place`](super::place::Place): a prefix of a bucket, each file one
-//! object, written by one PUT.
+//! object, written by one PUT; fenced by its run's lease where a record holds one.
 
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use ember_write::remote::Bucket;
+use ember_write::remote::{Bucket, RemoteError};
 
-use super::store::{Store, Unserved};
+use super::store::{Store, Unserved, failed};
+use crate::SummaryRecord;
 use crate::checkpoint::CheckpointError;
 
 /// The store of the URL `url`; one that cannot be opened fails at each use, saying why.
@@ -21,16 +22,22 @@ pub(crate) fn open(url: &str) -> Arc<dyn Store> {
 #[derive(Debug)]
 struct Prefix(Arc<Bucket>);
 
+/// The error of `op` on `name`: a lost lease as itself (the run is another writer's now, not
+/// a store that failed), any other as the store's failure.
+fn remote(op: &'static str, at: &Path, name: &str) -> impl FnOnce(RemoteError) -> CheckpointError {
+    move |error| match error {
+        RemoteError::LeaseLost { .. } => CheckpointError::Leased(error),
+        error => failed(op, at, name, io::Error::other(error.to_string())),
+    }
+}
+
 impl Store for Prefix {
     fn remote(&self) -> bool {
         true
     }
 
-    fn names(&self) -> io::Result<Vec<String>> {
-        let mut names: Vec<String> = self
-            .0
-            .list()
-            .map_err(io::Error::other)?
+    fn names(&self, at: &Path) -> Result<Vec<String>, CheckpointError> {
+        let mut names: Vec<String> = (self.0.list().map_err(remote("list", at, ""))?)
             .into_iter()
             .map(|listed| match listed.name.split_once('/') {
                 Some((top, _)) => top.to_owned(),
@@ -42,22 +49,23 @@ impl Store for Prefix {
         Ok(names)
     }
 
-    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        self.0.get(name).map_err(io::Error::other)
+    fn read(&self, at: &Path, name: &str) -> Result<Option<Vec<u8>>, CheckpointError> {
+        self.0.get(name).map_err(remote("read", at, name))
     }
 
     fn write(
         &self,
+        at: &Path,
         name: &str,
         fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
-    ) -> io::Result<()> {
+    ) -> Result<(), CheckpointError> {
         let mut bytes = Vec::new();
-        fill(&mut bytes)?;
-        self.0.put(name, bytes).map_err(io::Error::other)
+        fill(&mut bytes).map_err(|e| failed("write", at, name, e))?;
+        self.0.put(name, bytes).map_err(remote("write", at, name))
     }
 
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.0.delete(name).map_err(io::Error::other)
+    fn remove(&self, at: &Path, name: &str) -> Result<(), CheckpointError> {
+        self.0.delete(name).map_err(remote("remove", at, name))
     }
 
     /// Waits at most the lease's stale time to tell a live holder from a dead one.
@@ -68,5 +76,10 @@ impl Store for Prefix {
             rank,
             timing,
         )?)
+    }
+
+    fn fenced_by(&self, log: &SummaryRecord) -> Option<Arc<dyn Store>> {
+        let claim = log.claim()?;
+        Some(Arc::new(Self(Arc::new(self.0.fenced_by(claim)))))
     }
 }

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use ember_write::durable;
 
-use super::store::Store;
+use super::store::{Store, failed};
+use crate::SummaryRecord;
 use crate::checkpoint::CheckpointError;
 
 /// A directory of a run's files (see the module docs). Cheap to clone.
@@ -31,7 +32,7 @@ impl Place {
         let path = dir.into();
         let store = match path.to_str().filter(|d| ember_write::is_remote(d)) {
             Some(url) => super::bucket::open(url),
-            None => Arc::new(LocalDir(path.clone())) as Arc<dyn Store>,
+            None => Arc::new(LocalDir) as Arc<dyn Store>,
         };
         Self { path, store }
     }
@@ -46,6 +47,14 @@ impl Place {
         self.store.remote()
     }
 
+    /// This place, written only while `log`'s writer holds its run (see [`Store::fenced_by`]).
+    pub(crate) fn fenced_by(self, log: &SummaryRecord) -> Self {
+        match self.store.fenced_by(log) {
+            Some(store) => Self { store, ..self },
+            None => self,
+        }
+    }
+
     /// Refuses, naming it, another live writer of rank `rank` here (see [`Store::refuse_holder`]).
     pub(crate) fn refuse_holder(&self, rank: u32) -> Result<(), CheckpointError> {
         self.store.refuse_holder(&self.path, rank)
@@ -53,14 +62,12 @@ impl Place {
 
     /// The names directly in the place (none when it does not exist).
     pub(crate) fn names(&self) -> Result<Vec<String>, CheckpointError> {
-        self.store.names().map_err(self.failed("list", None))
+        self.store.names(&self.path)
     }
 
     /// The file `name`'s bytes; `None` when there is none.
     pub(crate) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, CheckpointError> {
-        self.store
-            .read(name)
-            .map_err(self.failed("read", Some(name)))
+        self.store.read(&self.path, name)
     }
 
     /// Writes `bytes` as the file `name`, whole (see the module docs).
@@ -75,80 +82,52 @@ impl Place {
         name: &str,
         mut fill: impl FnMut(&mut dyn Write) -> io::Result<()>,
     ) -> Result<(), CheckpointError> {
-        self.store
-            .write(name, &mut fill)
-            .map_err(self.failed("write", Some(name)))
+        self.store.write(&self.path, name, &mut fill)
     }
 
     /// Removes the file `name`; one that is not there is no error.
     pub(crate) fn remove(&self, name: &str) -> Result<(), CheckpointError> {
-        self.store
-            .remove(name)
-            .map_err(self.failed("remove", Some(name)))
-    }
-
-    fn failed<'a>(
-        &'a self,
-        op: &'static str,
-        name: Option<&'a str>,
-    ) -> impl FnOnce(io::Error) -> CheckpointError + 'a {
-        move |source| CheckpointError::Io {
-            op,
-            path: name.map_or_else(|| self.path.clone(), |name| self.path.join(name)),
-            source,
-        }
+        self.store.remove(&self.path, name)
     }
 }
 
 /// A local directory.
 #[derive(Debug)]
-struct LocalDir(PathBuf);
+struct LocalDir;
 
 impl Store for LocalDir {
     fn remote(&self) -> bool {
         false
     }
 
-    fn names(&self) -> io::Result<Vec<String>> {
-        let entries = match std::fs::read_dir(&self.0) {
+    fn names(&self, at: &Path) -> Result<Vec<String>, CheckpointError> {
+        let entries = match std::fs::read_dir(at) {
             Ok(entries) => entries,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(e),
+            Err(e) if absent(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(failed("list", at, "", e)),
         };
         entries
             .map(|entry| Ok(entry?.file_name().to_string_lossy().into_owned()))
-            .collect()
+            .collect::<io::Result<_>>()
+            .map_err(|e| failed("list", at, "", e))
     }
 
-    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        match std::fs::read(self.0.join(name)) {
+    fn read(&self, at: &Path, name: &str) -> Result<Option<Vec<u8>>, CheckpointError> {
+        match std::fs::read(at.join(name)) {
             Ok(bytes) => Ok(Some(bytes)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(e),
+            Err(e) if absent(&e) => Ok(None),
+            Err(e) => Err(failed("read", at, name, e)),
         }
     }
 
     fn write(
         &self,
+        at: &Path,
         name: &str,
         fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
-    ) -> io::Result<()> {
-        durable::create_dir(&self.0)?;
-        durable::replace_with(&self.0.join(name), |tmp| {
+    ) -> Result<(), CheckpointError> {
+        durable::create_dir(at).map_err(|e| failed("create", at, "", e))?;
+        durable::replace_with(&at.join(name), |tmp| {
             let file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -157,25 +136,38 @@ impl Store for LocalDir {
             fill(&mut buffered)?;
             buffered.flush()
         })
+        .map_err(|e| failed("write", at, name, e))
     }
 
-    fn remove(&self, name: &str) -> io::Result<()> {
-        match std::fs::remove_file(self.0.join(name)) {
+    fn remove(&self, at: &Path, name: &str) -> Result<(), CheckpointError> {
+        match std::fs::remove_file(at.join(name)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            removed => removed,
+            removed => removed.map_err(|e| failed("remove", at, name, e)),
         }
     }
 
-    fn refuse_holder(&self, dir: &Path, rank: u32) -> Result<(), CheckpointError> {
-        match ember_write::DirLock::holder(dir, rank) {
+    fn refuse_holder(&self, at: &Path, rank: u32) -> Result<(), CheckpointError> {
+        match ember_write::DirLock::holder(at, rank) {
             Some(holder) => Err(ember_write::LockError::Held {
-                dir: dir.to_path_buf(),
+                dir: at.to_path_buf(),
                 holder,
             }
             .into()),
             None => Ok(()),
         }
     }
+
+    fn fenced_by(&self, _: &SummaryRecord) -> Option<Arc<dyn Store>> {
+        None
+    }
+}
+
+/// Whether `error` says there is nothing at the path (or a file where a directory would be).
+fn absent(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
 }
 
 #[cfg(test)]

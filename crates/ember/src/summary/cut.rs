@@ -1,7 +1,8 @@
 //! A bucket log's cut at a checkpoint, taken by the record's writer pool in order with the
-//! records ([`SummaryRecord::cut_log_in_order`]).
+//! records ([`SummaryRecord::cut_log_in_order`]), and the claim on the run the checkpoints are
+//! fenced by ([`SummaryRecord::claim`]): the record's methods of a bucket log alone.
 
-use ember_write::remote::LogCut;
+use ember_write::remote::{Claim, LogCut};
 
 use crate::{SummaryError, SummaryRecord};
 
@@ -42,5 +43,13 @@ impl SummaryRecord {
             let _ = tx.send(cutter.cut().map(|cut| (cut, lost)));
         })?;
         Ok(Some(PendingCut(rx)))
+    }
+
+    /// This record's claim on its run in a bucket (see [`Claim`]): what a writer of other
+    /// objects under the run (checkpoints, the model) asks before it writes, or fences a
+    /// [`Bucket`](ember_write::remote::Bucket) with. `None` for a local log directory, and
+    /// once the record is closed (its lease released).
+    pub fn claim(&self) -> Option<Claim> {
+        self.remote.as_ref()?.claim()
     }
 }

@@ -562,10 +562,8 @@ impl SummaryRecord {
     /// Whether the log directory is an object-store URL (written through a local staging
     /// directory, shipped as segment objects).
     pub fn is_remote(&self) -> bool {
-        #[cfg(feature = "object-store")]
-        return self.remote.is_some();
-        #[cfg(not(feature = "object-store"))]
-        false
+        // A build without object stores makes no record of a URL.
+        self.log_dir.to_str().is_some_and(ember_write::is_remote)
     }
 
     /// What was shipped to the object store so far (after [`close`](Self::close), in all),

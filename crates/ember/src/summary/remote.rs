@@ -1,12 +1,16 @@
 //! A record whose log directory is an object-store URL (the `object-store` feature): its pool
 //! writes a private staging directory, which ember-write's
 //! [`RemoteMirror`](ember_write::remote::RemoteMirror) ships to the store as segment objects;
-//! see that module for the layout and what a reader sees when.
+//! see that module for the layout and what a reader sees when. The mirror holds the run's lease:
+//! once another writer has taken it over, the record takes no record more and says why
+//! ([`RemoteError::LeaseLost`]), and its staging directory goes at the close.
 
 use std::path::{Path, PathBuf};
 
 use ember_write::FullQueuePolicy;
-use ember_write::remote::{DEFAULT_SHIP_INTERVAL, LeaseTiming, MirrorStats, RemoteMirror, Wait};
+use ember_write::remote::{
+    Claim, DEFAULT_SHIP_INTERVAL, LeaseTiming, MirrorStats, RemoteError, RemoteMirror, Wait,
+};
 
 use crate::SummaryError;
 
@@ -14,6 +18,8 @@ use crate::SummaryError;
 #[derive(Debug)]
 pub(super) struct Remote {
     mirror: Option<RemoteMirror>,
+    /// The mirror's claim on the run, which outlives its close.
+    claim: Option<Claim>,
     staging: PathBuf,
     /// Held while this record writes: `ember push` leaves a live writer's staging alone.
     _lock: ember_write::DirLock,
@@ -50,6 +56,7 @@ impl Remote {
             }
         };
         Ok(Self {
+            claim: mirror.claim().cloned(),
             mirror: Some(mirror),
             staging,
             _lock: lock,
@@ -60,8 +67,32 @@ impl Remote {
         })
     }
 
+    /// The mirror's claim on the run while it lives (its lease released at the close).
+    pub(super) fn claim(&self) -> Option<Claim> {
+        self.mirror.as_ref()?;
+        self.claim.clone()
+    }
+
+    /// Whether this writer may write under the run now: see [`Claim::check`].
+    pub(super) fn check_claim(&self) -> Result<(), SummaryError> {
+        match &self.claim {
+            Some(claim) => Ok(claim.check()?),
+            None => Ok(()),
+        }
+    }
+
+    /// [`RemoteError::LeaseLost`] once another writer has taken the run over; `Ok` otherwise,
+    /// for records go to the staging directory, not the store, whatever the store's state.
+    fn not_lost(&self) -> Result<(), SummaryError> {
+        match self.check_claim() {
+            Err(SummaryError::Remote(error @ RemoteError::LeaseLost { .. })) => Err(error.into()),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the next record may go to the pool: see [`RemoteMirror::admit`].
     pub(super) fn admit(&self) -> Result<bool, SummaryError> {
+        self.not_lost()?;
         match &self.mirror {
             Some(mirror) => Ok(mirror.admit_within(self.policy, self.budget, &self.wait)?),
             None => Ok(true),
@@ -75,6 +106,7 @@ impl Remote {
 
     /// Ships every whole record written so far; returns once it is in the store.
     pub(super) fn ship(&self) -> Result<(), SummaryError> {
+        self.not_lost()?;
         match &self.mirror {
             Some(mirror) => mirror.ship().map_err(|message| SummaryError::RemoteShip {
                 url: mirror.url().to_owned(),
@@ -86,6 +118,7 @@ impl Remote {
 
     /// The log's position now: see [`RemoteMirror::cut`].
     pub(super) fn cut(&self) -> Result<ember_write::remote::LogCut, SummaryError> {
+        self.not_lost()?;
         let mirror = self.mirror.as_ref().ok_or(SummaryError::Closed)?;
         mirror.cut().map_err(|message| SummaryError::RemoteShip {
             url: mirror.url().to_owned(),
@@ -95,6 +128,7 @@ impl Remote {
 
     /// What takes the log's cuts on the writer pool's thread: see [`RemoteMirror::cutter`].
     pub(super) fn cutter(&self) -> Result<ember_write::remote::Cutter, SummaryError> {
+        self.not_lost()?;
         let mirror = self.mirror.as_ref().ok_or(SummaryError::Closed)?;
         mirror.cutter().map_err(|message| SummaryError::RemoteShip {
             url: mirror.url().to_owned(),
@@ -111,14 +145,21 @@ impl Remote {
     }
 
     /// Ships what is left and stops; the staging directory is removed once everything in it
-    /// is in the store, and kept (and named in the error) otherwise.
+    /// is in the store, and kept (and named in the error) otherwise. Once another writer has
+    /// taken the run over, what the staging holds came after the new holder's checkpoint and
+    /// must never reach the store: it is removed, and the close says why.
     pub(super) fn close(&mut self) -> Result<(), SummaryError> {
         let Some(mirror) = self.mirror.take() else {
             return Ok(());
         };
         let url = mirror.url().to_owned();
         self.final_stats = Some(mirror.stats());
-        match mirror.close() {
+        let closed = mirror.close();
+        if let Err(lost) = self.not_lost() {
+            let _ = std::fs::remove_dir_all(&self.staging);
+            return Err(lost);
+        }
+        match closed {
             Ok(stats) => {
                 self.final_stats = Some(stats);
                 let _ = std::fs::remove_dir_all(&self.staging);

@@ -316,7 +316,7 @@ impl Checkpointer {
     fn finished(&mut self, written: Written) -> Result<(), TrainError> {
         match written {
             Ok(_) => self.written += 1,
-            Err(error) if self.store.is_remote() => {
+            Err(error) if self.store.is_remote() && !error.claim_lost() => {
                 log::warn!("a checkpoint was not written ({error}); training goes on");
             }
             Err(error) if no_room(&error) => {

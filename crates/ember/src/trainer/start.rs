@@ -59,6 +59,9 @@ impl<M: Trainable> Trainer<M> {
         // of other data (or crafted), refused before the log is rolled back.
         let items = train.num_items();
         let mut run = self.open_run(summary)?;
+        if let (Some(run), Some(summary)) = (run.as_mut(), summary) {
+            run.fence_by(summary);
+        }
         let mut driver = self.open_driver(train)?;
         let model = match self.ranks.as_mut() {
             Some(ranks) => ranks

@@ -122,17 +122,18 @@ fn a_run_in_a_bucket_resumes_from_the_bucket_bit_identical_with_one_log() {
     use std::panic::{AssertUnwindSafe, catch_unwind};
 
     let bucket = tempfile::tempdir().unwrap();
-    let (whole, result) = fit_in_bucket(bucket.path(), "whole", None, false, 1);
+    let (whole, result) = fit_in_bucket(bucket.path(), "whole", |_| None, false, 1);
     let (expected, _) = result.unwrap();
     let expected_series = comparable_series(&whole);
     assert_eq!(expected_series["train/loss"].len(), 12);
     for crash_at in [5, 8, 11] {
         let run = format!("crash-{crash_at}");
         let crashed = catch_unwind(AssertUnwindSafe(|| {
-            fit_in_bucket(bucket.path(), &run, Some(crash(crash_at)), false, 1)
+            fit_in_bucket(bucket.path(), &run, |_| Some(crash(crash_at)), false, 1)
         }));
         assert!(crashed.is_err());
-        let (url, result) = fit_in_bucket(bucket.path(), &run, None, true, 100 + crash_at as u64);
+        let (url, result) =
+            fit_in_bucket(bucket.path(), &run, |_| None, true, 100 + crash_at as u64);
         let (got, report) = result.unwrap();
         assert!(
             report.resumed_from.is_some(),
@@ -148,6 +149,84 @@ fn a_run_in_a_bucket_resumes_from_the_bucket_bit_identical_with_one_log() {
 }
 
 /// A crash at pool step `step`, for [`fit_in_bucket`].
+/// Before: a run in a bucket whose lease another writer took over (it had stopped past the
+/// lease's stale time) logged that two writers might now write the run and trained on, its
+/// records and checkpoints landing beside the new holder's. Now the first record after the
+/// loss ends the run with `LeaseLost`, whatever the record's error policy (here the default,
+/// which logs a failed record and goes on), and nothing it records or checkpoints after the
+/// loss reaches the bucket.
+#[cfg(feature = "object-store")]
+#[test]
+fn a_run_in_a_bucket_whose_lease_is_taken_over_stops_with_lease_lost() {
+    use ember_write::remote::RemoteError;
+
+    let bucket = tempfile::tempdir().unwrap();
+    let dir = bucket.path().join("taken");
+    let taken_over = |summary: &SummaryRecord| -> Option<OnStep> {
+        let claim = summary.claim().unwrap();
+        let dir = dir.clone();
+        Some(Box::new(move |report: &StepReport| {
+            if report.step != 5 {
+                return;
+            }
+            let waited = std::time::Instant::now();
+            let deadline = std::time::Duration::from_secs(60);
+            while !dir.join("checkpoints/ckpt-000000000001.ember").exists() {
+                assert!(
+                    waited.elapsed() < deadline,
+                    "the first checkpoint never came"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            // Another host's writer takes the lease over, as after this one stopped.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis();
+            let theirs = format!("host=elsewhere\npid=4242\ntaken={now}\nrenewed={now}\n");
+            std::fs::write(dir.join(".ember-lease"), theirs).unwrap();
+            while !claim.is_lost() {
+                assert!(
+                    waited.elapsed() < deadline,
+                    "the lease was never found lost"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }))
+    };
+    let (url, result) = fit_in_bucket(bucket.path(), "taken", taken_over, false, 1);
+    let error = result.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            TrainError::Summary(SummaryError::Remote(RemoteError::LeaseLost {
+                holder: Some(holder),
+                ..
+            })) if holder.pid == 4242
+        ),
+        "{error}"
+    );
+    let steps: Vec<i64> = comparable_series(&url)["train/loss"]
+        .iter()
+        .map(|(step, _)| *step)
+        .collect();
+    assert!(
+        steps.windows(2).all(|w| w[0] < w[1]) && steps.last() <= Some(&5),
+        "{steps:?}"
+    );
+    let mut checkpoints: Vec<String> = std::fs::read_dir(dir.join("checkpoints"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    checkpoints.sort();
+    assert_eq!(checkpoints, ["ckpt-000000000001.ember"]);
+    let lease = std::fs::read_to_string(dir.join(".ember-lease")).unwrap();
+    assert!(
+        lease.contains("pid=4242"),
+        "the lost lease was released: {lease}"
+    );
+}
+
 #[cfg(feature = "object-store")]
 fn crash(step: usize) -> OnStep {
     Box::new(move |report: &StepReport| {
@@ -170,7 +249,7 @@ fn a_checkpoint_in_a_bucket_is_written_only_once_its_log_up_to_it_is_in_the_stor
     use std::panic::{AssertUnwindSafe, catch_unwind};
 
     let bucket = tempfile::tempdir().unwrap();
-    let (whole, result) = fit_in_bucket(bucket.path(), "whole", None, false, 1);
+    let (whole, result) = fit_in_bucket(bucket.path(), "whole", |_| None, false, 1);
     let (expected, whole_report) = result.unwrap();
     let expected_series = comparable_series(&whole);
     // The segments' next names taken by directories from step 5 (once the first checkpoint,
@@ -199,7 +278,7 @@ fn a_checkpoint_in_a_bucket_is_written_only_once_its_log_up_to_it_is_in_the_stor
     let (url, result) = fit_in_bucket(
         bucket.path(),
         "refused",
-        Some(segments_refused(refused.clone(), None)),
+        |_| Some(segments_refused(refused.clone(), None)),
         false,
         1,
     );
@@ -215,11 +294,11 @@ fn a_checkpoint_in_a_bucket_is_written_only_once_its_log_up_to_it_is_in_the_stor
     let crashed = bucket.path().join("crashed");
     let hook = segments_refused(crashed.clone(), Some(10));
     let run = catch_unwind(AssertUnwindSafe(|| {
-        fit_in_bucket(bucket.path(), "crashed", Some(hook), false, 1)
+        fit_in_bucket(bucket.path(), "crashed", |_| Some(hook), false, 1)
     }));
     assert!(run.is_err());
     assert!(not_written(&crashed));
-    let (url, result) = fit_in_bucket(bucket.path(), "crashed", None, true, 7);
+    let (url, result) = fit_in_bucket(bucket.path(), "crashed", |_| None, true, 7);
     let (got, report) = result.unwrap();
     let from = report.resumed_from.expect("resumed");
     assert!(
@@ -264,15 +343,16 @@ fn refuse_next_segments(dir: &std::path::Path, refuse: bool) {
 }
 
 /// Trains run `run` with its log and checkpoints under `file://<bucket>/<run>`: 2 workers,
-/// accumulation 2, histograms and a checkpoint every 2 optimizer steps; `on_step` after each
-/// step (a crash, say), and resuming from the bucket's checkpoints when `resume`. `seed`
+/// accumulation 2, histograms and a checkpoint every 2 optimizer steps; what `on_step` makes
+/// of the run's record, after each step (a crash, say), and resuming from the bucket's
+/// checkpoints when `resume`. `seed`
 /// initialises the model (a resumed run's must not matter). Returns the run's URL and its
 /// parameters.
 #[cfg(feature = "object-store")]
 fn fit_in_bucket(
     bucket: &std::path::Path,
     run: &str,
-    on_step: Option<OnStep>,
+    on_step: impl FnOnce(&SummaryRecord) -> Option<OnStep>,
     resume: bool,
     seed: u64,
 ) -> (String, Result<(Vec<f32>, TrainReport), TrainError>) {
@@ -299,20 +379,24 @@ fn fit_in_bucket(
             ..TrainerConfig::default()
         },
     );
-    if let Some(on_step) = on_step {
-        trainer = trainer.on_step(on_step);
-    }
     if resume {
         trainer = trainer.resume_from(&checkpoints);
     }
     let mut summary = SummaryRecord::new(&url).unwrap();
+    if let Some(on_step) = on_step(&summary) {
+        trainer = trainer.on_step(on_step);
+    }
     let result = trainer.fit(
         seeded_mlp(4, seed, &device),
         shuffled_loader(96, true, &device),
         Some(shuffled_loader(24, false, &device)),
         Some(&mut summary),
     );
-    summary.close().unwrap();
+    // A run that failed may fail to close too (its lease lost).
+    let closed = summary.close();
+    if result.is_ok() {
+        closed.unwrap();
+    }
     let result = result.map(|(model, report)| (parameters(&model), report));
     (url, result)
 }

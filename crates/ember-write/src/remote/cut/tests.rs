@@ -113,3 +113,30 @@ fn a_cut_of_a_closed_mirror_is_an_error_not_a_checkpoint() {
     mirror.close().unwrap();
     assert!(cut.shipped().is_err());
 }
+
+/// Before: the mirror closed a cut before the pass that shipped it, so that pass's segment ran
+/// on past the cut whenever records had followed it, and the checkpoint was passed over ("not
+/// shipped up to the checkpoint's … bytes"): in about a third of bucket runs, where the
+/// checkpoint thread asked before a timed pass had shipped the cut.
+#[test]
+fn a_cut_asked_for_before_any_pass_ships_it_ends_a_segment() {
+    let (_dir, url) = file_bucket();
+    let staging = tempfile::tempdir().unwrap();
+    let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+    let at_cut = append(staging.path(), 0, 2);
+    let cut = mirror.cut().unwrap();
+    let at_end = append(staging.path(), 2, 3);
+    let shipped = cut.shipped().unwrap();
+    assert_eq!(
+        shipped.objects,
+        [(format!("{EVENTS}.00000001"), at_cut)].into()
+    );
+    mirror.close().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    download(&url, local.path()).unwrap();
+    let events = local.path().join(EVENTS);
+    assert_eq!(std::fs::metadata(&events).unwrap().len(), at_end);
+    let scan = crate::Scan::file(events).unwrap();
+    assert!(scan.problems.is_empty(), "{:?}", scan.problems);
+    assert_eq!(scan.records.len(), 5);
+}
