@@ -176,10 +176,7 @@ pub(crate) fn write(args: WriteArgs) -> anyhow::Result<ExitCode> {
     summary.close().context("closing the summary files")?;
     let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
 
-    #[cfg(feature = "object-store")]
-    let shipped = summary.remote_stats().map(|stats| stats.bytes);
-    #[cfg(not(feature = "object-store"))]
-    let shipped: Option<u64> = None;
+    let shipped = summary.shipped_bytes();
     let bytes = match shipped {
         Some(bytes) => bytes,
         None => size_under(&args.out)

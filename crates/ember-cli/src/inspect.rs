@@ -51,25 +51,19 @@ pub(crate) struct InspectArgs {
 pub(crate) fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = args.path.to_str().filter(|p| ember::is_remote(p)) {
         // An object-store log directory: its objects (a file's segments in order) downloaded
-        // into a directory of their own, and inspected there.
-        #[cfg(feature = "object-store")]
-        {
-            let local = ember::read::download_private(url)?;
-            crate::output::err(format!(
-                "{url}: {} object(s), downloaded into {}",
-                local.objects,
-                crate::output::shown(local.path())
-            ));
-            return run(InspectArgs {
-                path: local.path().to_path_buf(),
-                ..args
-            });
-        }
-        #[cfg(not(feature = "object-store"))]
-        {
-            ember::read::download(url, std::path::Path::new(""))?;
-            anyhow::bail!("{url}: this ember was built without the `object-store` feature");
-        }
+        // into a private directory of their own (mode 0700, a random name), and inspected there.
+        let local = tempfile::Builder::new()
+            .prefix("ember-inspect-")
+            .tempdir()?;
+        let objects = ember::read::download(url, local.path())?;
+        crate::output::err(format!(
+            "{url}: {objects} object(s), downloaded into {}",
+            crate::output::shown(local.path())
+        ));
+        return run(InspectArgs {
+            path: local.path().to_path_buf(),
+            ..args
+        });
     }
     let (runs, skipped) = inspect(&args.path, args.values)?;
     let problems = runs.values().flat_map(|r| {

@@ -6,6 +6,8 @@
 
 mod allocator;
 mod bench;
+#[cfg(feature = "object-store")]
+mod bucket;
 mod devices;
 mod digits;
 mod format_arg;
@@ -13,10 +15,6 @@ mod inspect;
 mod job;
 mod logger;
 mod output;
-#[cfg(feature = "object-store")]
-mod pull;
-#[cfg(feature = "object-store")]
-mod push;
 mod train;
 
 use std::process::ExitCode;
@@ -49,14 +47,9 @@ enum Command {
     /// truncated tail (a file still being written, or cut by a crash: a warning); 1 when a
     /// record is corrupt or a file cannot be read.
     Inspect(inspect::InspectArgs),
-    /// Download an object-store log directory (`s3://bucket/run`) into a local directory, each
-    /// event file whole again (for MindInsight, which reads local directories only).
     #[cfg(feature = "object-store")]
-    Pull(pull::PullArgs),
-    /// Ship what killed writers left in their staging directories to the object store each
-    /// was writing, and remove each once all of it is there.
-    #[cfg(feature = "object-store")]
-    Push(push::PushArgs),
+    #[command(flatten)]
+    Bucket(bucket::BucketCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -83,9 +76,7 @@ fn main() -> ExitCode {
         Command::Train(args) => train::run(args),
         Command::Inspect(args) => inspect::run(args),
         #[cfg(feature = "object-store")]
-        Command::Pull(args) => pull::run(args),
-        #[cfg(feature = "object-store")]
-        Command::Push(args) => push::run(args),
+        Command::Bucket(command) => bucket::run(command),
         Command::Bench(BenchCommand::Write(args)) => bench::write(args),
         Command::Bench(BenchCommand::Memory(args)) => bench::memory(args),
         Command::Bench(BenchCommand::Scaling(args)) => bench::scaling::scaling(args),

@@ -77,7 +77,6 @@ pub(crate) const TEST_FRACTION: f64 = 0.2;
 const SAMPLES: usize = 16;
 
 /// How long a record waits at most for an object store that is down to take the backlog.
-#[cfg(feature = "object-store")]
 const REMOTE_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
 
 fn loader(
@@ -238,10 +237,7 @@ fn open_summary(plan: &Plan, stop: &Arc<AtomicBool>) -> anyhow::Result<SummaryRe
     let builder = SummaryRecord::builder(&plan.logdir)
         .format(plan.args.format.format())
         .rank(plan.job.rank() as u32, plan.job.size() as u32);
-    #[cfg(feature = "object-store")]
     let builder = builder.remote_block_wait(REMOTE_BLOCK_DEADLINE, Some(stop.clone()));
-    #[cfg(not(feature = "object-store"))]
-    let _ = stop;
     builder.build().with_context(|| {
         format!(
             "cannot create log dir {}",
@@ -308,7 +304,7 @@ fn announce(plan: &Plan, data: &Data, opened: &[OpenedDevice]) {
 
 /// The run's Trainer: its configuration, hyper-parameters, the bar moved at each step, and at
 /// each epoch's end a line and the samples' and PR curves' summaries; a rank of the job,
-/// resumed or started over as asked.
+/// resumed or restarted as asked.
 fn build_trainer(
     plan: &mut Plan,
     data: &Data,

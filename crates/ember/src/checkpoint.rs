@@ -9,7 +9,7 @@
 //! - `log_place`: where the run's summary log is, to snapshot at a checkpoint and roll back
 //!   on resume (the snapshot itself is ember-write's `LogSnapshot`: the lengths of exactly the
 //!   files the run's writers listed in their journal before making them, so that a rollback,
-//!   a restart or starting over touches nothing else in the directory: another tool's event
+//!   a restart touches nothing else in the directory: another tool's event
 //!   file, a copy, an empty directory stay byte for byte);
 //! - `meta`: the `meta` section's fields, read in one place;
 //!
@@ -19,8 +19,8 @@
 //! ([`CheckpointError::NothingToResume`], [`CheckpointError::Mismatch`]); so does a resume
 //! with a summary record from a checkpoint with no `log` section
 //! ([`CheckpointError::Section`]) or with an empty one (taken with no summary record) while
-//! the log holds files the run wrote ([`CheckpointError::LogNotRecorded`]). Starting a run over
-//! is its own, named call ([`Trainer::start_over`](crate::Trainer::start_over)).
+//! the log holds files the run wrote ([`CheckpointError::LogNotRecorded`]). Restarting a run
+//! is its own, named call ([`Trainer::restart`](crate::Trainer::restart)).
 //!
 //! A checkpoint is one file of named sections (the trainer's progress, the model, optimizer
 //! and scheduler records, the log directory's snapshot) followed by the CRC-32C of every byte

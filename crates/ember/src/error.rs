@@ -66,9 +66,8 @@ pub enum SummaryError {
     #[error("{0} is an object-store URL: build ember with the `object-store` feature to log there")]
     RemoteUnsupported(String),
     /// The object store of the log directory could not be used at the start.
-    #[cfg(feature = "object-store")]
     #[error(transparent)]
-    Remote(#[from] ember_write::remote::RemoteError),
+    Remote(#[from] crate::bucket::RemoteError),
     /// Records written could not be shipped to the object store (they are tried again, and
     /// stay in the staging directory until they are).
     #[error("shipping to {url}: {message}")]

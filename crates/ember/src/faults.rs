@@ -32,8 +32,9 @@ impl SummaryFaults {
     /// first of its kind. A run in a bucket whose lease another writer took over ends whatever
     /// the policy: the run is the other writer's now.
     pub(crate) fn ends_training(&mut self, error: &SummaryError) -> bool {
-        #[cfg(feature = "object-store")]
-        if let SummaryError::Remote(ember_write::remote::RemoteError::LeaseLost { .. }) = error {
+        if let SummaryError::Remote(error) = error
+            && crate::bucket::lease_lost(error)
+        {
             return true;
         }
         if self.policy == ErrorPolicy::Raise {

@@ -41,6 +41,12 @@
 
 #![deny(missing_docs)]
 
+// The object stores' door: `bucket.rs` with the `object-store` feature, else what stands in.
+#[cfg(feature = "object-store")]
+mod bucket;
+#[cfg(not(feature = "object-store"))]
+#[path = "no_bucket.rs"]
+mod bucket;
 #[cfg(feature = "burn")]
 pub mod burn_train;
 #[cfg(feature = "burn")]
@@ -77,6 +83,18 @@ pub use trainer::{
     TrainReport, Trainable, Trainer, TrainerConfig, TrainingItem,
 };
 
+/// What an object store did wrong (with the `object-store` feature; nothing without).
+pub use bucket::RemoteError;
+/// What only a build with the `object-store` feature offers: an object-store prefix read and
+/// written as a directory of whole files (`Bucket`), a record's claim on its run in one
+/// (`Claim`) and what its mirror shipped (`MirrorStats`), and what killed writers left in their
+/// staging directories, shipped to their store (`ship_orphans`, `ember push`).
+#[allow(
+    unused_imports,
+    unreachable_pub,
+    reason = "empty without the `object-store` feature"
+)]
+pub use bucket::exported::*;
 /// Training across processes and hosts (ember-collective, layer L1): communicators and the
 /// rounds of hierarchical data parallelism; `MpiComm` with the `mpi` feature.
 #[cfg(feature = "burn")]
@@ -102,20 +120,12 @@ pub use ember_pool::{DevicePool, PoolOptions, SpawnError, StepError};
 /// Replacing a file atomically and durably (ember-write's helper, for the files a caller
 /// rewrites whole beside a run: a command line, a model).
 pub use ember_write::durable;
-/// What killed writers left in their staging directories, shipped to their object store
-/// (`ember push`): see [`ember_write::orphans::ship_orphans`].
-#[cfg(feature = "object-store")]
-pub use ember_write::orphans::{Orphan, ship_orphans};
 /// The summary data model and packing (ember-pack, layer L0), re-exported by ember-write.
 pub use ember_write::pack;
 #[doc(inline)]
 pub use ember_write::pack::{
     Format, HParams, HistogramRule, ImageLayout, Record, Tag, TensorValue, Value,
 };
-/// An object-store prefix read and written as a directory of whole files (checkpoints, a
-/// run's command line and model, when its log directory is a URL).
-#[cfg(feature = "object-store")]
-pub use ember_write::remote::Bucket;
 #[doc(inline)]
 pub use ember_write::{
     DirLock, Durability, ErrorPolicy, FileError, FreeSpace, FreeSpaceSource, FullQueuePolicy,

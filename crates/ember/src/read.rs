@@ -52,8 +52,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use download::download;
-#[cfg(feature = "object-store")]
-pub use download::download_private;
 pub use ember_write::framing;
 pub use ember_write::reader::*;
 pub use error::ReadError;

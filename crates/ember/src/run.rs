@@ -19,22 +19,17 @@
 //! - claims the checkpoint directory (its lock) and writes the run's record.
 //!
 //! It then owns what the run writes besides its log: its checkpoints' directory, starting the
-//! run over ([`Run::restart`]: its checkpoints and the files its writers made removed) and its
-//! model files ([`Run::save_model`]: `model.bpk` only for a run trained to its end, see
-//! `model.rs`). Where the run lives, a local directory or a bucket's prefix, is chosen once, when
-//! its [`place`](place::Place) is made.
+//! run over (its checkpoints removed, for the Trainer's restart) and its model files
+//! ([`Run::save_model`]: `model.bpk` only for a run trained to its end, see `model.rs`). Where
+//! the run lives, a local directory or a bucket's prefix, is chosen once, when its place is made
+//! (`place.rs`), the object store's half in the crate's `bucket` module.
 
 mod admit;
-#[cfg(feature = "object-store")]
-mod bucket;
-#[cfg(not(feature = "object-store"))]
-#[path = "run/no_bucket.rs"]
-mod bucket;
 mod identity;
 mod model;
 pub(crate) mod place;
 mod record;
-mod store;
+pub(crate) mod store;
 #[cfg(test)]
 mod tests;
 

@@ -2,7 +2,7 @@
 //!
 //! This file holds the [`Trainer`] and `fit`. `setup.rs` sets a trainer up; `config.rs` holds
 //! its configurations and hooks. The loop runs in phases: `run.rs` (the phases in order, and
-//! every checkpoint through one `maybe_checkpoint`), `start.rs` (start, resume or start over),
+//! every checkpoint through one `maybe_checkpoint`), `start.rs` (start, resume or restart),
 //! `epoch.rs` (an epoch's steps and its end), `steps.rs` (what the loop does around one step).
 //! `item.rs` is what it reads from a step's output, `report.rs` and `error.rs` what it gives
 //! back, `run_state.rs` what a run knows and `lineage.rs` MindSpore's lineage of it. Its
@@ -28,6 +28,8 @@ use crate::{SummaryError, SummaryRecord};
 
 #[cfg(test)]
 mod attack_tests;
+#[cfg(all(test, feature = "object-store"))]
+mod bucket_tests;
 mod checkpointing;
 mod config;
 mod epoch;
@@ -37,8 +39,6 @@ mod lineage;
 #[cfg(test)]
 mod live_reader_tests;
 mod optimizer_shards;
-#[cfg(all(test, feature = "object-store"))]
-mod ranks_in_a_bucket_tests;
 mod report;
 mod run;
 mod run_state;

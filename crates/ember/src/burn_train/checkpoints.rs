@@ -59,7 +59,7 @@ impl SummaryLogger {
         if epoch == 0 {
             if let Some(record) = self.lock() {
                 let place = LogPlace::of(&record, &dir);
-                place.roll_back(&Snapshot::empty(&place), &record)?;
+                place.roll_back(&Snapshot::empty(&place)?, &record)?;
             }
             self.checkpoints = Some(dir);
             return Ok(self);

@@ -133,7 +133,7 @@ impl Checkpoints {
     }
 
     fn remove_file(&self, name: &str) -> Result<(), CheckpointError> {
-        // Every rank of a job starting over removes them: another may have been first.
+        // Every rank of a job restarting removes them: another may have been first.
         self.place.remove(name)
     }
 
@@ -256,7 +256,7 @@ impl Checkpoints {
     }
 
     /// Removes every checkpoint of the directory, whole or not, with the ranks' parts: a run
-    /// started over from its beginning must not find them on its next resume.
+    /// restarted from its beginning must not find them on its next resume.
     pub fn remove_all(&self) -> Result<(), CheckpointError> {
         for name in self.names()? {
             if (name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || is_stale_temporary(&name) {

@@ -54,7 +54,7 @@ pub enum CheckpointError {
     },
     /// A resume found nothing to go on from: the directory is missing or holds no whole
     /// checkpoint of this job. Nothing was changed; starting the run over is a choice of its
-    /// own ([`Trainer::start_over`](crate::Trainer::start_over)).
+    /// own ([`Trainer::restart`](crate::Trainer::restart)).
     #[error("no checkpoint to resume from in {}: {why}", dir.display())]
     NothingToResume {
         /// The checkpoint directory.
@@ -166,9 +166,8 @@ pub enum CheckpointError {
     #[error(transparent)]
     Locked(#[from] ember_write::LockError),
     /// Another process holds the bucket run's lease, or the lease could not be read.
-    #[cfg(feature = "object-store")]
     #[error(transparent)]
-    Leased(#[from] ember_write::remote::RemoteError),
+    Leased(#[from] crate::bucket::RemoteError),
     /// The log directory could not be rolled back to the checkpoint.
     #[error("cannot roll the log directory back to the checkpoint: {0}")]
     Rollback(#[from] ember_write::RollbackError),
@@ -183,8 +182,7 @@ impl CheckpointError {
     pub fn claim_lost(&self) -> bool {
         match self {
             Self::Locked(ember_write::LockError::Lost { .. }) => true,
-            #[cfg(feature = "object-store")]
-            Self::Leased(ember_write::remote::RemoteError::LeaseLost { .. }) => true,
+            Self::Leased(error) => crate::bucket::lease_lost(error),
             _ => false,
         }
     }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use ember_write::{LogSnapshot, Ownership};
 
 use super::error::CheckpointError;
-use crate::SummaryRecord;
+use crate::{SummaryRecord, bucket};
 
 /// Where the run's log directory is, to snapshot and roll back.
 #[derive(Debug, Clone)]
@@ -28,8 +28,7 @@ pub(crate) struct LogPlace {
     pub(crate) ownership: Ownership,
     /// A bucket's objects of this run when it began writing (after a resume's rollback): a
     /// checkpoint's snapshot is these and what the mirror shipped since, up to its cut.
-    #[cfg(feature = "object-store")]
-    base: Option<ember_write::remote::BucketSnapshot>,
+    pub(crate) base: Option<bucket::LogSnapshot>,
 }
 
 /// A log's position at a checkpoint.
@@ -38,30 +37,26 @@ pub(crate) enum Snapshot {
     /// A local directory's.
     Dir(LogSnapshot),
     /// An object-store log directory's.
-    #[cfg(feature = "object-store")]
-    Bucket(ember_write::remote::BucketSnapshot),
+    Bucket(bucket::LogSnapshot),
     /// None: the checkpoint was taken with no summary record.
     Unrecorded,
 }
 
 impl Snapshot {
-    /// The position of a log that holds nothing yet: what starting over rolls back to.
-    pub(crate) fn empty(place: &LogPlace) -> Self {
-        #[cfg(feature = "object-store")]
-        if place.remote() {
-            return Self::Bucket(ember_write::remote::BucketSnapshot::default());
-        }
-        let _ = place;
-        Self::Dir(LogSnapshot::default())
+    /// The position of a log that holds nothing yet: what a restart rolls back to.
+    pub(crate) fn empty(place: &LogPlace) -> Result<Self, CheckpointError> {
+        Ok(match place.remote() {
+            true => Self::Bucket(bucket::empty_snapshot()?),
+            false => Self::Dir(LogSnapshot::default()),
+        })
     }
 
     /// The snapshot as the text a checkpoint's `log` section holds.
     pub(crate) fn encode(&self) -> String {
         match self {
             Self::Dir(snapshot) => snapshot.encode(),
-            Self::Unrecorded => String::new(),
-            #[cfg(feature = "object-store")]
             Self::Bucket(snapshot) => snapshot.encode(),
+            Self::Unrecorded => String::new(),
         }
     }
 
@@ -70,15 +65,8 @@ impl Snapshot {
         if text.is_empty() {
             return Ok(Self::Unrecorded);
         }
-        #[cfg(feature = "object-store")]
-        if ember_write::remote::BucketSnapshot::is_one(text) {
-            return ember_write::remote::BucketSnapshot::decode(text)
-                .map(Self::Bucket)
-                .ok_or_else(|| {
-                    CheckpointError::Rollback(ember_write::RollbackError::Malformed(
-                        "a bucket snapshot that does not read back".into(),
-                    ))
-                });
+        if let Some(snapshot) = bucket::decode_snapshot(text) {
+            return snapshot.map(Self::Bucket);
         }
         Ok(Self::Dir(LogSnapshot::decode(text)?))
     }
@@ -88,9 +76,7 @@ impl Snapshot {
     pub(crate) fn sync(&self, place: &LogPlace) -> Result<(), CheckpointError> {
         match self {
             Self::Dir(snapshot) => Ok(snapshot.sync(&place.dir)?),
-            #[cfg(feature = "object-store")]
-            Self::Bucket(_) => Ok(()),
-            Self::Unrecorded => Ok(()),
+            Self::Bucket(_) | Self::Unrecorded => Ok(()),
         }
     }
 }
@@ -103,7 +89,6 @@ impl LogPlace {
             dir,
             exclude,
             ownership: summary.ownership(),
-            #[cfg(feature = "object-store")]
             base: None,
         }
     }
@@ -111,32 +96,16 @@ impl LogPlace {
     /// This place, a bucket's objects of the run now recorded as what the run's checkpoints
     /// add their shipped cuts to: one listing, when the run begins writing (after its
     /// rollback), instead of one at every checkpoint.
-    #[cfg_attr(not(feature = "object-store"), allow(unused_mut))]
     pub(crate) fn with_base(mut self) -> Result<Self, CheckpointError> {
-        #[cfg(feature = "object-store")]
-        if let (true, Snapshot::Bucket(base)) = (self.remote(), self.take()?) {
-            self.base = Some(base);
+        if self.remote() {
+            self.base = Some(bucket::take(self.bucket())?);
         }
         Ok(self)
     }
 
-    /// The log's position at a cut the run's mirror has shipped.
-    #[cfg(feature = "object-store")]
-    pub(crate) fn shipped(
-        &self,
-        shipped: ember_write::remote::ShippedCut,
-    ) -> Result<Snapshot, CheckpointError> {
-        let base = self.base.as_ref().ok_or_else(|| CheckpointError::Io {
-            op: "snapshot",
-            path: self.dir.clone(),
-            source: std::io::Error::other("the run's objects were not listed when it began"),
-        })?;
-        let exclude = self.excluded_objects();
-        Ok(Snapshot::Bucket(base.with_shipped(
-            shipped,
-            &exclude,
-            self.ownership,
-        )))
+    /// Where in a bucket the log is, as the bucket's door takes it.
+    pub(crate) fn bucket(&self) -> bucket::Where<'_> {
+        (&self.dir, &self.exclude, self.ownership)
     }
 
     /// This place for a job of `world` ranks whose log `ranks` ranks wrote: where they were
@@ -155,50 +124,16 @@ impl LogPlace {
         self.dir.to_str().is_some_and(ember_write::is_remote)
     }
 
-    /// The bucket of a URL log directory, and what to leave out of it.
-    #[cfg(feature = "object-store")]
-    fn bucket(&self) -> Result<(ember_write::remote::Bucket, Vec<String>), CheckpointError> {
-        let url = self.dir.to_string_lossy();
-        let bucket = ember_write::remote::Bucket::open(&url).map_err(|e| CheckpointError::Io {
-            op: "open",
-            path: self.dir.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        Ok((bucket, self.excluded_objects()))
-    }
-
-    /// What to leave out of a bucket's snapshot, as object names.
-    #[cfg(feature = "object-store")]
-    fn excluded_objects(&self) -> Vec<String> {
-        self.exclude
-            .iter()
-            .map(|p| p.to_string_lossy().replace('\\', "/"))
-            .collect()
-    }
-
     /// The log's position now (the caller has flushed it).
     pub(crate) fn take(&self) -> Result<Snapshot, CheckpointError> {
-        #[cfg(feature = "object-store")]
         if self.remote() {
-            let (bucket, exclude) = self.bucket()?;
-            return ember_write::remote::BucketSnapshot::take(&bucket, &exclude, self.ownership)
-                .map(Snapshot::Bucket)
-                .map_err(|e| self.remote_err(e));
+            return Ok(Snapshot::Bucket(bucket::take(self.bucket())?));
         }
         Ok(Snapshot::Dir(LogSnapshot::take(
             &self.dir,
             &self.exclude,
             self.ownership,
         )?))
-    }
-
-    #[cfg(feature = "object-store")]
-    fn remote_err(&self, error: ember_write::remote::RemoteError) -> CheckpointError {
-        CheckpointError::Io {
-            op: "snapshot or roll back",
-            path: self.dir.clone(),
-            source: std::io::Error::other(error.to_string()),
-        }
     }
 
     /// Rolls the log back to `snapshot`, leaving the files `summary` has made already.
@@ -210,31 +145,7 @@ impl LogPlace {
         let snapshot = match snapshot {
             Snapshot::Dir(snapshot) => snapshot,
             Snapshot::Unrecorded => return self.check_unrecorded(summary),
-            #[cfg(feature = "object-store")]
-            Snapshot::Bucket(snapshot) => {
-                let (bucket, exclude) = self.bucket()?;
-                let removed = snapshot
-                    .restore(&bucket, &exclude, self.ownership)
-                    .map_err(|e| self.remote_err(e))?;
-                log::info!(
-                    "rolled {} back to the checkpoint: {} object(s) removed",
-                    self.dir.display(),
-                    removed.len()
-                );
-                // What a killed writer of this log had not shipped comes after the checkpoint
-                // too: `ember push` must not ship it after the resumed run's records.
-                let url = self.dir.to_string_lossy();
-                for staging in ember_write::orphans::discard_orphans_of(&url)
-                    .map_err(|e| self.remote_err(e))?
-                {
-                    log::info!(
-                        "removed {}: what the killed run had not shipped to {url} is past the \
-                         checkpoint",
-                        staging.display()
-                    );
-                }
-                return Ok(());
-            }
+            Snapshot::Bucket(snapshot) => return bucket::restore(self.bucket(), snapshot),
         };
         let keep = self.kept(summary);
         if snapshot.is_legacy() {

@@ -10,10 +10,6 @@ use ember_write::pack::proto::{mindspore as msp, tensorboard as tbp};
 use ember_write::reader::RecordReader;
 use prost::Message;
 
-#[cfg(not(feature = "object-store"))]
-use super::download::download;
-#[cfg(feature = "object-store")]
-use super::download::download_private;
 use super::error::ReadError;
 use super::projector;
 use super::summaries::Summaries;
@@ -41,19 +37,7 @@ impl Summaries {
         if let Some(url) = dir.to_str().filter(|d| ember_write::is_remote(d)) {
             // An object-store run: its objects, downloaded whole into a private directory,
             // read as a directory.
-            #[cfg(feature = "object-store")]
-            {
-                let local = download_private(url)?;
-                return Self::read_dir(local.path());
-            }
-            #[cfg(not(feature = "object-store"))]
-            {
-                download(url, Path::new(""))?;
-                return Err(ReadError::Remote {
-                    url: url.to_owned(),
-                    message: "this ember was built without the `object-store` feature".into(),
-                });
-            }
+            return crate::bucket::read_downloaded(url, |local| Self::read_dir(local));
         }
         let io = |path: &Path| {
             let path = path.to_path_buf();

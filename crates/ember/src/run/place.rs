@@ -31,7 +31,7 @@ impl Place {
     pub(crate) fn at(dir: impl Into<PathBuf>) -> Self {
         let path = dir.into();
         let store = match path.to_str().filter(|d| ember_write::is_remote(d)) {
-            Some(url) => super::bucket::open(url),
+            Some(url) => crate::bucket::open_place(url),
             None => Arc::new(LocalDir) as Arc<dyn Store>,
         };
         Self { path, store }

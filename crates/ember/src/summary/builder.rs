@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use ember_write::pack::{Format, Packer};
@@ -13,6 +14,7 @@ use super::plugin::{Mode, RankLayout};
 use super::record::SummaryRecord;
 use super::tap::SummaryTap;
 use crate::SummaryError;
+use crate::bucket::Mirror;
 
 impl SummaryRecord {
     /// A builder for a record writing under `log_dir`.
@@ -38,10 +40,9 @@ pub struct SummaryRecordBuilder {
     rank: Option<(u32, u32)>,
     rank_layout: RankLayout,
     rank_zero_only: bool,
-    #[cfg(feature = "object-store")]
-    remote_budget: u64,
-    #[cfg(feature = "object-store")]
-    remote_wait: ember_write::remote::Wait,
+    /// A bucket log's backlog budget, and its records' wait for the store; defaults if `None`.
+    remote_budget: Option<u64>,
+    remote_wait: Option<(Duration, Option<Arc<AtomicBool>>)>,
 }
 
 impl SummaryRecordBuilder {
@@ -52,10 +53,8 @@ impl SummaryRecordBuilder {
             rank: None,
             rank_layout: RankLayout::FileName,
             rank_zero_only: false,
-            #[cfg(feature = "object-store")]
-            remote_budget: ember_write::remote::DEFAULT_BACKLOG_BUDGET,
-            #[cfg(feature = "object-store")]
-            remote_wait: ember_write::remote::Wait::default(),
+            remote_budget: None,
+            remote_wait: None,
         }
     }
 
@@ -63,9 +62,8 @@ impl SummaryRecordBuilder {
     /// store (while it is slow or down) before the queue's [`FullQueuePolicy`] decides about
     /// the next record, as for a full queue (256 MiB by default). They wait on the local disk,
     /// in the staging directory, not in memory.
-    #[cfg(feature = "object-store")]
     pub fn remote_backlog_budget(mut self, bytes: u64) -> Self {
-        self.remote_budget = bytes;
+        self.remote_budget = Some(bytes);
         self
     }
 
@@ -73,15 +71,9 @@ impl SummaryRecordBuilder {
     /// [`FullQueuePolicy::Block`]: how long a record waits at most for the store to take a
     /// backlog over the budget (5 minutes by default), and a flag that ends the wait at once
     /// when set (the handler of Ctrl-C, say). Past either, the record is refused with
-    /// [`RemoteError::Waited`](ember_write::remote::RemoteError::Waited), counted, and training
-    /// goes on or stops as the error policy says.
-    #[cfg(feature = "object-store")]
-    pub fn remote_block_wait(
-        mut self,
-        deadline: std::time::Duration,
-        stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    ) -> Self {
-        self.remote_wait = ember_write::remote::Wait { deadline, stop };
+    /// `RemoteError::Waited`, counted, and training goes on or stops as the error policy says.
+    pub fn remote_block_wait(mut self, deadline: Duration, stop: Option<Arc<AtomicBool>>) -> Self {
+        self.remote_wait = Some((deadline, stop));
         self
     }
 
@@ -203,17 +195,16 @@ impl SummaryRecordBuilder {
             .to_str()
             .filter(|text| ember_write::is_remote(text))
             .map(str::to_owned);
-        #[cfg(not(feature = "object-store"))]
-        if let Some(url) = url {
-            return Err(SummaryError::RemoteUnsupported(url));
-        }
-        #[cfg(feature = "object-store")]
-        let remote = start_remote(
-            url,
-            (self.remote_budget, self.remote_wait),
-            rank,
-            &mut options,
-        )?;
+        let remote = match url {
+            Some(url) => {
+                let queue = (self.remote_budget, options.full_queue);
+                let mirror = Mirror::start(&url, rank, queue, self.remote_wait)?;
+                // The writers write into the mirror's staging directory.
+                options.log_dir = mirror.staging().to_path_buf();
+                Some(mirror)
+            }
+            None => None,
+        };
         if log_dir.exists() && !log_dir.is_dir() {
             return Err(SummaryError::LogDirNotADirectory(log_dir));
         }
@@ -253,7 +244,6 @@ impl SummaryRecordBuilder {
             children: std::collections::BTreeMap::new(),
             child_options,
             session_start: None,
-            #[cfg(feature = "object-store")]
             remote,
         })
     }
@@ -271,23 +261,6 @@ impl SummaryRecordBuilder {
         }
         Ok((rank, world_size))
     }
-}
-
-/// For a bucket `url`, takes `rank`'s lease on the run and starts shipping to it, the writers
-/// then writing into its staging directory.
-#[cfg(feature = "object-store")]
-fn start_remote(
-    url: Option<String>,
-    (budget, wait): (u64, ember_write::remote::Wait),
-    rank: u32,
-    options: &mut WriterOptions,
-) -> Result<Option<super::remote::Remote>, SummaryError> {
-    let Some(url) = url else {
-        return Ok(None);
-    };
-    let remote = super::remote::Remote::start(&url, rank, (budget, options.full_queue), wait)?;
-    options.log_dir = remote.staging().to_path_buf();
-    Ok(Some(remote))
 }
 
 /// An active record's lock, journal and writer pool.

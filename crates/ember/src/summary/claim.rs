@@ -1,6 +1,5 @@
-//! Whether a record may still write under its run ([`SummaryRecord::check_claim`]), for
-//! builds with and without object stores alike: a module of its own (no record <-> remote
-//! cycle).
+//! Whether a record may still write under its run ([`SummaryRecord::check_claim`]), and what
+//! it shipped: a module of its own (no record <-> bucket cycle).
 
 use crate::{SummaryError, SummaryRecord};
 
@@ -11,10 +10,15 @@ impl SummaryRecord {
     /// `SummaryError::Remote(RemoteError::LeaseLost)`. Asked before a write of one's own
     /// under the run, as [`DirLock::check`](ember_write::DirLock::check) is for a local one.
     pub fn check_claim(&self) -> Result<(), SummaryError> {
-        #[cfg(feature = "object-store")]
-        if let Some(remote) = &self.remote {
-            return remote.check_claim();
+        match &self.remote {
+            Some(remote) => remote.check_claim(),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The bytes shipped to the object store so far (after [`close`](Self::close), in all),
+    /// when the log directory is a URL; `None` for a local one.
+    pub fn shipped_bytes(&self) -> Option<u64> {
+        self.remote.as_ref()?.shipped_bytes()
     }
 }

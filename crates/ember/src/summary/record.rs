@@ -14,8 +14,6 @@ use ember_write::pack::{
 use ember_write::{ErrorPolicy, WriteErrors, WriterOptions, WriterPool, WriterPoolStats};
 
 use super::plugin::{Mode, Plugin};
-#[cfg(feature = "object-store")]
-use super::remote;
 use super::tap::{SummaryTap, checked};
 use crate::{SummaryError, ToScalar, ToTensorValue};
 
@@ -35,7 +33,7 @@ pub(super) const SESSION_TAG: &str = "session_log";
 /// [`close`](Self::close) to learn of errors.
 #[derive(Debug)]
 pub struct SummaryRecord {
-    pub(super) pool: Option<WriterPool>,
+    pub(crate) pool: Option<WriterPool>,
     /// This record's hold on its directory: one writer per directory and rank.
     pub(super) lock: Option<ember_write::DirLock>,
     pub(super) log_dir: PathBuf,
@@ -62,14 +60,13 @@ pub struct SummaryRecord {
     /// included: what a rollback may touch (see [`ember_write::journal`]).
     pub(super) journal: Option<ember_write::Journal>,
     /// The runs of `add_scalars`, by directory name.
-    pub(super) children: std::collections::BTreeMap<String, WriterPool>,
+    pub(crate) children: std::collections::BTreeMap<String, WriterPool>,
     /// The options their writers start from.
     pub(super) child_options: WriterOptions,
     /// Where [`start_session`](Self::start_session) started the session, for `add_scalars` runs.
     pub(super) session_start: Option<i64>,
     /// The object store the log directory is in, when it is a URL.
-    #[cfg(feature = "object-store")]
-    pub(super) remote: Option<remote::Remote>,
+    pub(crate) remote: Option<crate::bucket::Mirror>,
 }
 
 impl SummaryRecord {
@@ -129,7 +126,7 @@ impl SummaryRecord {
         self.mode
     }
 
-    pub(super) fn ensure_open(&self) -> Result<(), SummaryError> {
+    pub(crate) fn ensure_open(&self) -> Result<(), SummaryError> {
         if self.closed {
             Err(SummaryError::Closed)
         } else {
@@ -209,7 +206,6 @@ impl SummaryRecord {
     }
 
     pub(super) fn submit(&mut self, record: Record) -> Result<(), SummaryError> {
-        #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote
             && !remote.admit()?
         {
@@ -525,7 +521,6 @@ impl SummaryRecord {
     /// [`take_errors`](Self::take_errors), which is where a caller that must know looks.
     pub fn flush(&mut self) -> Result<(), SummaryError> {
         let flushed = self.flush_writers();
-        #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote {
             let shipped = remote.ship();
             return flushed.and(shipped);
@@ -551,26 +546,11 @@ impl SummaryRecord {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// The log's position now, for a checkpoint in a bucket, taken without waiting for the
-    /// store (flush the writers first): see [`ember_write::remote::LogCut`]. `None` where the
-    /// log directory is local.
-    #[cfg(feature = "object-store")]
-    pub(crate) fn cut_log(&self) -> Result<Option<ember_write::remote::LogCut>, SummaryError> {
-        self.remote.as_ref().map(remote::Remote::cut).transpose()
-    }
-
     /// Whether the log directory is an object-store URL (written through a local staging
     /// directory, shipped as segment objects).
     pub fn is_remote(&self) -> bool {
         // A build without object stores makes no record of a URL.
         self.log_dir.to_str().is_some_and(ember_write::is_remote)
-    }
-
-    /// What was shipped to the object store so far (after [`close`](Self::close), in all),
-    /// when the log directory is a URL.
-    #[cfg(feature = "object-store")]
-    pub fn remote_stats(&self) -> Option<ember_write::remote::MirrorStats> {
-        self.remote.as_ref().and_then(remote::Remote::stats)
     }
 
     /// The writer pool's statistics, if this record writes files; after
@@ -607,7 +587,6 @@ impl SummaryRecord {
             }
         }
         self.lock = None;
-        #[cfg(feature = "object-store")]
         if let Some(remote) = self.remote.as_mut() {
             // The files are closed: what the mirror ships now is everything.
             let shipped = remote.close();

@@ -122,7 +122,6 @@ impl Checkpointer {
         self.make_room()?;
         let log_at = match log.map(|log| flushed_snapshot(log, faults)).transpose()? {
             Some(Taken::At(at)) => Some(*at),
-            #[cfg(feature = "object-store")]
             Some(Taken::Skipped) => {
                 self.pass_over(optimizer_steps, position.epoch_done);
                 return Ok(());
@@ -242,7 +241,6 @@ impl Checkpointer {
                 }
                 (false, Err(error)) => return Err(error.into()),
             },
-            #[cfg(feature = "object-store")]
             Some(Taken::Skipped) => {
                 self.pass_over(optimizer_steps, epoch_done);
                 return Ok(false);

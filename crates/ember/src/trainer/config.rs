@@ -55,11 +55,11 @@ pub struct TrainerConfig {
 /// every file of the summary log at that moment, to which a resumed run rolls the log back.
 ///
 /// A local directory is locked for as long as the run trains ([`DirLock`](crate::DirLock):
-/// a second run, resume or start-over there is refused naming this one), and the lock is
-/// checked before every checkpoint: a directory deleted and made again, or moved, stops the run
-/// with [`CheckpointError::Locked`](crate::checkpoint::CheckpointError::Locked) before it
-/// writes into what may be another run's. [`fit_holding_lock`](super::Trainer::fit_holding_lock)
-/// hands the lock to the caller, to hold until it has saved the model.
+/// a second run, resume or restart there is refused naming this one), and the lock is checked
+/// before every checkpoint: a directory deleted and made again, or moved, stops the run with
+/// [`CheckpointError::Locked`](crate::checkpoint::CheckpointError::Locked) before it writes
+/// into what may be another run's. [`fit_holding_run`](super::Trainer::fit_holding_run) hands
+/// the run, still claimed, to the caller, to save the model through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointConfig {
     /// The directory of checkpoint files (created when needed). It may lie inside the log

@@ -183,7 +183,7 @@ impl<M: Trainable> Trainer<M> {
     /// [`CheckpointConfig::dir`](crate::CheckpointConfig::dir)): where `dir` holds no
     /// checkpoint the run starts fresh, where it holds a whole one the run goes on from
     /// the newest as [`resume_from`](Self::resume_from) does, and where it holds checkpoint
-    /// files but none whole (stopped while writing its first) it is started over as
+    /// files but none whole (stopped while writing its first) it is restarted as
     /// [`restart`](Self::restart) does. A run that has finished goes on from its last
     /// epoch's checkpoint and so trains nothing more: `fit` hands back its model.
     ///

@@ -1,6 +1,6 @@
 //! The run's first phase: the device pool opened, the model made every rank's, the checkpoint
 //! directory claimed, and the run begun fresh, resumed from its newest whole checkpoint, or
-//! started over; then the hyper-parameters and graph recorded at step 0. Everything that can
+//! restarted; then the hyper-parameters and graph recorded at step 0. Everything that can
 //! refuse a run refuses here, before the log or the checkpoints are touched.
 
 use std::path::Path;
@@ -425,7 +425,7 @@ fn restart(
 ) -> Result<(), TrainError> {
     run.remove_checkpoints()?;
     if let (Some(place), Some(summary)) = (log_place, summary) {
-        place.roll_back(&Snapshot::empty(place), summary)?;
+        place.roll_back(&Snapshot::empty(place)?, summary)?;
     }
     Ok(())
 }

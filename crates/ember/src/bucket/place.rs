@@ -1,4 +1,4 @@
-//! The object-store half of [`Place`](super::place::Place): a prefix of a bucket, each file one
+//! The object-store half of a run's place (`run/place.rs`): a prefix of a bucket, each file one
 //! object, written by one PUT; fenced by its run's lease where a record holds one.
 
 use std::io::{self, Write};
@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use ember_write::remote::{Bucket, RemoteError};
 
-use super::store::{Store, Unserved, failed};
 use crate::SummaryRecord;
 use crate::checkpoint::CheckpointError;
+use crate::run::store::{Store, Unserved, failed};
 
 /// The store of the URL `url`; one that cannot be opened fails at each use, saying why.
 pub(crate) fn open(url: &str) -> Arc<dyn Store> {
