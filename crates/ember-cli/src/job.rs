@@ -93,9 +93,10 @@ impl Job {
 
     /// Ends a stopped run's part in the job, once its log is closed, and returns the signal
     /// that stopped the job, the same on every rank: the lowest rank's that received one
-    /// (`signal`, this rank's). Across ranks that takes one last round, which no rank leaves
-    /// before every rank's log is closed: under `mpirun` the first rank to exit makes it end
-    /// the others (SIGTERM, or, once it is ending the job, SIGKILL).
+    /// (`signal`, this rank's). Across ranks that takes a last round, which no rank leaves
+    /// before every rank's log is closed, and every rank must exit as soon as it returns:
+    /// under `mpirun` the first rank to exit makes it end the others (SIGTERM, or, once it is
+    /// ending the job, SIGKILL at once).
     pub(crate) fn stopped(&mut self, signal: Option<i32>) -> anyhow::Result<Option<i32>> {
         #[cfg(feature = "mpi")]
         if let Some(comm) = self.comm.take() {

@@ -93,11 +93,12 @@ pub(super) fn report(plan: &mut Plan, ending: Ending<'_>) -> anyhow::Result<Exit
     }
     let code = if report.interrupted {
         // Last, once this rank has said how it ended; across ranks, once every rank has closed
-        // its log, and then at once, nothing left to drop but memory: Open MPI SIGKILLs the
-        // other ranks as soon as one has exited.
+        // its log, and then at once, with nothing left to drop or to run at exit (the
+        // allocator hands its memory back for milliseconds): Open MPI SIGKILLs the other
+        // ranks as soon as one has exited.
         let code = signals::exit_code(plan.job.stopped(ending.signal.received())?);
         if plan.job.size() > 1 {
-            std::process::exit(code.into());
+            signal_hook::low_level::exit(code.into());
         }
         code
     } else if ending.log.is_some() {
