@@ -330,8 +330,9 @@ fn resume_like(ember: &Path, run: &Path, reference: &Path, log: &Path) -> anyhow
 /// Whom a scenario sends SIGTERM.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Signalled<'a> {
-    /// `mpirun`, as the Slurm batch script, `timeout` and systemd do: Open MPI passes it on to
-    /// every rank and SIGKILLs them 1 s later (`odls_base_sigkill_timeout`).
+    /// `mpirun`, as the Slurm batch script and `timeout` do: Open MPI passes it on to every
+    /// rank a second later and SIGKILLs them a second after that, or as soon as one has exited
+    /// (`odls_base_sigkill_timeout`).
     Mpirun,
     /// These ranks themselves.
     Ranks(&'a [usize]),
@@ -373,8 +374,8 @@ pub(super) fn terminated(
     ];
     for (name, whom) in cases {
         let run = out.join(name);
-        // The second epoch is about a quarter of the job; a signal that lands at an epoch's
-        // end stops the job there, which is not the case at stake: the next moment is tried.
+        // A signal that lands at an epoch's end stops the job there, which is not the case at
+        // stake: the next moment is tried.
         let mut mid_epoch = None;
         for eighths in [1, 2, 3] {
             std::fs::remove_dir_all(&run).ok();
