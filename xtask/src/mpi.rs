@@ -19,10 +19,11 @@
 //!      loopback interface (`--mca pml ob1 --mca btl tcp,self`), what crosses hosts;
 //!    - `ember train` under `mpirun -n 2`: rank 0 reports, both ranks write their event files
 //!      (`.rank0`, `.rank1`) into the one run directory, and `ember inspect` reads them back
-//!      whole, with the run's series and each rank's step times; killed, SIGTERMed and
-//!      resumed (`scenarios.rs`); and SIGTERMed, resumed by `mpirun -n 1`, SIGTERMed again and
-//!      resumed by `mpirun -n 2` (`fewer_ranks.rs`): the uninterrupted job's model byte for
-//!      byte, each step once.
+//!      whole, with the run's series and each rank's step times; killed, SIGTERMed (through
+//!      `mpirun`, on both ranks, on one: every rank exits with 143, its log closed) and resumed
+//!      (`scenarios.rs`); and SIGTERMed, resumed by `mpirun -n 1`, SIGTERMed again and resumed
+//!      by `mpirun -n 2` (`fewer_ranks.rs`): the uninterrupted job's model byte for byte, each
+//!      step once.
 //!
 //! `--bench` instead times `MpiComm`'s all-reduce per gradient size on 1 process and on 2 over
 //! shared memory and over TCP
@@ -44,7 +45,7 @@ mod scenarios;
 
 use bench::bench;
 use fewer_ranks::fewer_ranks;
-use launch::{TASK, Transport};
+use launch::{RankExits, TASK, Transport};
 use scenarios::{equivalence, faults, resume, terminated, train, transports_are_forced};
 
 /// Debian's packages for Open MPI and rsmpi's bindgen.
@@ -74,13 +75,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     train(&ember, &work.join("train"))?;
     let reference_took = resume(&ember, &work.join("resume"))?;
-    terminated(
-        &ember,
-        &work.join("resume"),
-        reference_took,
-        (root, &target),
-    )?;
-    fewer_ranks(&ember, &work.join("resume"), reference_took)?;
+    let exits = RankExits::new(&work.join("exits"), &ember)?;
+    terminated((&ember, &exits), &work.join("resume"), (root, &target))?;
+    fewer_ranks((&ember, &exits), &work.join("resume"), reference_took)?;
     std::fs::remove_dir_all(&work).ok();
     eprintln!("{TASK}: all scenarios passed");
     Ok(())

@@ -1,7 +1,7 @@
 //! What the tasks that train, kill and compare runs share (`resume`, `live`, `objects`, `mpi`,
 //! `hosts`): starting a run and killing it with SIGKILL, a model's bytes without Burn's random
 //! ids, two runs' values compared as `ember inspect` gives them, the seeded kill moments, and
-//! a rank's process under mpirun.
+//! a rank's process under mpirun, and which event files no writer closed.
 
 use std::path::Path;
 use std::process::Command;
@@ -148,7 +148,8 @@ impl XorShift {
 }
 
 /// The process id of rank `rank` of the `ember train` job writing `logdir` (a path or URL), found by its
-/// command line and Open MPI's `OMPI_COMM_WORLD_RANK`.
+/// command line and Open MPI's `OMPI_COMM_WORLD_RANK`: the `ember` process, not a shell around it
+/// (`cargo xtask mpi`'s `RankExits`).
 pub(crate) fn rank_process(logdir: &str, rank: usize) -> Option<u32> {
     let wanted = format!("OMPI_COMM_WORLD_RANK={rank}");
     std::fs::read_dir("/proc")
@@ -162,10 +163,29 @@ pub(crate) fn rank_process(logdir: &str, rank: usize) -> Option<u32> {
             {
                 return None;
             }
+            let exe = std::fs::read_link(entry.path().join("exe")).ok()?;
+            if exe.file_name()? != "ember" {
+                return None;
+            }
             let environ = std::fs::read(entry.path().join("environ")).ok()?;
             environ
                 .split(|b| *b == 0)
                 .any(|var| var == wanted.as_bytes())
                 .then_some(pid)
         })
+}
+
+/// The event files under `dir` that no writer closed: ember-write seals a file read-only when
+/// its log is closed, and leaves a killed writer's writable.
+pub(crate) fn unsealed_event_files(dir: &Path) -> anyhow::Result<Vec<String>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut unsealed = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.contains("tfevents") && entry.metadata()?.permissions().mode() & 0o222 != 0 {
+            unsealed.push(name);
+        }
+    }
+    Ok(unsealed)
 }

@@ -1,9 +1,11 @@
 //! This process's place in a data-parallel job: alone, or, built with the `mpi` feature and
 //! started by `mpirun`, one rank of the job (rank and size from MPI itself).
 
+#[cfg(feature = "mpi")]
+use std::cell::RefCell;
+#[cfg(feature = "mpi")]
+use std::rc::Rc;
 use std::time::Duration;
-
-use crate::digits::DigitMlp;
 
 // Called only where the binary is built with MPI; its tests run in every build.
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
@@ -14,7 +16,7 @@ pub(crate) struct Job {
     rank: usize,
     size: usize,
     #[cfg(feature = "mpi")]
-    comm: Option<ember::MpiComm>,
+    comm: Option<Shared>,
 }
 
 impl Job {
@@ -33,7 +35,7 @@ impl Job {
                 rank,
                 size,
                 // A job of one trains as without MPI.
-                comm: (size > 1).then_some(comm),
+                comm: (size > 1).then(|| Shared(Rc::new(RefCell::new(comm)))),
             })
         }
         #[cfg(not(feature = "mpi"))]
@@ -77,20 +79,71 @@ impl Job {
         }
     }
 
-    /// The job's communicator, for a trainer of another model than `ember train`'s (a job of
-    /// one has none).
-    #[cfg(feature = "mpi")]
-    pub(crate) fn take_comm(&mut self) -> Option<ember::MpiComm> {
-        self.comm.take()
-    }
-
     /// Makes `trainer` this process's rank of the job.
-    pub(crate) fn join(&mut self, trainer: ember::Trainer<DigitMlp>) -> ember::Trainer<DigitMlp> {
+    pub(crate) fn join<M: ember::Trainable>(
+        &self,
+        trainer: ember::Trainer<M>,
+    ) -> ember::Trainer<M> {
         #[cfg(feature = "mpi")]
-        if let Some(comm) = self.comm.take() {
-            return trainer.communicator(comm);
+        if let Some(comm) = &self.comm {
+            return trainer.communicator(comm.clone());
         }
         trainer
+    }
+
+    /// Ends a stopped run's part in the job, once its log is closed, and returns the signal
+    /// that stopped the job, the same on every rank: the lowest rank's that received one
+    /// (`signal`, this rank's). Across ranks that takes a last round, which no rank leaves
+    /// before every rank's log is closed, and every rank must exit as soon as it returns:
+    /// under `mpirun` the first rank to exit makes it end the others (SIGTERM, or, once it is
+    /// ending the job, SIGKILL at once).
+    pub(crate) fn stopped(&mut self, signal: Option<i32>) -> anyhow::Result<Option<i32>> {
+        #[cfg(feature = "mpi")]
+        if let Some(comm) = self.comm.take() {
+            use ember::Communicator;
+            let mut signals = vec![0.0; self.size];
+            if let Some(slot) = signals.get_mut(self.rank) {
+                *slot = signal.unwrap_or(0) as f32;
+            }
+            let round = comm.0.borrow_mut().all_reduce_sum(&mut signals);
+            // MPI is left unfinalized: MPI_Finalize waits for mpirun, which, signalled itself,
+            // is ending the job and no longer answers, until its SIGKILL. A rank that exits
+            // non-zero without it is one that failed to mpirun, as a stopped one is anyway.
+            std::mem::forget(comm);
+            round?;
+            return Ok(signals.iter().find(|s| **s > 0.0).map(|s| *s as i32));
+        }
+        Ok(signal)
+    }
+}
+
+/// The job's communicator, shared by the trainer, whose rounds it carries, and the job, which
+/// keeps MPI initialized once the trainer is gone (the communicator's drop finalizes it) and
+/// takes a stopped run's last round with it ([`Job::stopped`]).
+#[cfg(feature = "mpi")]
+#[derive(Debug, Clone)]
+struct Shared(Rc<RefCell<ember::MpiComm>>);
+
+#[cfg(feature = "mpi")]
+impl ember::Communicator for Shared {
+    fn rank(&self) -> usize {
+        self.0.borrow().rank()
+    }
+
+    fn size(&self) -> usize {
+        self.0.borrow().size()
+    }
+
+    fn all_reduce_sum(&mut self, values: &mut [f32]) -> Result<(), ember::CollectiveError> {
+        self.0.borrow_mut().all_reduce_sum(values)
+    }
+
+    fn broadcast(&mut self, values: &mut [f32], root: usize) -> Result<(), ember::CollectiveError> {
+        self.0.borrow_mut().broadcast(values, root)
+    }
+
+    fn all_gather(&mut self, mine: &[f32], all: &mut [f32]) -> Result<(), ember::CollectiveError> {
+        self.0.borrow_mut().all_gather(mine, all)
     }
 }
 

@@ -147,7 +147,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         opened: &opened,
         step_times: &step_times,
     };
-    report::report(&plan, ending)
+    report::report(&mut plan, ending)
 }
 
 /// Settles the command line into a [`Plan`], refusing bad values before anything is read or

@@ -10,22 +10,27 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use super::launch::{TASK, Transport, mpirun};
-use super::scenarios::{newest_checkpoint, stop_ranks, terminate_after_first_checkpoint};
+use super::launch::{RankExits, TASK, Transport, mpirun};
+use super::scenarios::{
+    EPOCHS, Signalled, newest_checkpoint, stop, terminate_after_first_checkpoint,
+};
 use crate::process::{expect_success, inspect_json, run_limited};
 
 /// The scenario, in `out/fewer-ranks`, against the uninterrupted job in `out/reference` (from
 /// [`resume`](super::scenarios::resume)), which took `reference_took`.
 pub(super) fn fewer_ranks(
-    ember: &Path,
+    (ember, exits): (&Path, &RankExits),
     out: &Path,
     reference_took: Duration,
 ) -> anyhow::Result<()> {
     let reference = out.join("reference");
     let run = out.join("fewer-ranks");
     std::fs::remove_dir_all(&run).ok();
-    let stopped = terminate_after_first_checkpoint(ember, &run, &[0, 1], reference_took / 8, out)?;
-    let stopped_alone = one_rank_until_stopped(ember, &run, out)?;
+    let both = Signalled::Ranks(&[0, 1]);
+    let at = reference_took / 8;
+    let stopped =
+        terminate_after_first_checkpoint((ember, exits), (&run, EPOCHS), both, at, out)?.step;
+    let stopped_alone = one_rank_until_stopped((ember, exits), &run, out)?;
     let mut again = mpirun(2, Transport::SharedMemory);
     again.arg(ember).args(["train", "--resume"]).arg(&run);
     let ran = run_limited(
@@ -51,13 +56,19 @@ pub(super) fn fewer_ranks(
 
 /// Resumes the job of `run` with `mpirun -n 1` and sends its rank SIGTERM once it has written a
 /// checkpoint of its own; returns the step it says it was interrupted after.
-fn one_rank_until_stopped(ember: &Path, run: &Path, out: &Path) -> anyhow::Result<u64> {
+fn one_rank_until_stopped(
+    (ember, exits): (&Path, &RankExits),
+    run: &Path,
+    out: &Path,
+) -> anyhow::Result<u64> {
     let checkpoints = run.join("checkpoints");
     let before = newest_checkpoint(&checkpoints)?;
     let log_path = out.join("fewer-ranks-1.log");
     let log = std::fs::File::create(&log_path)?;
     let mut one = mpirun(1, Transport::SharedMemory);
-    one.arg(ember).args(["train", "--resume"]).arg(run);
+    one.arg(exits.program())
+        .args(["train", "--resume"])
+        .arg(run);
     let mut child = one
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -74,12 +85,19 @@ fn one_rank_until_stopped(ember: &Path, run: &Path, out: &Path) -> anyhow::Resul
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (stopped, output) = stop_ranks(&mut child, run, &[0], &log_path)?;
+    let stopped = stop(
+        &mut child,
+        (run, 1),
+        Signalled::Ranks(&[0]),
+        (ember, exits),
+        &log_path,
+    )?;
     ensure!(
-        !output.contains("warning:"),
-        "the job resumed by 1 rank warned:\n{output}"
+        !stopped.output.contains("warning:"),
+        "the job resumed by 1 rank warned:\n{}",
+        stopped.output
     );
-    Ok(stopped)
+    Ok(stopped.step)
 }
 
 /// Every series of `run` holds each step once, and the job's own series (those rank 0 records

@@ -3,7 +3,12 @@
 //! so that the scenarios (`scenarios.rs`) and the benchmark (`bench.rs`) share it with `mpi.rs`
 //! (and `cargo xtask slurm` its plain `mpirun`).
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, ensure};
 
 use crate::process::is_root;
 
@@ -89,3 +94,117 @@ pub(crate) const ALLREDUCE_BUILD: &[&str] = &[
     "--example",
     "allreduce",
 ];
+
+/// Each rank's exit status, which `mpirun` does not tell (signalled itself, it exits with a
+/// status of its own; otherwise with the first failed rank's): a script that `mpirun` runs in
+/// place of a rank's program runs it and appends the status it ended with, and when, to
+/// `exit.rank<r>` beside the script.
+///
+/// The program runs in the rank's process group, which `mpirun` signals, its SIGKILL included,
+/// as the child of a process outside that group, which sees its status however it ends: Open
+/// MPI SIGKILLs every rank's group as soon as one rank's process ends, and a shell in the group
+/// could be killed between its program's end and its record. The record holds `mpirun` up by
+/// a moment (Perl appending a line) between a rank's end and that SIGKILL.
+pub(crate) struct RankExits {
+    dir: PathBuf,
+    script: PathBuf,
+}
+
+/// The script, with `__PROGRAM__` and `__DIR__` to fill in.
+const RANK_SCRIPT: &str = r#"#!/usr/bin/perl
+use strict;
+use warnings;
+use POSIX ();
+use Time::HiRes ();
+my $group = getpgrp();
+# This process is the rank mpirun knows: it lasts until the program has ended.
+$SIG{$_} = 'IGNORE' for qw(TERM INT HUP);
+my $recorder = fork() // die "fork: $!";
+if ($recorder == 0) {
+    POSIX::setpgid(0, 0) // die "setpgid: $!";
+    my $program = fork() // die "fork: $!";
+    if ($program == 0) {
+        POSIX::setpgid(0, $group) // die "setpgid: $!";
+        $SIG{$_} = 'DEFAULT' for qw(TERM INT HUP);
+        exec { __PROGRAM__ } __PROGRAM__, @ARGV or die "exec: $!";
+    }
+    waitpid($program, 0);
+    my $status = ($? & 127) ? 128 + ($? & 127) : $? >> 8;
+    open(my $exits, '>>', __DIR__ . "/exit.rank$ENV{OMPI_COMM_WORLD_RANK}") or die "open: $!";
+    printf $exits "%d %.6f\n", $status, Time::HiRes::time();
+    close($exits) or die "close: $!";
+    exit($status);
+}
+waitpid($recorder, 0);
+exit($? >> 8);
+"#;
+
+impl RankExits {
+    /// The script, in `dir`, running `program` with the arguments it is given.
+    pub(crate) fn new(dir: &Path, program: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let quoted = |path: &Path| -> anyhow::Result<String> {
+            let text = path.to_str().context("a path that is not UTF-8")?;
+            ensure!(
+                !text.contains(['\'', '\\']),
+                "a path with a quote or a backslash: {text}"
+            );
+            Ok(format!("'{text}'"))
+        };
+        let text = RANK_SCRIPT
+            .replace("__PROGRAM__", &quoted(program)?)
+            .replace("__DIR__", &quoted(dir)?);
+        let script = dir.join("rank");
+        std::fs::write(&script, text).with_context(|| format!("writing {}", script.display()))?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            script,
+        })
+    }
+
+    /// What `mpirun` runs in place of the program.
+    pub(crate) fn program(&self) -> &Path {
+        &self.script
+    }
+
+    /// How each of `ranks` ranks ended, run after run, forgotten once read. Waits a while for
+    /// every rank's first: a rank's record may come after `mpirun`'s end.
+    pub(crate) fn take(&self, ranks: usize) -> anyhow::Result<Vec<Vec<Exit>>> {
+        let path = |rank: usize| self.dir.join(format!("exit.rank{rank}"));
+        let started = std::time::Instant::now();
+        let recorded = |rank| std::fs::metadata(path(rank)).is_ok_and(|m| m.len() > 0);
+        while !(0..ranks).all(recorded) && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (0..ranks)
+            .map(|rank| {
+                let path = path(rank);
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(text) => text,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                    Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+                };
+                std::fs::remove_file(&path).ok();
+                text.lines()
+                    .map(|line| {
+                        let (status, at) = line.split_once(' ').unwrap_or((line, ""));
+                        Ok(Exit {
+                            status: status.parse()?,
+                            at: UNIX_EPOCH + Duration::try_from_secs_f64(at.parse()?)?,
+                        })
+                    })
+                    .collect::<anyhow::Result<_>>()
+                    .with_context(|| format!("{}: `{text}`", path.display()))
+            })
+            .collect()
+    }
+}
+
+/// How a rank's program ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exit {
+    /// Its exit status; 128 + the signal that killed it, as shells give it.
+    pub(crate) status: i32,
+    pub(crate) at: SystemTime,
+}

@@ -4,11 +4,11 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, ensure};
 
-use super::launch::{TASK, Transport, mpirun};
+use super::launch::{RankExits, TASK, Transport, mpirun};
 use crate::process::{Ran, collect_tags, expect_success, inspect_json, run_limited};
 
 /// The wait of the hang scenario: rank 0 must end the job soon after it.
@@ -244,7 +244,7 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(out)?;
     let reference = out.join("reference");
     let ran = run_limited(
-        job(ember, &reference),
+        job(ember, &reference, EPOCHS),
         "mpirun -n 2 ember train",
         &out.join("reference.log"),
     )?;
@@ -253,7 +253,7 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<Duration> {
 
     let run = out.join("killed");
     let log = std::fs::File::create(out.join("killed.log"))?;
-    let mut child = job(ember, &run)
+    let mut child = job(ember, &run, EPOCHS)
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
@@ -283,11 +283,21 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<Duration> {
     Ok(reference_took)
 }
 
-/// The job every scenario of `ember train` under mpirun runs: 2 ranks of 2 workers, 4 epochs.
-fn job(ember: &Path, logdir: &Path) -> Command {
+/// The epochs of the job the scenarios of `ember train` under mpirun run.
+pub(super) const EPOCHS: u32 = 4;
+
+/// The epochs of the job [`terminated`] stops, the Slurm task's: long enough, on a machine a few
+/// times faster than a debug build on 2 cores, that the SIGTERM `mpirun` passes on a second
+/// after it got its own reaches the ranks mid-run.
+const STOPPED_EPOCHS: u32 = 60;
+
+/// The job the scenarios of `ember train` under mpirun run: 2 ranks of 2 workers, each rank
+/// `program` (`ember`, or a script running it).
+fn job(program: &Path, logdir: &Path, epochs: u32) -> Command {
     let mut job = mpirun(2, Transport::SharedMemory);
-    job.arg(ember)
-        .args(["train", "--epochs", "4", "--devices", "2", "--logdir"])
+    job.arg(program)
+        .args(["train", "--epochs", &epochs.to_string(), "--devices", "2"])
+        .arg("--logdir")
         .arg(logdir);
     job
 }
@@ -317,59 +327,98 @@ fn resume_like(ember: &Path, run: &Path, reference: &Path, log: &Path) -> anyhow
     Ok(ran)
 }
 
-/// `ember train` under `mpirun -n 2` sent SIGTERM in the middle of its second epoch: on
+/// Whom a scenario sends SIGTERM.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Signalled<'a> {
+    /// `mpirun`, as the Slurm batch script and `timeout` do: Open MPI passes it on to every
+    /// rank a second later and SIGKILLs them a second after that, or as soon as one has exited
+    /// (`odls_base_sigkill_timeout`).
+    Mpirun,
+    /// These ranks themselves.
+    Ranks(&'a [usize]),
+}
+
+impl std::fmt::Display for Signalled<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Signalled::Mpirun => write!(f, "mpirun"),
+            Signalled::Ranks(ranks) => write!(f, "ranks {ranks:?}"),
+        }
+    }
+}
+
+/// `ember train` under `mpirun -n 2` sent SIGTERM mid-run, mid-epoch: through `mpirun`, on
 /// every rank at once (as Slurm stops a job), then on rank 1 alone. Every rank stops at the
-/// same optimizer step and checkpoints there, mid-epoch; the job exits with 143; `--resume`
-/// goes on from that checkpoint (the newest) and the job ends as the uninterrupted one did.
-/// `reference_took` times the uninterrupted job in `out/reference` (from [`resume`]). Both
-/// resumed jobs are then read by TensorBoard's loaders, tbparse and rustboard as the
-/// uninterrupted one is, each step once.
+/// same optimizer step and checkpoints there, closes its log and exits with 143 ([`stop`]);
+/// `--resume` goes on from that checkpoint (the newest) and the job ends as the uninterrupted
+/// one, run first into `out/long-reference`, did. The resumed jobs are then read by
+/// TensorBoard's loaders, tbparse and rustboard as the uninterrupted one is, each step once.
 pub(super) fn terminated(
-    ember: &Path,
+    (ember, exits): (&Path, &RankExits),
     out: &Path,
-    reference_took: Duration,
     (root, target): (&Path, &Path),
 ) -> anyhow::Result<()> {
-    let reference = out.join("reference");
+    let reference = out.join("long-reference");
+    let ran = run_limited(
+        job(ember, &reference, STOPPED_EPOCHS),
+        "mpirun -n 2 ember train",
+        &out.join("long-reference.log"),
+    )?;
+    expect_success(&ran, "mpirun -n 2 ember train")?;
+    let reference_took = ran.elapsed;
     let epoch_steps = epoch_steps(ember, &reference)?;
-    for ranks in [&[0, 1][..], &[1]] {
-        let name = format!("terminated-{}", ranks.len());
-        let run = out.join(&name);
-        // The second epoch is about a quarter of the job; a signal that lands at an epoch's
-        // end stops the job there, which is not the case at stake: the next moment is tried.
+    let cases = [
+        ("terminated-mpirun", Signalled::Mpirun),
+        ("terminated-2", Signalled::Ranks(&[0, 1])),
+        ("terminated-1", Signalled::Ranks(&[1])),
+    ];
+    for (name, whom) in cases {
+        let run = out.join(name);
+        // A signal that lands at an epoch's end stops the job there, which is not the case at
+        // stake: the next moment is tried.
         let mut mid_epoch = None;
         for eighths in [1, 2, 3] {
             std::fs::remove_dir_all(&run).ok();
             let at = reference_took * eighths / 16;
-            let stopped = terminate_after_first_checkpoint(ember, &run, ranks, at, out)?;
-            if !stopped.is_multiple_of(epoch_steps) {
+            let stopped = terminate_after_first_checkpoint(
+                (ember, exits),
+                (&run, STOPPED_EPOCHS),
+                whom,
+                at,
+                out,
+            )?;
+            if !stopped.step.is_multiple_of(epoch_steps) {
                 mid_epoch = Some(stopped);
                 break;
             }
         }
         let stopped = mid_epoch.with_context(|| {
-            format!("SIGTERM to ranks {ranks:?} never stopped the job in the middle of an epoch")
+            format!("SIGTERM to {whom} never stopped the job in the middle of an epoch")
         })?;
         let newest = newest_checkpoint(&run.join("checkpoints"))?;
         let ran = resume_like(ember, &run, &reference, &out.join(format!("{name}.log")))?;
         ensure!(
             ran.output.contains(&newest),
-            "ranks {ranks:?} terminated at step {stopped}: the job did not go on from the stop's \
+            "SIGTERM to {whom} stopped the job at step {}: it did not go on from the stop's \
              checkpoint {newest}:\n{}",
+            stopped.step,
             ran.output
         );
         eprintln!(
-            "{TASK}: SIGTERM to ranks {ranks:?} in the second epoch: every rank stopped at step \
-             {stopped} and checkpointed there, and the job resumed from it ended with the \
-             uninterrupted job's parameters, byte for byte, and its values in ember inspect"
+            "{TASK}: SIGTERM to {whom} mid-epoch: every rank stopped at step {}, checkpointed \
+             there, closed its log and exited with 143, the last {:.2} s after the signal; the \
+             job resumed from the checkpoint ended with the uninterrupted job's parameters, byte \
+             for byte, and its values in ember inspect",
+            stopped.step,
+            stopped.took.as_secs_f64()
         );
     }
     crate::resume::readers::tensorboard_reads_as(
         TASK,
         (root, target),
         out,
-        "reference",
-        &["terminated-2", "terminated-1"],
+        "long-reference",
+        &["terminated-mpirun", "terminated-2", "terminated-1"],
     )?;
     Ok(())
 }
@@ -388,18 +437,19 @@ fn epoch_steps(ember: &Path, logdir: &Path) -> anyhow::Result<u64> {
         .with_context(|| format!("{} has no `epoch` series", logdir.display()))
 }
 
-/// Starts the job into `run`, sends SIGTERM to `ranks` `at` after its first checkpoint, and
-/// returns the step the job says it was interrupted after (it must exit with 143).
+/// Starts the job of 2 ranks and `epochs` into `run`, `exits`'s script running `ember` as each
+/// rank, sends SIGTERM to `whom` `at` after its first checkpoint, and checks how it stopped
+/// ([`stop`]).
 pub(super) fn terminate_after_first_checkpoint(
-    ember: &Path,
-    run: &Path,
-    ranks: &[usize],
+    (ember, exits): (&Path, &RankExits),
+    (run, epochs): (&Path, u32),
+    whom: Signalled<'_>,
     at: Duration,
     out: &Path,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<Stopped> {
     let log_path = out.join("terminated.log");
     let log = std::fs::File::create(&log_path)?;
-    let mut child = job(ember, run)
+    let mut child = job(exits.program(), run, epochs)
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
@@ -407,39 +457,100 @@ pub(super) fn terminate_after_first_checkpoint(
     let first = wait_for_first_checkpoint(&mut child, run)?;
     ensure!(first, "the job ended or hung before its first checkpoint");
     std::thread::sleep(at);
-    Ok(stop_ranks(&mut child, run, ranks, &log_path)?.0)
+    stop(&mut child, (run, 2), whom, (ember, exits), &log_path)
 }
 
-/// Sends SIGTERM to `ranks` of the job writing `run` (`child` is its `mpirun`, its output in
-/// `log_path`) and waits for it: it must not end as a finished one. Returns the step it says it
-/// was interrupted after, and its output.
-pub(super) fn stop_ranks(
+/// How a job sent SIGTERM ended.
+pub(super) struct Stopped {
+    /// The step it says it was interrupted after.
+    pub(super) step: u64,
+    pub(super) output: String,
+    /// From the signal to the last rank's exit.
+    pub(super) took: Duration,
+}
+
+/// Sends SIGTERM to `whom` of the job of `ranks` ranks writing `run` (`child` is its `mpirun`,
+/// started with `exits`'s script, its output in `log_path`) and waits for it. Every rank must
+/// exit with 143, having closed its log, and rank 0's log must hold `run/interrupted` at the
+/// step the job says it stopped after; `mpirun` must exit with 143 where ranks alone were
+/// signalled (signalled itself, Open MPI's `mpirun` ends with a status of its own, 1).
+pub(super) fn stop(
     child: &mut std::process::Child,
-    run: &Path,
-    ranks: &[usize],
+    (run, ranks): (&Path, usize),
+    whom: Signalled<'_>,
+    (ember, exits): (&Path, &RankExits),
     log_path: &Path,
-) -> anyhow::Result<(u64, String)> {
-    for rank in ranks {
-        let pid = crate::runs::rank_process(&run.to_string_lossy(), *rank)
-            .with_context(|| format!("finding rank {rank}"))?;
+) -> anyhow::Result<Stopped> {
+    let signal = |pid: u32| -> anyhow::Result<()> {
         let sent = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status()?;
         ensure!(sent.success(), "kill -TERM {pid} failed");
+        Ok(())
+    };
+    let sent = SystemTime::now();
+    match whom {
+        Signalled::Mpirun => signal(child.id())?,
+        Signalled::Ranks(signalled) => {
+            for rank in signalled {
+                let pid = crate::runs::rank_process(&run.to_string_lossy(), *rank)
+                    .with_context(|| format!("finding rank {rank}"))?;
+                signal(pid)?;
+            }
+        }
     }
     let status = child.wait()?;
     let output = std::fs::read_to_string(log_path)?;
+    let exited = exits.take(ranks)?;
+    let statuses: Vec<Vec<i32>> = exited
+        .iter()
+        .map(|runs| runs.iter().map(|exit| exit.status).collect())
+        .collect();
     ensure!(
-        !status.success(),
-        "the job ended as a finished one after SIGTERM:\n{output}"
+        statuses.iter().all(|runs| runs == &[143]),
+        "SIGTERM to {whom}: the ranks exited with {statuses:?} (137: SIGKILL), not 143 each; \
+         mpirun {status}:\n{output}"
     );
-    let stopped = output
+    let took = exited
+        .iter()
+        .flatten()
+        .map(|exit| exit.at.duration_since(sent).unwrap_or_default())
+        .max()
+        .unwrap_or_default();
+    match whom {
+        Signalled::Mpirun => ensure!(
+            !status.success(),
+            "mpirun ended as a finished job after SIGTERM:\n{output}"
+        ),
+        Signalled::Ranks(_) => ensure!(
+            status.code() == Some(143),
+            "SIGTERM to {whom}: mpirun {status}, not 143:\n{output}"
+        ),
+    }
+    let step = output
         .split("interrupted after ")
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
         .and_then(|steps| steps.parse().ok())
         .with_context(|| format!("the stopped job did not say where it stopped:\n{output}"))?;
-    Ok((stopped, output))
+    let unsealed = crate::runs::unsealed_event_files(run)?;
+    ensure!(
+        unsealed.is_empty(),
+        "SIGTERM to {whom}: event files no rank closed: {unsealed:?}"
+    );
+    let report = inspect_json(ember, run)?;
+    let interrupted = report["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
+        .find(|tag| tag["tag"] == "run/interrupted");
+    ensure!(
+        interrupted.is_some_and(|tag| tag["count"] == 1 && tag["step_max"] == step),
+        "SIGTERM to {whom} stopped the job at step {step}; its log's run/interrupted: \
+         {interrupted:?}"
+    );
+    Ok(Stopped { step, output, took })
 }
 
 /// The file name of the newest checkpoint of rank 0 in `dir`.

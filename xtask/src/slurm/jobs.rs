@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 
 use super::cluster::{Cluster, TASK};
-use crate::mpi::launch::{Transport, mpirun};
+use crate::mpi::launch::{RankExits, Transport, mpirun};
 use crate::process::{Ran, expect_success, inspect_json, run_limited};
 use crate::runs::{XorShift, model_without_ids, same_values};
 
@@ -95,7 +95,7 @@ impl Jobs<'_> {
     /// The script's job, never stopped.
     fn plain(&self, (reference, _): &(PathBuf, Duration)) -> anyhow::Result<()> {
         let started = Instant::now();
-        let id = self.submit("plain", &[])?;
+        let id = self.submit("plain", &[], &self.ember)?;
         let info = self.wait_for(id, "to end", JobInfo::ended)?;
         self.same_as(reference, "plain", &info)?;
         ensure!(info.restarts == 0, "the plain job was requeued: {info:?}");
@@ -108,15 +108,19 @@ impl Jobs<'_> {
     }
 
     /// The job with a time limit, warned by `--signal=B:TERM@30` (its batch shell alone): the
-    /// script stops the run and requeues the job, which runs the same script again and goes on.
-    /// Submitted to start half the plain run's length (2 to 20 s) ahead of slurmctld's check of
-    /// time limits, so that the warning, due at once, comes then, mid-run, however fast the
-    /// machine trains.
+    /// script stops the run (SIGTERM to `mpirun`, which passes it on to the ranks) and requeues
+    /// the job, which runs the same script again and goes on. Every start the warning stopped
+    /// must end with both ranks exiting with 143 (each rank run by a script that keeps its exit
+    /// status), their logs closed. Submitted to start half the plain run's length (2 to 20 s)
+    /// ahead of slurmctld's check of time limits, so that the warning, due at once, comes then,
+    /// mid-run, however fast the machine trains.
     fn time_limited(&self, (reference, length): &(PathBuf, Duration)) -> anyhow::Result<()> {
         let warned_at = (*length / 2).clamp(Duration::from_secs(2), Duration::from_secs(20));
+        let exits = RankExits::new(&self.runs.join("time-limited-exits"), &self.ember)?;
         self.cluster.wait_for_tick_phase(warned_at);
         let started = Instant::now();
-        let id = self.submit("time-limited", &["--time=1", "--signal=B:TERM@30"])?;
+        let extra = ["--time=1", "--signal=B:TERM@30"];
+        let id = self.submit("time-limited", &extra, exits.program())?;
         let info = self.wait_for(id, "to end", JobInfo::ended)?;
         self.same_as(reference, "time-limited", &info)?;
         let printed = self.printed("time-limited")?;
@@ -126,10 +130,29 @@ impl Jobs<'_> {
             "the time-limited job was not signalled, requeued and resumed ({info:?}; a job that \
              ended unsignalled met slurmctld's time-limit check later than {warned_at:?} in):\n{printed}"
         );
+        // Each start the warning stopped, then the last, which finished.
+        let mut expected = vec![143; signalled];
+        expected.push(0);
+        let exited: Vec<Vec<i32>> = exits
+            .take(2)?
+            .iter()
+            .map(|runs| runs.iter().map(|exit| exit.status).collect())
+            .collect();
+        ensure!(
+            exited.iter().all(|statuses| *statuses == expected),
+            "the ranks of the time-limited job exited with {exited:?} start after start (137: \
+             SIGKILL), not {expected:?} each:\n{printed}"
+        );
+        let unsealed = crate::runs::unsealed_event_files(&self.runs.join("time-limited"))?;
+        ensure!(
+            unsealed.is_empty(),
+            "the time-limited job left event files no rank closed: {unsealed:?}"
+        );
         eprintln!(
             "{TASK}: time-limited (--time=1 --signal=B:TERM@30 --requeue), due to be warned {:.1} \
-             s in: signalled {signalled} time(s), requeued by its script, {} restart(s), resumed \
-             with the same script: the plain run's model byte for byte ({:.1} s)",
+             s in: signalled {signalled} time(s), both ranks exiting with 143 and their logs \
+             closed, requeued by its script, {} restart(s), resumed with the same script: the \
+             plain run's model byte for byte ({:.1} s)",
             warned_at.as_secs_f64(),
             info.restarts,
             started.elapsed().as_secs_f64()
@@ -146,7 +169,7 @@ impl Jobs<'_> {
         };
         let mut rng = XorShift(seed.max(1));
         let started = Instant::now();
-        let id = self.submit("preempted", &[])?;
+        let id = self.submit("preempted", &[], &self.ember)?;
         let mut moments = Vec::new();
         for restarts in 0..3 {
             let running = |info: &JobInfo| info.state == "RUNNING" && info.restarts == restarts;
@@ -179,7 +202,7 @@ impl Jobs<'_> {
     /// locked: the same run under plain `mpirun` goes on and ends with the plain run's model.
     fn cancelled(&self, reference: &Path) -> anyhow::Result<()> {
         let run = self.runs.join("cancelled");
-        let id = self.submit("cancelled", &[])?;
+        let id = self.submit("cancelled", &[], &self.ember)?;
         let deadline = Instant::now() + JOB_LIMIT;
         while !has_checkpoint(&run.join("checkpoints")) {
             ensure!(
@@ -229,8 +252,9 @@ impl Jobs<'_> {
     }
 
     /// Submits the script for the run `name` (its log directory `runs/<name>`, its output
-    /// `runs/<name>.out`) with `extra` options; returns the job's id.
-    fn submit(&self, name: &str, extra: &[&str]) -> anyhow::Result<u32> {
+    /// `runs/<name>.out`) with `extra` options, each rank `program` (`ember`, or a script that
+    /// runs it); returns the job's id.
+    fn submit(&self, name: &str, extra: &[&str], program: &Path) -> anyhow::Result<u32> {
         let run = self.runs.join(name);
         let out = self
             .cluster
@@ -240,7 +264,7 @@ impl Jobs<'_> {
             .args(extra)
             .arg(&self.script)
             .env("RUN_DIR", &run)
-            .env("EMBER", &self.ember)
+            .env("EMBER", program)
             .env("EMBER_ARGS", RUN_ARGS)
             // Open MPI asks for consent to run as root; CI runs as root.
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -280,7 +280,7 @@ impl StepTotals {
 pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
     // Under mpirun (the `mpi` feature), this process is one rank of the job: every rank trains
     // its shard of the digits on its workers, and rank 0 reports the job's examples per second.
-    let mut job = crate::job::Job::start(std::time::Duration::from_secs(300))?;
+    let job = crate::job::Job::start(std::time::Duration::from_secs(300))?;
     let listed = match args.device.clone() {
         Some(DeviceList(listed)) => listed,
         None => default_devices()?,
@@ -312,7 +312,7 @@ pub(crate) fn scaling(args: ScalingArgs) -> anyhow::Result<ExitCode> {
                 (epochs, lr),
                 model,
                 (train_loader, valid_loader),
-                &mut job,
+                &job,
             )?;
             totals = steps;
             result
@@ -411,7 +411,7 @@ fn ember_side(
     (epochs, lr): (usize, f64),
     model: ScalingModel,
     (train, valid): (Loader, Loader),
-    job: &mut crate::job::Job,
+    job: &crate::job::Job,
 ) -> anyhow::Result<(anyhow::Result<()>, Option<StepTotals>)> {
     let mut summary = args
         .summaries
@@ -437,7 +437,7 @@ fn ember_side(
             steps.add(report);
         }
     });
-    let trainer = joined(trainer, job);
+    let trainer = job.join(trainer);
     let result = trainer
         .fit(model, train, Some(valid), summary.as_mut())
         .map(drop)
@@ -469,18 +469,6 @@ fn add_figures(
         line["reduce_share"] = json!(totals.reduce / totals.step);
         line["optimizer_share"] = json!(totals.optimizer / totals.step);
     }
-}
-
-/// `trainer` as this process's rank of the job `mpirun` started (the `mpi` feature), or as
-/// it is.
-fn joined(trainer: Trainer<ScalingModel>, job: &mut crate::job::Job) -> Trainer<ScalingModel> {
-    #[cfg(feature = "mpi")]
-    if let Some(comm) = job.take_comm() {
-        return trainer.communicator(comm);
-    }
-    #[cfg(not(feature = "mpi"))]
-    let _ = job;
-    trainer
 }
 
 /// One of burn-train's own strategies, as a Burn user starts it: `SupervisedTraining` with

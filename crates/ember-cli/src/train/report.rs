@@ -12,7 +12,7 @@ use ember::pack::Format;
 use ember::{EpochReport, TrainReport};
 
 use super::plan::Plan;
-use super::signals::StopSignal;
+use super::signals::{self, StopSignal};
 use crate::devices::print_device_memory;
 use crate::output::{err, out, shown};
 
@@ -33,8 +33,8 @@ pub(super) struct Ending<'a> {
 }
 
 /// Prints how the run ended (rank 0 all of it, another rank only what went wrong) and returns
-/// its exit code: 0; 128 + the signal that stopped it; [`LOG_INCOMPLETE`].
-pub(super) fn report(plan: &Plan, ending: Ending<'_>) -> anyhow::Result<ExitCode> {
+/// its exit code: 0; 128 + the signal that stopped it (the job, across ranks); [`LOG_INCOMPLETE`].
+pub(super) fn report(plan: &mut Plan, ending: Ending<'_>) -> anyhow::Result<ExitCode> {
     let (report, epochs, lead) = (ending.report, plan.epochs(), plan.job.lead());
     if lead && report.interrupted {
         err(format!(
@@ -78,30 +78,35 @@ pub(super) fn report(plan: &Plan, ending: Ending<'_>) -> anyhow::Result<ExitCode
             report.checkpoints_failed
         ));
     }
+    if let Some(lost) = &ending.log {
+        let from = crate::logger::log_failed_at().unwrap_or(report.steps as u64);
+        err(format!(
+            "error: {}the log under {} is incomplete from step {from} on: {lost}{}",
+            plan.job.prefix(),
+            shown(&plan.logdir),
+            if lead {
+                "; the trained model is saved"
+            } else {
+                ""
+            },
+        ));
+    }
     let code = if report.interrupted {
-        ending.signal.exit_code()
+        // Last, once this rank has said how it ended; across ranks, once every rank has closed
+        // its log, and then at once, with nothing left to drop or to run at exit (the
+        // allocator hands its memory back for milliseconds): Open MPI SIGKILLs the other
+        // ranks as soon as one has exited.
+        let code = signals::exit_code(plan.job.stopped(ending.signal.received())?);
+        if plan.job.size() > 1 {
+            signal_hook::low_level::exit(code.into());
+        }
+        code
+    } else if ending.log.is_some() {
+        LOG_INCOMPLETE
     } else {
         0
     };
-    let Some(lost) = ending.log else {
-        return Ok(ExitCode::from(code));
-    };
-    let from = crate::logger::log_failed_at().unwrap_or(report.steps as u64);
-    err(format!(
-        "error: {}the log under {} is incomplete from step {from} on: {lost}{}",
-        plan.job.prefix(),
-        shown(&plan.logdir),
-        if lead {
-            "; the trained model is saved"
-        } else {
-            ""
-        },
-    ));
-    Ok(ExitCode::from(if code != 0 {
-        code
-    } else {
-        LOG_INCOMPLETE
-    }))
+    Ok(ExitCode::from(code))
 }
 
 /// How many warnings and errors the library logged (shown as they came, unless `RUST_LOG`

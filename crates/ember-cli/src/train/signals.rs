@@ -1,13 +1,17 @@
 //! `ember train`'s stop signals: Ctrl-C (SIGINT), and SIGTERM and SIGHUP, which schedulers
 //! (Slurm, Kubernetes, systemd) and a closed terminal send, are one request: stop after the
 //! current step, write a checkpoint, close the logs, and exit with 128 + the signal's number
-//! (130, 143, 129), as shells report a process the signal ended. A second signal of any of
-//! them exits at once, with the same kind of code.
+//! (130, 143, 129), as shells report a process the signal ended. Across ranks, the ranks stop
+//! after the same step, whichever got the signal, and each exits with the code of the signal
+//! that stopped the job once every rank's log is closed (`Job::stopped`). A second signal of
+//! any of them exits at once, with the same kind of code.
 //!
 //! The bound: the stop waits for the step under way, the checkpoint and the logs' close
 //! (about 0.15 s for `ember train`'s model in a debug build on a loaded 2-core machine; a
 //! step that hangs is bounded by `--step-timeout`, an object store that is down by the
-//! record's wait, which the signal also ends).
+//! record's wait, which the signal also ends). Under `mpirun`, itself signalled, that must
+//! fit in Open MPI's grace: its SIGTERM reaches the ranks a second after it got its own, and
+//! its SIGKILL a second after that.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -20,15 +24,19 @@ use signal_hook::iterator::Signals;
 pub(super) struct StopSignal(Arc<AtomicI32>);
 
 impl StopSignal {
-    /// The exit code of a run the signal stopped: 128 + its number; SIGINT's when the run was
-    /// stopped otherwise.
-    pub(super) fn exit_code(&self) -> u8 {
-        let signal = match self.0.load(Ordering::Acquire) {
-            0 => SIGINT,
-            signal => signal,
-        };
-        u8::try_from(128 + signal).unwrap_or(u8::MAX)
+    /// The signal received, once one has.
+    pub(super) fn received(&self) -> Option<i32> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            signal => Some(signal),
+        }
     }
+}
+
+/// The exit code of a run `signal` stopped: 128 + its number; SIGINT's when the run was
+/// stopped otherwise.
+pub(super) fn exit_code(signal: Option<i32>) -> u8 {
+    u8::try_from(128 + signal.unwrap_or(SIGINT)).unwrap_or(u8::MAX)
 }
 
 /// Has the first SIGINT, SIGTERM or SIGHUP set `flag`, for the trainer to stop after the
