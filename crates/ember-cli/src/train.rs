@@ -120,7 +120,7 @@ pub(crate) fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     // Set by the first stop signal: training stops after its step, and a record waiting for an
     // object store that is down stops waiting.
     let stop = Arc::new(AtomicBool::new(false));
-    let mut summary = open_summary(&plan, &stop)?;
+    let mut summary = open_summary(&plan, &run, &stop)?;
     let bar = progress_bar(&plan, data.train.len(), run.layout())?;
     let signal = signals::stop_on_signals(stop.clone());
     announce(&plan, &data, &opened);
@@ -232,12 +232,15 @@ impl Data {
     }
 }
 
-/// Opens the run's summary record.
-fn open_summary(plan: &Plan, stop: &Arc<AtomicBool>) -> anyhow::Result<SummaryRecord> {
-    let builder = SummaryRecord::builder(&plan.logdir)
+/// Opens the run's summary record, its lease in a bucket naming the run.
+fn open_summary(plan: &Plan, run: &Run, stop: &Arc<AtomicBool>) -> anyhow::Result<SummaryRecord> {
+    let mut builder = SummaryRecord::builder(&plan.logdir)
         .format(plan.args.format.format())
-        .rank(plan.job.rank() as u32, plan.job.size() as u32);
-    let builder = builder.remote_block_wait(REMOTE_BLOCK_DEADLINE, Some(stop.clone()));
+        .rank(plan.job.rank() as u32, plan.job.size() as u32)
+        .remote_block_wait(REMOTE_BLOCK_DEADLINE, Some(stop.clone()));
+    if let Some(id) = run.id() {
+        builder = builder.run_id(id.as_str());
+    }
     builder.build().with_context(|| {
         format!(
             "cannot create log dir {}",

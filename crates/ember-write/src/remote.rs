@@ -181,13 +181,14 @@ impl RemoteMirror {
     /// [`lease`]): refused with [`RemoteError::Leased`] while another process holds it, before
     /// anything is shipped; renewed by a thread of the mirror's; released at the close. Once
     /// another writer has taken it over, the mirror ships nothing more: see [`claim`](Self::claim).
+    /// The lease names `run`, the id of the run written, where the writer gives one.
     pub fn start_leased(
         url: &str,
         staging: &Path,
         interval: Duration,
-        (rank, timing): (u32, LeaseTiming),
+        (rank, timing, run): (u32, LeaseTiming, Option<&str>),
     ) -> Result<Self, RemoteError> {
-        let holder = LeaseHolder::this_process();
+        let holder = LeaseHolder::this_process(run);
         Self::start_leased_as(url, staging, interval, (rank, timing, holder))
     }
 

@@ -69,7 +69,7 @@ pub(crate) enum Mirror {}
 
 impl Mirror {
     pub(crate) fn start(
-        url: &str,
+        (url, _): (&str, Option<&str>),
         _: u32,
         _: (Option<u64>, FullQueuePolicy),
         _: Option<(Duration, Option<Arc<AtomicBool>>)>,

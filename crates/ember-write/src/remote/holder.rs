@@ -42,25 +42,31 @@ pub struct LeaseHolder {
     pub taken_ms: u64,
     /// When it last renewed it, in milliseconds since the Unix epoch.
     pub renewed_ms: u64,
+    /// The id of the run it writes, where its writer named one.
+    pub run: Option<String>,
 }
 
 impl LeaseHolder {
-    pub(super) fn this_process() -> Self {
+    pub(super) fn this_process(run: Option<&str>) -> Self {
         let now = now_ms();
         Self {
             host: crate::naming::host_name(),
             pid: std::process::id(),
             taken_ms: now,
             renewed_ms: now,
+            run: run.map(str::to_owned),
         }
     }
 
     pub(super) fn encode(&self) -> Vec<u8> {
-        format!(
+        let mut text = format!(
             "host={}\npid={}\ntaken={}\nrenewed={}\n",
             self.host, self.pid, self.taken_ms, self.renewed_ms
-        )
-        .into_bytes()
+        );
+        if let Some(run) = &self.run {
+            text.push_str(&format!("run={run}\n"));
+        }
+        text.into_bytes()
     }
 
     pub(super) fn decode(bytes: &[u8]) -> Option<Self> {
@@ -76,6 +82,7 @@ impl LeaseHolder {
             pid: field("pid")?.parse().ok()?,
             taken_ms: field("taken")?.parse().ok()?,
             renewed_ms: field("renewed")?.parse().ok()?,
+            run: field("run").map(str::to_owned),
         })
     }
 

@@ -109,7 +109,7 @@ impl Lease {
         url: &str,
         timing: LeaseTiming,
     ) -> Result<Self, RemoteError> {
-        let holder = LeaseHolder::this_process();
+        let holder = LeaseHolder::this_process(None);
         Self::take_as(store, (prefix, rank), url, timing, holder).await
     }
 
@@ -398,6 +398,7 @@ async fn read(
         pid: 0,
         taken_ms: 0,
         renewed_ms: 0,
+        run: None,
     });
     Ok(Some((holder, version)))
 }
@@ -434,6 +435,7 @@ fn leased(url: &str, holder: LeaseHolder) -> RemoteError {
         renewed_ago: holder.renewed_ago(),
         host: holder.host,
         pid: holder.pid,
+        run: holder.run,
     }
 }
 

@@ -89,8 +89,9 @@ pub enum RemoteError {
     },
     /// Another process holds the run's lease (see [`lease`](super::lease)): it writes the run.
     #[error(
-        "{url} is in use by process {pid} on host {host} (lease renewed {}s ago): one writer \
+        "{url} is in use by process {pid} on host {host}{} (lease renewed {}s ago): one writer \
          per run; wait for it to end or choose another directory",
+        run.as_ref().map(|run| format!(", run {run}")).unwrap_or_default(),
         renewed_ago.as_secs()
     )]
     Leased {
@@ -100,6 +101,8 @@ pub enum RemoteError {
         pid: u32,
         /// The holder's host.
         host: String,
+        /// The id of the run the holder writes, where it named one.
+        run: Option<String>,
         /// How long ago, by this host's clock, the holder last renewed the lease.
         renewed_ago: Duration,
     },

@@ -44,16 +44,17 @@ impl Mirror {
     /// refuses the credentials, or a run another process holds, is an error here, before
     /// anything is written. `budget` is the backlog a record may leave before `policy` decides
     /// about the next; `wait`, how long a blocked record waits at most, and a flag that ends
-    /// the wait; the defaults where `None`.
+    /// the wait; the defaults where `None`. The lease names `run`, where the record was given
+    /// its run's id.
     pub(crate) fn start(
-        url: &str,
+        (url, run): (&str, Option<&str>),
         rank: u32,
         (budget, policy): (Option<u64>, FullQueuePolicy),
         wait: Option<(Duration, Option<Arc<AtomicBool>>)>,
     ) -> Result<Self, SummaryError> {
         let staging = ember_write::remote::new_staging()?;
         let lock = ember_write::DirLock::acquire(&staging, 0)?;
-        let lease = (rank, LeaseTiming::default());
+        let lease = (rank, LeaseTiming::default(), run);
         let mirror = match RemoteMirror::start_leased(url, &staging, DEFAULT_SHIP_INTERVAL, lease) {
             Ok(mirror) => mirror,
             Err(error) => {

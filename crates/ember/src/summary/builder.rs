@@ -43,6 +43,8 @@ pub struct SummaryRecordBuilder {
     /// A bucket log's backlog budget, and its records' wait for the store; defaults if `None`.
     remote_budget: Option<u64>,
     remote_wait: Option<(Duration, Option<Arc<AtomicBool>>)>,
+    /// The id of the run the record logs, named in a bucket run's lease.
+    run_id: Option<String>,
 }
 
 impl SummaryRecordBuilder {
@@ -55,6 +57,7 @@ impl SummaryRecordBuilder {
             rank_zero_only: false,
             remote_budget: None,
             remote_wait: None,
+            run_id: None,
         }
     }
 
@@ -74,6 +77,13 @@ impl SummaryRecordBuilder {
     /// `RemoteError::Waited`, counted, and training goes on or stops as the error policy says.
     pub fn remote_block_wait(mut self, deadline: Duration, stop: Option<Arc<AtomicBool>>) -> Self {
         self.remote_wait = Some((deadline, stop));
+        self
+    }
+
+    /// The id of the run this record logs (with the `burn` feature, `ember::run::Run::id`): a
+    /// run in a bucket names it in its lease, beside the process that holds it.
+    pub fn run_id(mut self, id: impl Into<String>) -> Self {
+        self.run_id = Some(id.into());
         self
     }
 
@@ -198,7 +208,8 @@ impl SummaryRecordBuilder {
         let remote = match url {
             Some(url) => {
                 let queue = (self.remote_budget, options.full_queue);
-                let mirror = Mirror::start(&url, rank, queue, self.remote_wait)?;
+                let at = (url.as_str(), self.run_id.as_deref());
+                let mirror = Mirror::start(at, rank, queue, self.remote_wait)?;
                 // The writers write into the mirror's staging directory.
                 options.log_dir = mirror.staging().to_path_buf();
                 Some(mirror)

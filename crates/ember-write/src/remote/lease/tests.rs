@@ -31,6 +31,7 @@ async fn plant(store: &dyn ObjectStore, prefix: &ObjectPath, ago: Duration) {
         pid: 4242,
         taken_ms: renewed,
         renewed_ms: renewed,
+        run: None,
     };
     put(
         store,
@@ -193,7 +194,7 @@ fn a_dead_process_of_this_host_holds_nothing() {
     let dead = i32::MAX as u32;
     runtime().block_on(async {
         let prefix = ObjectPath::from("run");
-        let mut holder = LeaseHolder::this_process();
+        let mut holder = LeaseHolder::this_process(None);
         holder.pid = dead;
         put(
             store.as_ref(),
@@ -216,22 +217,28 @@ fn a_dead_process_of_this_host_holds_nothing() {
 }
 
 /// Before: a second writer of a bucket run was let in beside the first; now the first's
-/// lease refuses it, naming the first, until the first closes.
+/// lease refuses it, naming the first and its run, until the first closes.
 #[test]
 fn a_leased_mirror_refuses_a_second_writer_of_its_url_until_it_closes() {
     let bucket = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(bucket.path().join("run")).unwrap();
     let url = format!("file://{}/run", bucket.path().display());
     let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let lease = (0, LeaseTiming::default());
+    let run = "0123456789abcdef0123456789abcdef";
+    let lease = (0, LeaseTiming::default(), None);
     let interval = Duration::from_secs(3600);
+    let named = (0, LeaseTiming::default(), Some(run));
     let mirror =
-        super::super::RemoteMirror::start_leased(&url, first.path(), interval, lease).unwrap();
+        super::super::RemoteMirror::start_leased(&url, first.path(), interval, named).unwrap();
+    let text = std::fs::read_to_string(bucket.path().join("run/.ember-lease")).unwrap();
+    assert!(text.contains(&format!("run={run}")), "{text}");
     let refused = super::super::RemoteMirror::start_leased(&url, second.path(), interval, lease);
     let Err(RemoteError::Leased { pid, .. }) = &refused else {
         panic!("a second writer of a leased run: {refused:?}");
     };
     assert_eq!(*pid, std::process::id());
+    let message = refused.unwrap_err().to_string();
+    assert!(message.contains(&format!(", run {run} (")), "{message}");
     assert!(matches!(
         super::check_lease(&url, 0, LeaseTiming::default()),
         Err(RemoteError::Leased { .. })
@@ -264,7 +271,7 @@ fn a_zombie_holder_holds_nothing() {
     }
     let holder = LeaseHolder {
         pid: child.id(),
-        ..LeaseHolder::this_process()
+        ..LeaseHolder::this_process(None)
     };
     assert_eq!(holder.alive_here(), Some(false));
     child.wait().unwrap();
@@ -272,7 +279,7 @@ fn a_zombie_holder_holds_nothing() {
         process_state(std::process::id()),
         Some('Z' | 'X')
     ));
-    assert_eq!(LeaseHolder::this_process().alive_here(), Some(true));
+    assert_eq!(LeaseHolder::this_process(None).alive_here(), Some(true));
 }
 
 /// Before: a stopped holder of this host (`SIGSTOP`, `scontrol suspend`) was taken for a live
@@ -295,7 +302,7 @@ fn a_stopped_holder_of_this_host_is_told_by_its_renewals() {
     }
     let holder = LeaseHolder {
         pid: child.id(),
-        ..LeaseHolder::this_process()
+        ..LeaseHolder::this_process(None)
     };
     let told = holder.alive_here();
     kill_process(pid, Signal::KILL).unwrap();
@@ -361,7 +368,7 @@ fn stopped_and_taken_over(
     let interval = Duration::from_secs(3600);
     let elsewhere = LeaseHolder {
         host: "elsewhere".into(),
-        ..LeaseHolder::this_process()
+        ..LeaseHolder::this_process(None)
     };
     let stopped =
         RemoteMirror::start_leased_as(url, first, interval, (0, timing, elsewhere)).unwrap();
@@ -379,7 +386,7 @@ fn stopped_and_taken_over(
         .unwrap();
     claim.pause(true);
     append_steps(&its_file, 4..=5);
-    let taker = RemoteMirror::start_leased(url, second, interval, (0, timing)).unwrap();
+    let taker = RemoteMirror::start_leased(url, second, interval, (0, timing, None)).unwrap();
     checkpoints(taker.claim().unwrap())
         .put("ckpt-000000000002.ember", b"taker's".to_vec())
         .unwrap();
