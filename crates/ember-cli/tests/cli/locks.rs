@@ -39,6 +39,19 @@ fn live_train(dir: &Path, args: &[&str]) -> Spawned {
     live
 }
 
+/// Removes `path` as `rm -rf` run until it succeeds would: the live run may make a file in a
+/// directory between its listing and its removal.
+fn remove_while_written(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(error) = std::fs::remove_dir_all(path) {
+        assert!(
+            error.kind() == std::io::ErrorKind::DirectoryNotEmpty && Instant::now() < deadline,
+            "{} cannot be removed: {error}",
+            path.display()
+        );
+    }
+}
+
 /// How many session ends the run's event files hold.
 fn session_ends(run: &Path) -> usize {
     let mut ends = 0;
@@ -95,7 +108,7 @@ fn deleted_lock_files_keep_a_second_run_out_and_the_first_finishes_with_each_ste
         run.join(".ember-locks"),
         run.join("checkpoints/.ember-locks"),
     ] {
-        std::fs::remove_dir_all(&locks).unwrap();
+        remove_while_written(&locks);
     }
     for args in [
         &["train", "--resume", "run"][..],
@@ -133,7 +146,7 @@ fn a_run_directory_deleted_and_made_again_gets_nothing_from_the_old_run() {
     let args = ["--epochs", "300", "--checkpoint-every", "5"];
     let mut live = live_train(dir.path(), &args);
     let run = dir.path().join("run");
-    std::fs::remove_dir_all(&run).unwrap();
+    remove_while_written(&run);
     std::fs::create_dir(&run).unwrap();
     let status = exit_within(&mut live, Duration::from_secs(60));
     let mut stderr = String::new();

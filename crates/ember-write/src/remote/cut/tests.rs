@@ -140,3 +140,31 @@ fn a_cut_asked_for_before_any_pass_ships_it_ends_a_segment() {
     assert!(scan.problems.is_empty(), "{:?}", scan.problems);
     assert_eq!(scan.records.len(), 5);
 }
+
+/// A cut whose segment the store refuses is an error, so its checkpoint is not written; once
+/// the store takes segments again, the next cut ships with the records of both.
+#[test]
+fn a_cut_the_store_refuses_is_an_error_and_the_next_one_ships_its_records_too() {
+    let (dir, url) = file_bucket();
+    let staging = tempfile::tempdir().unwrap();
+    let mirror = RemoteMirror::start(&url, staging.path(), Duration::from_secs(3600)).unwrap();
+    append(staging.path(), 0, 1);
+    mirror.cut().unwrap().shipped().unwrap();
+    // A directory where the second segment goes: the file store cannot put an object there.
+    let second_segment = dir.path().join(format!("run/{EVENTS}.00000002"));
+    std::fs::create_dir(&second_segment).unwrap();
+    append(staging.path(), 1, 2);
+    let refused = mirror.cut().unwrap();
+    assert!(refused.shipped().is_err(), "a cut not in the store shipped");
+
+    std::fs::remove_dir(&second_segment).unwrap();
+    let at_next = append(staging.path(), 3, 1);
+    let next = mirror.cut().unwrap().shipped().unwrap();
+    assert_eq!(next.objects.values().sum::<u64>(), at_next);
+    mirror.close().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    download(&url, local.path()).unwrap();
+    let scan = crate::Scan::file(local.path().join(EVENTS)).unwrap();
+    assert!(scan.problems.is_empty(), "{:?}", scan.problems);
+    assert_eq!(scan.records.len(), 4);
+}
