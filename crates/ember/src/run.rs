@@ -198,13 +198,19 @@ impl Run {
     }
 
     /// Starts the run over: removes its checkpoints (every rank's parts too), so that its next
-    /// resume does not find them. Its log is rolled back by its record's owner.
-    pub(crate) fn remove_checkpoints(&self) -> Result<(), CheckpointError> {
+    /// resume does not find them, and its model files, so that a restart stopped before its
+    /// end is not taken for a finished run by the model of its earlier training. Its log is
+    /// rolled back by its record's owner.
+    pub(crate) fn start_over(&self) -> Result<(), CheckpointError> {
         log::warn!(
             "starting the run over: removing its checkpoints in {}",
             self.checkpoints.path().display()
         );
-        self.checkpoints(1).remove_all()
+        self.checkpoints(1).remove_all()?;
+        match &self.dir {
+            Some(dir) => model::remove_all(dir),
+            None => Ok(()),
+        }
     }
 
     /// Saves `model` in the run directory: as the trained model (`model.bpk`, with its record)

@@ -106,6 +106,33 @@ fn model_bpk_is_only_the_trained_model_and_a_run_trained_without_one_finishes_fr
     assert!(text(&again.stderr).contains("nothing to do"));
 }
 
+/// A finished run started over with `--restart` and killed before its end is not finished: the
+/// model of its earlier training is removed with its checkpoints, so the requeue goes on with
+/// the restart rather than saying "nothing to do" over the old model.
+#[test]
+fn a_finished_run_restarted_and_killed_goes_on_and_is_not_taken_for_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = uninterrupted(dir.path());
+    let first = requeued(dir.path(), &[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let run = dir.path().join("run");
+    kill_9(Training::past_first_epoch(
+        dir.path(),
+        &["--restart", "run"],
+    ));
+    assert!(!run.join("model.bpk").exists(), "the old model was kept");
+
+    let output = requeued(dir.path(), &[]);
+    let printed = text(&output.stderr);
+    assert!(output.status.success(), "{printed}");
+    assert!(!printed.contains("nothing to do"), "{printed}");
+    assert!(
+        printed.contains("resumed from run/checkpoints/ckpt-"),
+        "{printed}"
+    );
+    assert_as_whole(dir.path(), &whole);
+}
+
 /// Issue 52: a run whose record (once `command.json`) was lost was refused by `--resume-if-any`
 /// as "another run", though the command line has its arguments.
 #[test]

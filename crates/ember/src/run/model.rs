@@ -87,6 +87,15 @@ pub(crate) fn write_final(
     dir.remove(INTERRUPTED_MODEL_FILE)
 }
 
+/// Removes the run's model files from `dir`: the record first, so that a kill between leaves a
+/// model no one takes for the run's final one.
+pub(crate) fn remove_all(dir: &Place) -> Result<(), CheckpointError> {
+    for name in [MODEL_RECORD, MODEL_FILE, INTERRUPTED_MODEL_FILE] {
+        dir.remove(name)?;
+    }
+    Ok(())
+}
+
 /// Writes `bytes` as the model of a run stopped before its end.
 pub(crate) fn write_interrupted(dir: &Place, bytes: &[u8]) -> Result<(), CheckpointError> {
     dir.write(INTERRUPTED_MODEL_FILE, bytes)

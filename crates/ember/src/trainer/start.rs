@@ -416,14 +416,14 @@ pub(super) struct ResumedRun<M> {
     carried_logs: Vec<(usize, String)>,
 }
 
-/// Discards what a run stopped before wrote, for [`Trainer::restart`]: its checkpoints and its
+/// Discards what a run wrote, for [`Trainer::restart`]: its checkpoints, its model files and its
 /// files in the log.
 fn restart(
     run: &Run,
     summary: Option<&SummaryRecord>,
     log_place: Option<&LogPlace>,
 ) -> Result<(), TrainError> {
-    run.remove_checkpoints()?;
+    run.start_over()?;
     if let (Some(place), Some(summary)) = (log_place, summary) {
         place.roll_back(&Snapshot::empty(place)?, summary)?;
     }
