@@ -73,6 +73,11 @@ def everything(path):
     return kinds
 
 
+# The run's model files: the model and its record, which names the run it is of (a bucket run
+# and the local one are two runs), are not logs.
+MODEL_FILES = ("model.bpk", "model.json", "model.interrupted.bpk")
+
+
 def other_files(local):
     """The files of a local run that ember's writers made besides event files: the projector's
     config and tensors, exported tensors (checkpoints, the saved model, the writers' locks
@@ -84,7 +89,7 @@ def other_files(local):
             relative = os.path.relpath(path, local)
             if ("tfevents" in name or ".summary." in name or relative.startswith("checkpoints")
                     or relative.startswith(".ember-locks" + os.sep)
-                    or relative.startswith(".ember-run" + os.sep) or name == "model.bpk"):
+                    or relative.startswith(".ember-run" + os.sep) or relative in MODEL_FILES):
                 continue
             with open(path, "rb") as f:
                 found[relative] = f.read()
@@ -156,7 +161,7 @@ def main():
         whole = {key[len(prefix):]: data for key, data in stored.items() if not segment(key)
                  and not key[len(prefix):].startswith("checkpoints/")
                  and not key[len(prefix):].startswith(".ember-run/")
-                 and key[len(prefix):] != "model.bpk"}
+                 and key[len(prefix):] not in MODEL_FILES}
         files = other_files(local)
         failures += [f"file {name}: not in the bucket as written"
                      for name, data in files.items() if whole.get(name) != data]
