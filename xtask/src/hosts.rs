@@ -50,11 +50,10 @@ use check::{Check, Profile};
 use launch::{Cluster, TASK, hold_machine, kill_leftovers};
 use net::Network;
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let profile = match args {
-        [] => Profile::Debug,
-        [flag] if flag == "--release" => Profile::Release,
-        _ => anyhow::bail!("usage: cargo xtask hosts [--release]"),
+pub(crate) fn run(root: &Path, release: bool) -> anyhow::Result<()> {
+    let profile = match release {
+        false => Profile::Debug,
+        true => Profile::Release,
     };
     let target = target_dir(root);
     let Some(python) = ready(&target)? else {

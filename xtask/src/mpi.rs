@@ -34,9 +34,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
 
-use crate::process::{
-    build, cargo, ensure_installed, on_path, positive_arg, skip_or_fail, target_dir,
-};
+use crate::process::{build, cargo, ensure_installed, on_path, skip_or_fail, target_dir};
 
 mod bench;
 mod fewer_ranks;
@@ -51,12 +49,12 @@ use scenarios::{equivalence, faults, resume, terminated, train, transports_are_f
 /// Debian's packages for Open MPI and rsmpi's bindgen.
 const PACKAGES: &[&str] = &["openmpi-bin", "libopenmpi-dev", "libclang-dev"];
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+/// Checks the ranks, or with `bench_rounds` measures the all-reduce that many rounds.
+pub(crate) fn run(root: &Path, bench_rounds: Option<usize>) -> anyhow::Result<()> {
     if let Err(why) = ensure_mpi() {
         return skip_or_fail(TASK, &why);
     }
-    if args.iter().any(|a| a == "--bench") {
-        let rounds = positive_arg(args, "--rounds", 3)?;
+    if let Some(rounds) = bench_rounds {
         return bench(root, rounds);
     }
     lint(root)?;

@@ -115,10 +115,7 @@ impl Check<'_> {
     }
 }
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    if args.iter().any(|a| a == "--bench") {
-        return crate::objects_bench::run(root, args);
-    }
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debug_assert_eq!(&S3_REQUIREMENTS[..4], COMPAT_REQUIREMENTS);
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS) {

@@ -155,11 +155,10 @@ const EMBER_BUILD: &[&str] = &[
     "object-store",
 ];
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let rounds = crate::process::positive_arg(args, "--rounds", 5)?;
-    // The Trainer's checkpoints alone (bucket against local disk, side by side in each run),
-    // without the write workloads and the `remote` bench: what a change to checkpointing moves.
-    let checkpoints_only = args.iter().any(|a| a == "--checkpoints");
+/// Measures `rounds` rounds; `checkpoints_only`: the Trainer's checkpoints alone (bucket against
+/// local disk, side by side in each run), without the write workloads and the `remote` bench:
+/// what a change to checkpointing moves.
+pub(crate) fn run(root: &Path, rounds: usize, checkpoints_only: bool) -> anyhow::Result<()> {
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-bench-venv"), &requirements()) {
         Ok(python) => python,
