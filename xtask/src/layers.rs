@@ -2,8 +2,8 @@
 //! only on crates of the layer directly below it, as `docs/architecture.md`'s layer table says;
 //! and inside no crate (xtask and the tests' crate included) do modules import each other in
 //! circles (`module_cycles.rs`); the paths docs/architecture.md names exist
-//! (`architecture_doc.rs`). How long a function may be is clippy's `too_many_lines`, set in the
-//! workspace's lints and `clippy.toml`.
+//! (`architecture_doc.rs`); and no xtask task imports another (`task_imports.rs`). How long a
+//! function may be is clippy's `too_many_lines`, set in the workspace's lints and `clippy.toml`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -42,12 +42,21 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     for problem in &doc {
         eprintln!("layers: {problem}");
     }
-    if !violations.is_empty() || !cycles.is_empty() || !doc.is_empty() {
+    let task_imports = crate::task_imports::check(root)?;
+    if task_imports.is_empty() {
+        eprintln!("layers: no xtask task imports another");
+    }
+    for problem in &task_imports {
+        eprintln!("layers: {problem}");
+    }
+    if !violations.is_empty() || !cycles.is_empty() || !doc.is_empty() || !task_imports.is_empty() {
         bail!(
-            "{} layering violation(s), {} module cycle(s), {} architecture doc problem(s)",
+            "{} layering violation(s), {} module cycle(s), {} architecture doc problem(s), {} \
+             task import(s) of another task",
             violations.len(),
             cycles.len(),
             doc.len(),
+            task_imports.len(),
         )
     }
     Ok(())

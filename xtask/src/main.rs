@@ -5,8 +5,9 @@
 
 mod architecture_doc;
 mod bench;
-mod browser;
+mod chromium;
 mod ci;
+mod ci_steps;
 mod codegen;
 mod compat;
 mod devices;
@@ -17,19 +18,18 @@ mod hosts;
 mod layers;
 mod module_cycles;
 mod mpi;
+mod mpirun;
 mod objects;
-mod objects_azure;
-mod objects_bench;
-mod objects_clouds;
-mod objects_gcs;
-mod objects_scenarios;
+mod pins;
 mod process;
+mod readers;
 mod recovery;
 mod resume;
 mod runs;
 mod scaling;
 mod server;
 mod slurm;
+mod task_imports;
 mod venv;
 
 use std::num::NonZeroUsize;
@@ -146,7 +146,7 @@ fn main() -> anyhow::Result<()> {
     let root = workspace_root();
     match Cli::parse().task {
         Task::Bench(options) => bench::run(&root, &options),
-        Task::Browser => browser::run_alone(&root),
+        Task::Browser => compat::browser::run_alone(&root),
         Task::Ci => ci::run(&root),
         Task::Compat => compat::run(&root),
         Task::Codegen { check } => codegen::run(&root, check),
@@ -163,7 +163,7 @@ fn main() -> anyhow::Result<()> {
             bench: true,
             rounds,
             checkpoints,
-        } => objects_bench::run(&root, rounds.get(), checkpoints),
+        } => objects::bench::run(&root, rounds.get(), checkpoints),
         Task::Recovery { rounds, s3 } => recovery::run(&root, rounds.get(), s3),
         Task::Resume => resume::run(&root),
         Task::Scaling(options) => scaling::run(&root, &options),
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn the_task_list_is_consistent_and_every_ci_step_of_xtask_parses() {
         Cli::command().debug_assert();
-        for step in crate::ci::STEPS {
+        for step in crate::ci_steps::STEPS {
             if let Some(task) = step.strip_prefix("cargo xtask ") {
                 let words = std::iter::once("xtask").chain(task.split_whitespace());
                 if let Err(error) = Cli::try_parse_from(words) {

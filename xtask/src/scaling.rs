@@ -78,7 +78,7 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
     let wgpu_only = options.wgpu_only;
     let with_wgpu = wgpu_only || options.wgpu;
     if with_mpi {
-        crate::mpi::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
+        crate::mpirun::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
     }
     let rounds = options
         .rounds
