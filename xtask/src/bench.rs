@@ -29,11 +29,12 @@ use crate::venv::{VenvError, ensure_venv};
 
 mod figures;
 mod options;
+
+pub(crate) use options::Options;
 mod report;
 mod sides;
 
 use figures::{Figure, criterion_means, fresh_dir, run_figure};
-use options::parse;
 use report::{Row, Spread, cpu_model, human, report_json, report_md, utc_date};
 use sides::{BENCH_REQUIREMENTS, MINDSPORE_REQUIREMENTS, Side, WORKLOADS};
 
@@ -67,8 +68,7 @@ fn dd_limit(dir: &Path, bs: u64, count: u64) -> anyhow::Result<Figure> {
 /// How many histogram inputs `ember bench memory` reads per round.
 const MEMORY_N: u64 = 20_000;
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let options = parse(args)?;
+pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
     let target = target_dir(root);
     let bench_dir = target.join("bench");
     std::fs::create_dir_all(&bench_dir)
@@ -87,12 +87,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         sides: &sides,
     };
     let mut measured = Measured::default();
-    for round in 0..options.rounds {
+    for round in 0..options.rounds.get() {
         runner.round(round, &mut measured)?;
     }
     fresh_dir(&runner.out)?;
     let rows = measured.rows(&sides.sides);
-    write_reports(&bench_dir, &options, &sides.sides, &criterion, &rows)
+    write_reports(&bench_dir, options, &sides.sides, &criterion, &rows)
 }
 
 /// The sides a run measures, and the Python of each peer's venv.
@@ -418,7 +418,7 @@ mod tests {
         let options = Options {
             peers: true,
             skip_criterion: true,
-            rounds: 3,
+            rounds: std::num::NonZeroUsize::new(3).unwrap(),
         };
         let f = |seconds| Figure { seconds, bytes: 10 };
         let rows = vec![Row {

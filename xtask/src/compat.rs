@@ -26,38 +26,16 @@
 //! unavailable, a reader is skipped in one line and the task succeeds, except under `CI=true`,
 //! where that is a failure.
 
+pub(crate) mod browser;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use crate::pins::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
 use crate::process::{cargo, skip_or_fail, target_dir};
 use crate::venv::{VenvError, ensure_venv};
-
-/// The checker's packages, pinned so that a pass means the same thing on every machine.
-/// `tensorboard` 2.21.0 is the newest release PyPI offers here (its loaders are what is under
-/// test); the others are what it resolved to with Python 3.11, pinned so that a new release of
-/// a dependency cannot change the result between runs: `protobuf` parses the events, `numpy`
-/// backs `tensor_util`, `pillow` decodes the PNGs.
-pub(crate) const COMPAT_REQUIREMENTS: &[&str] = &[
-    "tensorboard==2.21.0",
-    "protobuf==7.36.2",
-    "numpy==2.4.6",
-    "pillow==12.0.0",
-];
-
-/// MindInsight's checker packages, pinned as resolved with Python 3.11 and tested.
-/// `mindinsight` 2.3.1 is the last release; it calls `np.PINF` and `np.NINF`, which numpy 2
-/// removed (every tensor value then fails to load), hence `numpy` 1.26. `protobuf` 3.20.1 is
-/// the newest it accepts; `pandas` and `pillow` are what it resolved to. (Its web server
-/// needs older ones: `browser::MINDINSIGHT_WEB_REQUIREMENTS`.)
-pub(crate) const MINDINSIGHT_REQUIREMENTS: &[&str] = &[
-    "mindinsight==2.3.1",
-    "numpy==1.26.4",
-    "protobuf==3.20.1",
-    "pandas==3.0.6",
-    "pillow==13.0.0",
-];
 
 /// Epochs and examples of the `ember train` runs the checkers read: enough for validation
 /// and a few steps, a few seconds in a debug build.
@@ -214,28 +192,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }
     // The pages need TensorBoard's server; MindInsight's pages come along where it is here.
     if let Some(python) = &tensorboard {
-        crate::browser::run(root, &dir, python, mindinsight.is_some())?;
+        browser::run(root, &dir, python, mindinsight.is_some())?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requirements_are_pinned() {
-        for req in COMPAT_REQUIREMENTS.iter().chain(MINDINSIGHT_REQUIREMENTS) {
-            let (name, version) = req.split_once("==").expect("pinned with ==");
-            assert!(!name.is_empty() && !version.is_empty(), "{req}");
-        }
-        assert!(
-            COMPAT_REQUIREMENTS
-                .iter()
-                .any(|r| r.starts_with("tensorboard=="))
-        );
-        // MindInsight 2.3.1 calls np.PINF, which numpy 2 removed.
-        assert!(MINDINSIGHT_REQUIREMENTS.contains(&"mindinsight==2.3.1"));
-        assert!(MINDINSIGHT_REQUIREMENTS.contains(&"numpy==1.26.4"));
-    }
 }

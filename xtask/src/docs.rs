@@ -79,7 +79,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
                     eprintln!("{TASK}: {shown}:{}: not run here ({why})", block.line);
                     skipped += 1;
                 }
-                Plan::CiStep(step) if crate::ci::STEPS.contains(&step.as_str()) => {
+                Plan::CiStep(step) if crate::ci_steps::STEPS.contains(&step.as_str()) => {
                     eprintln!(
                         "{TASK}: {shown}:{}: a step of cargo xtask ci: {step}",
                         block.line
@@ -243,10 +243,10 @@ pub(crate) fn plan(block: &ShellBlock) -> Plan {
 /// The `pip install` lines of a block that install anything but one of CI's pinned lists.
 pub(crate) fn untested_installs(block: &ShellBlock) -> Vec<String> {
     let tested: [&[&str]; 4] = [
-        crate::compat::COMPAT_REQUIREMENTS,
-        crate::compat::MINDINSIGHT_REQUIREMENTS,
-        crate::browser::MINDINSIGHT_WEB_REQUIREMENTS,
-        crate::browser::BROWSER_REQUIREMENTS,
+        crate::pins::COMPAT_REQUIREMENTS,
+        crate::pins::MINDINSIGHT_REQUIREMENTS,
+        crate::pins::MINDINSIGHT_WEB_REQUIREMENTS,
+        crate::pins::BROWSER_REQUIREMENTS,
     ];
     let mut problems = Vec::new();
     for (offset, line) in block.text.lines().enumerate() {
@@ -434,12 +434,12 @@ mod tests {
     fn only_the_pinned_lists_ci_tests_may_be_installed() {
         let tested = format!(
             "pip install {}\n",
-            crate::browser::MINDINSIGHT_WEB_REQUIREMENTS.join(" ")
+            crate::pins::MINDINSIGHT_WEB_REQUIREMENTS.join(" ")
         );
         assert!(untested_installs(&block(&tested)).is_empty());
         let with_comment = format!(
             "pip install {}   # TensorBoard\n",
-            crate::compat::COMPAT_REQUIREMENTS.join(" ")
+            crate::pins::COMPAT_REQUIREMENTS.join(" ")
         );
         assert!(untested_installs(&block(&with_comment)).is_empty());
         let loose = block("python3 -m venv v\npip install mindinsight==2.3.1 \"numpy<2\"\n");
@@ -527,7 +527,7 @@ mod tests {
             for block in shell_blocks(&text) {
                 assert!(untested_installs(&block).is_empty(), "{}", file.display());
                 if let Plan::CiStep(step) = plan(&block) {
-                    assert!(crate::ci::STEPS.contains(&step.as_str()), "{step}");
+                    assert!(crate::ci_steps::STEPS.contains(&step.as_str()), "{step}");
                 }
             }
         }

@@ -20,13 +20,11 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::process::{build, cargo, expect_success, positive_arg, run_limited, target_dir};
+use crate::process::{build, cargo, expect_success, run_limited, target_dir};
 
 const TASK: &str = "gpu";
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let rounds = positive_arg(args, "--rounds", 1)?;
-    let epochs = positive_arg(args, "--epochs", 10)?;
+pub(crate) fn run(root: &Path, rounds: usize, epochs: usize) -> anyhow::Result<()> {
     let gpus = count_gpus();
     if gpus == 0 {
         bail!("{TASK}: no CUDA device at hand (`nvidia-smi -L` lists none); nothing to measure");

@@ -50,11 +50,10 @@ use check::{Check, Profile};
 use launch::{Cluster, TASK, hold_machine, kill_leftovers};
 use net::Network;
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let profile = match args {
-        [] => Profile::Debug,
-        [flag] if flag == "--release" => Profile::Release,
-        _ => anyhow::bail!("usage: cargo xtask hosts [--release]"),
+pub(crate) fn run(root: &Path, release: bool) -> anyhow::Result<()> {
+    let profile = match release {
+        false => Profile::Debug,
+        true => Profile::Release,
     };
     let target = target_dir(root);
     let Some(python) = ready(&target)? else {
@@ -116,7 +115,7 @@ fn ready(target: &Path) -> anyhow::Result<Option<PathBuf>> {
         skip_or_fail(TASK, &why)?;
         return Ok(None);
     }
-    if let Err(why) = crate::mpi::ensure_mpi() {
+    if let Err(why) = crate::mpirun::ensure_mpi() {
         skip_or_fail(TASK, &why)?;
         return Ok(None);
     }
@@ -131,13 +130,13 @@ fn ready(target: &Path) -> anyhow::Result<Option<PathBuf>> {
 /// builds no Burn), and the `mpi_ranks` example as `cargo xtask mpi` builds it (debug, so CI
 /// finds it built).
 fn build_programs(root: &Path, profile: Profile) -> anyhow::Result<()> {
-    build(root, crate::mpi::launch::MPI_RANKS_BUILD)?;
+    build(root, crate::mpirun::MPI_RANKS_BUILD)?;
     let mut ember = vec!["build", "-p", "ember-cli", "--features", "mpi,object-store"];
     if profile == Profile::Release {
         ember.push("--release");
     }
     build(root, &ember)?;
-    build(root, crate::mpi::launch::ALLREDUCE_BUILD)
+    build(root, crate::mpirun::ALLREDUCE_BUILD)
 }
 
 /// Copies the programs the task runs into `bin`, and returns `ember`'s copy: the target

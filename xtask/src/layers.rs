@@ -2,17 +2,14 @@
 //! only on crates of the layer directly below it, as `docs/architecture.md`'s layer table says;
 //! and inside no crate (xtask and the tests' crate included) do modules import each other in
 //! circles (`module_cycles.rs`); the paths docs/architecture.md names exist
-//! (`architecture_doc.rs`); and no function of any crate's `src` is over 80 lines, each
-//! longer one naming why in a `// length:` comment, nor any file of its `src` or tests over 650
-//! (`layers/function_length.rs`).
+//! (`architecture_doc.rs`); and no xtask task imports another (`task_imports.rs`). How long a
+//! function may be is clippy's `too_many_lines`, set in the workspace's lints and `clippy.toml`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, bail};
-
-mod function_length;
 
 /// A workspace crate under `crates/` and the workspace crates it depends on (dev-dependencies
 /// aside).
@@ -45,31 +42,21 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     for problem in &doc {
         eprintln!("layers: {problem}");
     }
-    let lengths = function_length::check(root)?;
-    let long = lengths.problems;
-    if long.is_empty() {
-        eprintln!(
-            "layers: no function in any crate's src over {} lines but {} named exception(s), no \
-             file over {}",
-            function_length::MAX_LINES,
-            lengths.exceptions.len(),
-            function_length::MAX_FILE_LINES
-        );
+    let task_imports = crate::task_imports::check(root)?;
+    if task_imports.is_empty() {
+        eprintln!("layers: no xtask task imports another");
     }
-    for exception in &lengths.exceptions {
-        eprintln!("layers: {}, because: {}", exception.place, exception.why);
-    }
-    for problem in &long {
+    for problem in &task_imports {
         eprintln!("layers: {problem}");
     }
-    if !violations.is_empty() || !cycles.is_empty() || !doc.is_empty() || !long.is_empty() {
+    if !violations.is_empty() || !cycles.is_empty() || !doc.is_empty() || !task_imports.is_empty() {
         bail!(
             "{} layering violation(s), {} module cycle(s), {} architecture doc problem(s), {} \
-             function(s) or file(s) too long",
+             task import(s) of another task",
             violations.len(),
             cycles.len(),
             doc.len(),
-            long.len()
+            task_imports.len(),
         )
     }
     Ok(())

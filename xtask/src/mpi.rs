@@ -34,34 +34,28 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
 
-use crate::process::{
-    build, cargo, ensure_installed, on_path, positive_arg, skip_or_fail, target_dir,
-};
+use crate::process::{build, cargo, skip_or_fail, target_dir};
 
 mod bench;
 mod fewer_ranks;
-pub(crate) mod launch;
 mod scenarios;
 
+use crate::mpirun::{MPI_RANKS_BUILD, RankExits, TASK, Transport, ensure_mpi};
 use bench::bench;
 use fewer_ranks::fewer_ranks;
-use launch::{RankExits, TASK, Transport};
 use scenarios::{equivalence, faults, resume, terminated, train, transports_are_forced};
 
-/// Debian's packages for Open MPI and rsmpi's bindgen.
-const PACKAGES: &[&str] = &["openmpi-bin", "libopenmpi-dev", "libclang-dev"];
-
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+/// Checks the ranks, or with `bench_rounds` measures the all-reduce that many rounds.
+pub(crate) fn run(root: &Path, bench_rounds: Option<usize>) -> anyhow::Result<()> {
     if let Err(why) = ensure_mpi() {
         return skip_or_fail(TASK, &why);
     }
-    if args.iter().any(|a| a == "--bench") {
-        let rounds = positive_arg(args, "--rounds", 3)?;
+    if let Some(rounds) = bench_rounds {
         return bench(root, rounds);
     }
     lint(root)?;
     let target = target_dir(root);
-    build(root, launch::MPI_RANKS_BUILD)?;
+    build(root, MPI_RANKS_BUILD)?;
     build(root, &["build", "-p", "ember-cli", "--features", "mpi"])?;
     let example = target.join("debug/examples/mpi_ranks");
     let ember = target.join("debug/ember");
@@ -81,42 +75,6 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     std::fs::remove_dir_all(&work).ok();
     eprintln!("{TASK}: all scenarios passed");
     Ok(())
-}
-
-/// Finds what rsmpi needs, installing it when this process may; `Err` says what is missing.
-pub(crate) fn ensure_mpi() -> Result<(), String> {
-    ensure_installed(TASK, PACKAGES, missing)
-}
-
-fn missing() -> Vec<&'static str> {
-    let mut missing = Vec::new();
-    for tool in ["mpirun", "mpicc"] {
-        if !on_path(tool) {
-            missing.push(tool);
-        }
-    }
-    if !has_libclang() {
-        missing.push("libclang");
-    }
-    missing
-}
-
-fn has_libclang() -> bool {
-    if let Some(dir) = std::env::var_os("LIBCLANG_PATH") {
-        return Path::new(&dir).is_dir();
-    }
-    let Ok(lib) = std::fs::read_dir("/usr/lib") else {
-        return false;
-    };
-    lib.flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("llvm-"))
-        .any(|e| {
-            std::fs::read_dir(e.path().join("lib")).is_ok_and(|files| {
-                files
-                    .flatten()
-                    .any(|f| f.file_name().to_string_lossy().starts_with("libclang.so"))
-            })
-        })
 }
 
 fn lint(root: &Path) -> anyhow::Result<()> {

@@ -34,14 +34,20 @@
 //!     SIGCONT, it fails with the lost lease's message, and the pulled run is the
 //!     uninterrupted one (its model, each step once).
 //! 12. The write, read, kill (with `ember push`, and resumed), two-at-once and
-//!     resumed-from-the-bucket scenarios against fake-gcs-server (`objects_gcs.rs`), then the
+//!     resumed-from-the-bucket scenarios against fake-gcs-server (`objects/gcs.rs`), then the
 //!     same and refused keys against Azurite, the Azure Storage emulator from the npm registry
-//!     (`objects_azure.rs`).
-//! 13. TensorBoard itself on each cloud (`objects_clouds.rs`): its loader (its S3 reader; fsspec's
+//!     (`objects/azure.rs`).
+//! 13. TensorBoard itself on each cloud (`objects/clouds.rs`): its loader (its S3 reader; fsspec's
 //!     gcsfs and adlfs) shows every value of the `s3://`, `gs://` and `az://` runs as the local
 //!     run, and its web page in headless Chromium draws their `train/loss`, each step once.
 //!
 //! Without Python or PyPI it skips in one line, a failure under `CI=true`.
+
+pub(crate) mod azure;
+pub(crate) mod bench;
+pub(crate) mod clouds;
+pub(crate) mod gcs;
+pub(crate) mod scenarios;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,13 +55,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::objects_clouds::{Reader, env_of};
-use crate::objects_gcs::LocalRuns;
-use crate::objects_scenarios::{
+use crate::objects::clouds::{Reader, env_of};
+use crate::objects::gcs::LocalRuns;
+use crate::objects::scenarios::{
     Kills, RESUMED_ARGS, after_kills, inspect, killed_and_resumed, pull, resumed_from_the_bucket,
     train_into,
 };
+use crate::pins::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
 use crate::process::{
     Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
 };
@@ -115,10 +121,7 @@ impl Check<'_> {
     }
 }
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    if args.iter().any(|a| a == "--bench") {
-        return crate::objects_bench::run(root, args);
-    }
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debug_assert_eq!(&S3_REQUIREMENTS[..4], COMPAT_REQUIREMENTS);
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS) {
@@ -160,7 +163,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         command.env("TMPDIR", work.join("tmp"));
         command
     };
-    crate::objects_scenarios::against(&s3, "s3", &work, TASK)?;
+    crate::objects::scenarios::against(&s3, "s3", &work, TASK)?;
     let resumed_local = resumed_in_the_bucket(&check, &endpoint)?;
     stopped_past_its_lease(&check, &endpoint, &resumed_local)?;
     resumed_for_mindinsight(&check, &endpoint)?;
@@ -173,10 +176,10 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         every_kind: &every_kind_local,
         resumed: &resumed_local,
     };
-    crate::objects_gcs::run(root, &target, &ember, &gcs_work, &locals)?;
+    crate::objects::gcs::run(root, &target, &ember, &gcs_work, &locals)?;
     let azure_work = work.join("azure");
     std::fs::create_dir_all(&azure_work)?;
-    crate::objects_azure::run(root, &target, &ember, &azure_work)
+    crate::objects::azure::run(root, &target, &ember, &azure_work)
 }
 
 /// A run into the bucket and the same run on the local disk: every value of every kind in
@@ -308,7 +311,7 @@ fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
 const BUCKET_KILLS: usize = 10;
 
 /// `ember train --logdir s3://…` killed with SIGKILL at [`BUCKET_KILLS`] seeded moments and
-/// resumed from the bucket (`objects_scenarios::resumed_from_the_bucket`): each with the
+/// resumed from the bucket (`objects::scenarios::resumed_from_the_bucket`): each with the
 /// uninterrupted run's model byte for byte and values; TensorBoard's own S3 reader shows the
 /// last one as the local run. Returns the local run, which the Google part compares with too.
 fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<PathBuf> {
@@ -340,7 +343,7 @@ fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<PathBu
 }
 
 /// A run into the bucket stopped with SIGSTOP past its lease while `--resume` takes it over
-/// (`objects_scenarios::stopped_past_its_lease`); TensorBoard's S3 reader shows the run as the
+/// (`objects::scenarios::stopped_past_its_lease`); TensorBoard's S3 reader shows the run as the
 /// uninterrupted one (`local`) too.
 fn stopped_past_its_lease(check: &Check, endpoint: &str, local: &Path) -> anyhow::Result<()> {
     let url = "s3://ember/stopped";
@@ -349,7 +352,7 @@ fn stopped_past_its_lease(check: &Check, endpoint: &str, local: &Path) -> anyhow
         Ok(keys.iter().any(|key| key.ends_with(".ember")))
     };
     let ember = |args: &[&str]| check.ember(endpoint, args);
-    let lost = crate::objects_scenarios::stopped_past_its_lease(
+    let lost = crate::objects::scenarios::stopped_past_its_lease(
         &ember,
         (check.ember, local),
         (url, &checkpointed),

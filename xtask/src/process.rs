@@ -227,41 +227,14 @@ pub(crate) fn collect_tags(value: &serde_json::Value, tags: &mut Vec<String>) {
     }
 }
 
-/// The positive number after `flag` in `args` (`--rounds 5`), or `default` when the flag is
-/// not given.
-pub(crate) fn positive_arg(args: &[String], flag: &str, default: usize) -> anyhow::Result<usize> {
-    match args.iter().position(|a| a == flag) {
-        Some(at) => args
-            .get(at + 1)
-            .and_then(|value| value.parse().ok())
-            .filter(|value| *value > 0)
-            .with_context(|| format!("{flag} takes a positive number")),
-        None => Ok(default),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{positive_arg, skip_or_fail, under_ci};
+    use super::{skip_or_fail, under_ci};
 
     #[test]
     fn a_missing_python_skips_outside_ci_only() {
         // The environment of the test decides which branch runs; both are checked by value.
         let result = skip_or_fail("compat", "python3 was not found");
         assert_eq!(result.is_err(), under_ci());
-    }
-
-    #[test]
-    fn a_flag_takes_the_positive_number_after_it_or_its_default() {
-        let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            positive_arg(&args(&["--rounds", "7"]), "--rounds", 5).unwrap(),
-            7
-        );
-        assert_eq!(positive_arg(&args(&["--quick"]), "--rounds", 5).unwrap(), 5);
-        for bad in [&["--rounds"][..], &["--rounds", "0"], &["--rounds", "x"]] {
-            let error = positive_arg(&args(bad), "--rounds", 5).unwrap_err();
-            assert_eq!(error.to_string(), "--rounds takes a positive number");
-        }
     }
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::process::{build, positive_arg, target_dir};
+use crate::process::{build, target_dir};
 use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys};
 use crate::venv::ensure_venv;
 
@@ -148,9 +148,7 @@ const PARTS: [&str; 5] = [
     "first optimizer step",
 ];
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let rounds = positive_arg(args, "--rounds", 5)?;
-    let s3 = args.iter().any(|a| a == "--s3");
+pub(crate) fn run(root: &Path, rounds: usize, s3: bool) -> anyhow::Result<()> {
     let features: &[&str] = if s3 {
         &["--features", "object-store"]
     } else {

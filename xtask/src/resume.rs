@@ -36,7 +36,6 @@ use crate::process::{Ran, build, expect_success, inspect_json, run_limited, targ
 use crate::runs::{XorShift, model_without_ids, same_values, start_and_time};
 
 pub(crate) mod live;
-pub(crate) mod readers;
 
 /// Kills of TensorBoard-format runs.
 const KILLS_TB: usize = 18;
@@ -108,8 +107,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         "no kill landed during a checkpoint write; the moments do not cover what they must"
     );
 
-    readers::read_with_tensorboard(root, &target, &base, &resumed)?;
-    readers::read_with_mindinsight(root, &target, &base, &resumed)
+    crate::readers::read_with_tensorboard(root, &target, &base, &resumed)?;
+    crate::readers::read_with_mindinsight(root, &target, &base, &resumed)
 }
 
 /// How a run of a program begins.

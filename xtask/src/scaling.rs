@@ -42,7 +42,7 @@ use std::process::Command;
 use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::process::{build, on_path, positive_arg, run_limited, target_dir};
+use crate::process::{build, on_path, run_limited, target_dir};
 
 mod config;
 mod report;
@@ -52,15 +52,37 @@ use report::report;
 
 const TASK: &str = "scaling";
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let with_mpi = args.iter().any(|a| a == "--mpi");
-    let wgpu_only = args.iter().any(|a| a == "--wgpu-only");
-    let with_wgpu = wgpu_only || args.iter().any(|a| a == "--wgpu");
+/// `cargo xtask scaling`'s options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Options {
+    /// One small round, as CI runs it.
+    #[arg(long)]
+    quick: bool,
+    /// ember as mpirun ranks too.
+    #[arg(long)]
+    mpi: bool,
+    /// On two wgpu devices too.
+    #[arg(long)]
+    wgpu: bool,
+    /// On two wgpu devices alone.
+    #[arg(long)]
+    wgpu_only: bool,
+    /// Rounds (5, or 1 with --quick).
+    #[arg(long)]
+    rounds: Option<std::num::NonZeroUsize>,
+}
+
+pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
+    let quick = options.quick;
+    let with_mpi = options.mpi;
+    let wgpu_only = options.wgpu_only;
+    let with_wgpu = wgpu_only || options.wgpu;
     if with_mpi {
-        crate::mpi::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
+        crate::mpirun::ensure_mpi().map_err(|why| anyhow::anyhow!("{TASK} --mpi: {why}"))?;
     }
-    let rounds = positive_arg(args, "--rounds", if quick { 1 } else { 5 })?;
+    let rounds = options
+        .rounds
+        .map_or(if quick { 1 } else { 5 }, std::num::NonZeroUsize::get);
     let sizes = Sizes::for_run(quick);
     let pin = on_path("taskset");
     if !pin {

@@ -43,7 +43,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     if !is_root() {
         return skip_or_fail(TASK, "the cluster's daemons run as root; run it as root");
     }
-    if let Err(why) = crate::mpi::ensure_mpi() {
+    if let Err(why) = crate::mpirun::ensure_mpi() {
         return skip_or_fail(TASK, &why);
     }
     if let Err(why) = ensure_installed(TASK, PACKAGES, missing) {

@@ -4,14 +4,14 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::launch::{TASK, Transport, mpirun};
+use crate::mpirun::{TASK, Transport, mpirun};
 use crate::process::{build, expect_success, run_limited, target_dir};
 
 /// Gradient sizes timed, in `f32` values.
 const BENCH_SIZES: &[usize] = &[1_000, 10_000, 100_000, 1_000_000, 10_000_000];
 
 pub(super) fn bench(root: &Path, rounds: usize) -> anyhow::Result<()> {
-    build(root, super::launch::ALLREDUCE_BUILD)?;
+    build(root, crate::mpirun::ALLREDUCE_BUILD)?;
     let target = target_dir(root);
     let example = target.join("release/examples/allreduce");
     let out = target.join("bench");

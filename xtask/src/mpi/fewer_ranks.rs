@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use super::launch::{RankExits, TASK, Transport, mpirun};
 use super::scenarios::{
     EPOCHS, Signalled, newest_checkpoint, stop, terminate_after_first_checkpoint,
 };
+use crate::mpirun::{RankExits, TASK, Transport, mpirun};
 use crate::process::{expect_success, inspect_json, run_limited};
 
 /// The scenario, in `out/fewer-ranks`, against the uninterrupted job in `out/reference` (from

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, ensure};
 
-use super::launch::{RankExits, TASK, Transport, mpirun};
+use crate::mpirun::{RankExits, TASK, Transport, mpirun};
 use crate::process::{Ran, collect_tags, expect_success, inspect_json, run_limited};
 
 /// The wait of the hang scenario: rank 0 must end the job soon after it.
@@ -413,7 +413,7 @@ pub(super) fn terminated(
             stopped.took.as_secs_f64()
         );
     }
-    crate::resume::readers::tensorboard_reads_as(
+    crate::readers::tensorboard_reads_as(
         TASK,
         (root, target),
         out,

@@ -16,8 +16,8 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use super::readers::READER_REQUIREMENTS;
 use crate::process::{build, skip_or_fail, target_dir};
+use crate::readers::READER_REQUIREMENTS;
 use crate::venv::{VenvError, ensure_venv};
 
 /// Kill-and-resume rounds under the live TensorBoards.

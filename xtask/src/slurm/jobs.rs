@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 
 use super::cluster::{Cluster, TASK};
-use crate::mpi::launch::{RankExits, Transport, mpirun};
+use crate::mpirun::{RankExits, Transport, mpirun};
 use crate::process::{Ran, expect_success, inspect_json, run_limited};
 use crate::runs::{XorShift, model_without_ids, same_values};
 
@@ -71,13 +71,7 @@ impl Jobs<'_> {
         self.time_limited(&reference)?;
         self.preempted(&reference)?;
         self.cancelled(&reference.0)?;
-        crate::resume::readers::tensorboard_reads_as(
-            TASK,
-            (root, target),
-            &self.runs,
-            "mpirun",
-            &JOB_RUNS,
-        )
+        crate::readers::tensorboard_reads_as(TASK, (root, target), &self.runs, "mpirun", &JOB_RUNS)
     }
 
     /// The run under plain `mpirun -n 2`, outside Slurm: what every job must end with. Returns

@@ -155,11 +155,10 @@ const EMBER_BUILD: &[&str] = &[
     "object-store",
 ];
 
-pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let rounds = crate::process::positive_arg(args, "--rounds", 5)?;
-    // The Trainer's checkpoints alone (bucket against local disk, side by side in each run),
-    // without the write workloads and the `remote` bench: what a change to checkpointing moves.
-    let checkpoints_only = args.iter().any(|a| a == "--checkpoints");
+/// Measures `rounds` rounds; `checkpoints_only`: the Trainer's checkpoints alone (bucket against
+/// local disk, side by side in each run), without the write workloads and the `remote` bench:
+/// what a change to checkpointing moves.
+pub(crate) fn run(root: &Path, rounds: usize, checkpoints_only: bool) -> anyhow::Result<()> {
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("s3-bench-venv"), &requirements()) {
         Ok(python) => python,
@@ -236,28 +235,28 @@ fn stores(root: &Path, target: &Path, python: &Path, work: &Path) -> anyhow::Res
     let moto_url = format!("http://127.0.0.1:{port}");
     let moto = moto(python, port, &[], &work.join("moto.log"))?;
     create_bucket(root, python, &moto_url)?;
-    let readers = crate::objects_clouds::readers_python(target, TASK)?
+    let readers = crate::objects::clouds::readers_python(target, TASK)?
         .context("the readers' venv (fake-gcs-server, the Azure SDK) could not be made")?;
-    let google = crate::objects_gcs::start(root, &readers, work, "bench")?;
+    let google = crate::objects::gcs::start(root, &readers, work, "bench")?;
     let google_url = google.front.clone();
-    let azurite = crate::objects_azure::install_azurite(target)
+    let azurite = crate::objects::azure::install_azurite(target)
         .map_err(|why| anyhow::anyhow!("Azurite: {why}"))?;
     let (azurite, azurite_url) =
-        crate::objects_azure::start(root, &azurite, &readers, work, "bench")?;
+        crate::objects::azure::start(root, &azurite, &readers, work, "bench")?;
     let s3: fn(&mut Command, &str) = s3_env;
     let parts = [
         ("s3", "moto 5.2.5", s3, moto_url, vec![moto]),
         (
             "gs",
             "fake-gcs-server 1.54 behind its XML PUT front",
-            crate::objects_gcs::store_env,
+            crate::objects::gcs::store_env,
             google_url,
             google.into_servers(),
         ),
         (
             "az",
             "Azurite 3.37.0",
-            crate::objects_azure::store_env,
+            crate::objects::azure::store_env,
             azurite_url,
             vec![azurite],
         ),

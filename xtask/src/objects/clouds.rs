@@ -18,7 +18,7 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::compat::COMPAT_REQUIREMENTS;
+use crate::pins::COMPAT_REQUIREMENTS;
 use crate::process::{expect_success, run_limited, skip_or_fail, target_dir};
 use crate::venv::{VenvError, ensure_venv};
 
@@ -141,7 +141,7 @@ impl Reader<'_> {
         local: &Path,
     ) -> anyhow::Result<()> {
         let target = target_dir(root);
-        let Some((chromium, playwright)) = crate::browser::chromium_and_driver(&target)? else {
+        let Some((chromium, playwright)) = crate::chromium::chromium_and_driver(&target)? else {
             return Ok(());
         };
         let work = target.join("objects-check");
@@ -176,7 +176,7 @@ impl Reader<'_> {
 /// them.
 fn loss_points(ember: &Path, local: &Path) -> anyhow::Result<Vec<(i64, f64)>> {
     let inspected = crate::process::inspect_json(ember, local)?;
-    let points: Vec<(i64, f64)> = crate::objects_scenarios::points(&inspected, "train/loss")
+    let points: Vec<(i64, f64)> = crate::objects::scenarios::points(&inspected, "train/loss")
         .map(|point| {
             let step = point[0].as_i64().context("a step that is not an integer")?;
             let value = point[2].as_f64().context("a value that is not a number")?;

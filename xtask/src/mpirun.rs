@@ -1,7 +1,6 @@
-//! How the task starts a job: over which transport the ranks reach each other and the
-//! `mpirun` command line for it, with the task's name its messages carry. A module of its own,
-//! so that the scenarios (`scenarios.rs`) and the benchmark (`bench.rs`) share it with `mpi.rs`
-//! (and `cargo xtask slurm` its plain `mpirun`).
+//! How a task starts an MPI job: Open MPI found (or installed), over which transport the ranks
+//! reach each other and the `mpirun` command line for it. Shared by `cargo xtask mpi`, `slurm`
+//! (its plain `mpirun`), `hosts` and `scaling --mpi`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -10,10 +9,49 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, ensure};
 
-use crate::process::is_root;
+use crate::process::{ensure_installed, is_root, on_path};
 
 /// The name every line the task prints starts with.
-pub(super) const TASK: &str = "mpi";
+pub(crate) const TASK: &str = "mpi";
+
+/// Debian's packages for Open MPI and rsmpi's bindgen.
+const PACKAGES: &[&str] = &["openmpi-bin", "libopenmpi-dev", "libclang-dev"];
+
+/// Finds what rsmpi needs, installing it when this process may; `Err` says what is missing.
+pub(crate) fn ensure_mpi() -> Result<(), String> {
+    ensure_installed(TASK, PACKAGES, missing)
+}
+
+fn missing() -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    for tool in ["mpirun", "mpicc"] {
+        if !on_path(tool) {
+            missing.push(tool);
+        }
+    }
+    if !has_libclang() {
+        missing.push("libclang");
+    }
+    missing
+}
+
+fn has_libclang() -> bool {
+    if let Some(dir) = std::env::var_os("LIBCLANG_PATH") {
+        return Path::new(&dir).is_dir();
+    }
+    let Ok(lib) = std::fs::read_dir("/usr/lib") else {
+        return false;
+    };
+    lib.flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("llvm-"))
+        .any(|e| {
+            std::fs::read_dir(e.path().join("lib")).is_ok_and(|files| {
+                files
+                    .flatten()
+                    .any(|f| f.file_name().to_string_lossy().starts_with("libclang.so"))
+            })
+        })
+}
 
 /// How the ranks of a job reach each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,9 +65,9 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
-    pub(super) const ALL: [Transport; 2] = [Transport::SharedMemory, Transport::Tcp];
+    pub(crate) const ALL: [Transport; 2] = [Transport::SharedMemory, Transport::Tcp];
 
-    pub(super) fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Transport::SharedMemory => "shared memory",
             Transport::Tcp => "TCP",
@@ -37,7 +75,7 @@ impl Transport {
     }
 
     /// A file-name-safe name, for logs and output directories.
-    pub(super) fn slug(self) -> &'static str {
+    pub(crate) fn slug(self) -> &'static str {
         match self {
             Transport::SharedMemory => "shm",
             Transport::Tcp => "tcp",
