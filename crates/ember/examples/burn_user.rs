@@ -34,6 +34,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Trains, logs under `log_dir`, and checks what ember wrote against burn-train's own figures.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the example users read as one program, top to bottom"
+)]
 fn run(log_dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let burn_dir = log_dir.join("burn");
     let tensorboard_dir = log_dir.join("tensorboard");

@@ -439,6 +439,10 @@ fn outcome<T>(result: &Result<Step<T>, StepError>) -> String {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one table of pool failures, each driven and its device checked in turn"
+)]
 fn every_pool_failure_on_distinct_devices_is_named_and_leaves_nothing_on_a_wrong_device() {
     let devices = two_devices();
     let main = devices[0].clone();

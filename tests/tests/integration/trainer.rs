@@ -63,6 +63,10 @@ pub(super) fn trainer(epochs: usize) -> Trainer<Mlp> {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one run, then each summary it wrote read back in turn"
+)]
 fn a_trainer_run_on_two_workers_writes_readable_tensorboard_summaries() {
     let dir = tempfile::tempdir().unwrap();
     let device = Device::flex().autodiff();
@@ -245,6 +249,10 @@ fn a_trainer_run_writes_mindinsight_summaries_too() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one run, then each lineage field its page reads checked in turn"
+)]
 fn a_mindinsight_run_writes_the_lineage_its_lineage_page_needs() {
     use ember::pack::proto::mindspore::{LineageEvent, UserDefinedInfo, lineage_event::What};
     let dir = tempfile::tempdir().unwrap();

@@ -46,6 +46,10 @@ fn numbers(value: &Json) -> Vec<f64> {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one demo log, then each kind inspect lists checked in turn"
+)]
 fn inspect_lists_the_demo_jobs_pr_curves_embedding_and_layout() {
     let dir = tempfile::tempdir().unwrap();
     let logdir = dir.path().join("run");

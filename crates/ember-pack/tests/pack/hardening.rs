@@ -244,6 +244,10 @@ fn image(values: Vec<f32>, shape: &[usize], layout: ImageLayout) -> Value {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one table of values, each checked by check and by pack alike"
+)]
 fn check_agrees_with_pack() {
     let graph = Graph {
         name: "g".to_string(),

@@ -55,6 +55,10 @@ fn f32_values(n: usize) -> Vec<f32> {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one event file written and read back, each value checked in turn"
+)]
 fn tensorboard_scalars_and_tensors() {
     let floats = f32_values(1000);
     let mut record = Record::new(42, 1_700_000_000.5);
@@ -155,6 +159,10 @@ fn tensorboard_zero_step_and_time_match_prost() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one event file written and read back, each kind checked in turn"
+)]
 fn tensorboard_text_histogram_image_hparams_graph() {
     let mut record = Record::new(7, 100.0);
     let graph = Graph {
@@ -317,6 +325,10 @@ fn tensorboard_text_histogram_image_hparams_graph() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one summary file written and read back, each kind checked in turn"
+)]
 fn mindinsight_every_kind() {
     let floats = f32_values(300);
     let halfs: Vec<f16> = floats.iter().map(|&x| f16::from_f32(x)).collect();

@@ -34,6 +34,10 @@ use mindinsight::write_mindinsight;
 use plugins::write_plugins;
 use values::{graph_json, histogram_inputs, image_values, nested_graph};
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the example users read as one program, top to bottom"
+)]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Without an argument, a fresh directory under runs/, so a bare `cargo run` works too.
     let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| {

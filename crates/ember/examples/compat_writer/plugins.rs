@@ -7,6 +7,10 @@ use super::*;
 
 /// PR curves (from predictions at two steps, and from raw counts), a tone sweep and a custom
 /// scalars layout, with their raw inputs in the manifest.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one job of every plugin's kind, written in the order a reader checks them"
+)]
 pub(super) fn write_plugins(
     summary: &mut SummaryRecord,
     manifest: &mut Manifest,
