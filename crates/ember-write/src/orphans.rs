@@ -89,14 +89,17 @@ pub fn ship_orphans(stagings: &[PathBuf]) -> Result<Vec<Orphan>, RemoteError> {
 pub fn discard_orphans_of(url: &str) -> Result<Vec<PathBuf>, RemoteError> {
     let mut removed = Vec::new();
     for staging in staging_directories()? {
-        let Ok(lock) = crate::DirLock::acquire(&staging, 0) else {
-            continue;
-        };
+        // Told by its state (replaced whole, so read as it is) before it is locked: another
+        // log's directories are never locked, not even for a moment, so a push or a writer of
+        // theirs never finds them held by this resume.
         let of_url = staging::ShipState::read(&staging)
             .is_some_and(|state| state.url.trim_end_matches('/') == url.trim_end_matches('/'));
         if !of_url {
             continue;
         }
+        let Ok(lock) = crate::DirLock::acquire(&staging, 0) else {
+            continue;
+        };
         fs::remove_dir_all(&staging).map_err(|source| RemoteError::Staging {
             path: staging.clone(),
             source,
@@ -269,6 +272,12 @@ mod tests {
         assert!(killed.iter().all(|dir| !dir.exists()));
         assert!(live.is_dir(), "a live writer's staging was removed");
         assert!(another.is_dir(), "another URL's staging was removed");
+        // Not even locked for a moment: a push of it running beside this resume would have
+        // found it held, and passed it over.
+        assert!(
+            !another.join(crate::lock::LOCKS).exists(),
+            "another URL's staging was locked"
+        );
 
         drop(held);
         for dir in [live, another] {
