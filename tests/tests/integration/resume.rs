@@ -285,45 +285,6 @@ fn a_torn_newest_checkpoint_is_passed_over_for_the_one_before() {
 }
 
 #[test]
-fn a_checkpoint_of_another_run_shape_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().join("run");
-    let crashed = catch_unwind(AssertUnwindSafe(|| fit(&run, Some(8), false, 1)));
-    assert!(crashed.is_err());
-    let device = Device::flex().autodiff();
-    let checkpoints = run.join("checkpoints");
-    // Three devices instead of two: no equal share of a step's two batches each.
-    let result = Trainer::new(
-        vec![device.clone(); 3],
-        AdamConfig::new().init(),
-        0.05,
-        TrainerConfig {
-            epochs: EPOCHS,
-            grad_accumulation: 2,
-            ..TrainerConfig::default()
-        },
-    )
-    .resume_from(&checkpoints)
-    .fit(
-        seeded_mlp(4, 1, &device),
-        shuffled_loader(96, true, &device),
-        None,
-        None,
-    );
-    let error = result.unwrap_err().to_string();
-    assert!(error.contains("2 device(s), this run has 3"), "{error}");
-    // Another model.
-    let result = trainer(&checkpoints, None).resume_from(&checkpoints).fit(
-        seeded_mlp(5, 1, &device),
-        shuffled_loader(96, true, &device),
-        None,
-        None,
-    );
-    let error = result.unwrap_err().to_string();
-    assert!(error.contains("the model changed"), "{error}");
-}
-
-#[test]
 fn a_resume_that_finds_no_whole_checkpoint_refuses_and_leaves_the_run_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     // Stopped before its first checkpoint: a log, no checkpoint.

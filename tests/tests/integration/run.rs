@@ -2,7 +2,7 @@
 //! `ember train` is, and never resumed from another run's checkpoint or with other settings.
 //! (Admission's own cases are `run::tests`, in the crate.)
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::optim::SgdConfig;
 use burn::tensor::Device;
@@ -10,24 +10,7 @@ use ember::checkpoint::{CheckpointError, Checkpoints};
 use ember::pack::HParams;
 use ember::run::{Begin, Run, RunRecord};
 use ember::{CheckpointConfig, DirLock, SummaryRecord, TrainError, Trainer, TrainerConfig};
-use ember_tests::{Mlp, regression_loader};
-
-/// Every file under `dir` and its bytes (the lock files aside: taking a lock writes one).
-fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            if !path.ends_with(".ember-locks") {
-                found.extend(files(&path));
-            }
-        } else {
-            found.push((path.clone(), std::fs::read(&path).unwrap()));
-        }
-    }
-    found.sort();
-    found
-}
+use ember_tests::{Mlp, files_under, regression_loader};
 
 fn trainer(checkpoints: &Path, hparams: HParams) -> Trainer<Mlp> {
     let device = Device::flex().autodiff();
@@ -75,7 +58,7 @@ fn the_trainer_is_refused_by_the_same_admission() {
             .to_string()
     };
     fit(trainer(&checkpoints, lr(0.05)), None).unwrap();
-    let finished = files(&checkpoints);
+    let finished = files_under(&checkpoints, false);
 
     // A fresh run where another run left its checkpoints: refused as the one admission refuses
     // it, the first run's files as they were.
@@ -85,7 +68,7 @@ fn the_trainer_is_refused_by_the_same_admission() {
         "{error}"
     );
     assert_eq!(error.to_string(), admission(Begin::Fresh));
-    assert!(files(&checkpoints) == finished);
+    assert!(files_under(&checkpoints, false) == finished);
 
     // A directory another writer holds, even to restart.
     let held = DirLock::acquire(&checkpoints, 0).unwrap();
@@ -93,7 +76,7 @@ fn the_trainer_is_refused_by_the_same_admission() {
     assert!(matches!(error, CheckpointError::Locked(_)), "{error}");
     assert_eq!(error.to_string(), admission(Begin::Restart));
     drop(held);
-    assert!(files(&checkpoints) == finished);
+    assert!(files_under(&checkpoints, false) == finished);
 
     let report = fit(trainer(&checkpoints, lr(0.05)).restart(&checkpoints), None).unwrap();
     assert_eq!(report.steps, 8);
@@ -129,7 +112,7 @@ fn a_checkpoint_of_another_run_or_of_other_settings_is_refused_with_both_runs_un
         .unwrap();
     let copied = b.join(format!("checkpoints/ckpt-{next_b:012}.ember"));
     std::fs::copy(&newest_a, &copied).unwrap();
-    let (before_a, before_b) = (files(&a), files(&b));
+    let (before_a, before_b) = (files_under(&a, false), files_under(&b, false));
     let mut summary = SummaryRecord::new(b.join("log")).unwrap();
     let resumed = fit(
         trainer(&b.join("checkpoints"), lr(0.05)).resume_from(b.join("checkpoints")),
@@ -147,18 +130,17 @@ fn a_checkpoint_of_another_run_or_of_other_settings_is_refused_with_both_runs_un
             && message.contains(id_b.as_str()),
         "{message}"
     );
-    assert_eq!(files(&a), before_a);
+    assert_eq!(files_under(&a, false), before_a);
     // Every file of B is as it was; the caller's record, opened to resume, made its own.
-    let after_b = files(&b);
-    for file in &before_b {
+    let after_b = files_under(&b, false);
+    for (path, bytes) in &before_b {
         assert!(
-            after_b.contains(file),
+            after_b.get(path) == Some(bytes),
             "{} changed or went",
-            file.0.display()
+            path.display()
         );
     }
-    for (path, _) in after_b.iter().filter(|file| !before_b.contains(file)) {
-        let made = path.strip_prefix(&b).unwrap();
+    for made in after_b.keys().filter(|path| !before_b.contains_key(*path)) {
         assert!(made.starts_with("log"), "{} was made", made.display());
     }
     std::fs::remove_file(&copied).unwrap();

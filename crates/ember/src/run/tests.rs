@@ -1,4 +1,6 @@
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use ember_tests::files_under;
 
 use super::*;
 use crate::checkpoint::{Checkpoint, CheckpointError};
@@ -7,26 +9,6 @@ fn checkpoint_at(dir: &Path, meta: &str) {
     Checkpoints::new(dir, 3)
         .write(1, &Checkpoint::new().with("meta", meta.as_bytes().to_vec()))
         .unwrap();
-}
-
-/// Every file under `dir` and its bytes (the lock files aside: taking a lock writes one).
-fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            if !path.ends_with(ember_write::lock::LOCKS) {
-                found.extend(files(&path));
-            }
-        } else {
-            found.push((path.clone(), std::fs::read(&path).unwrap()));
-        }
-    }
-    found.sort();
-    found
 }
 
 #[test]
@@ -71,7 +53,7 @@ fn a_fresh_run_never_replaces_a_file_it_would_write_that_is_not_its_own() {
         std::fs::create_dir_all(dir.join("checkpoints")).unwrap();
         std::fs::write(dir.join(name), b"another program's").unwrap();
         std::fs::write(dir.join("checkpoints/epoch=3.ckpt"), b"burn's").unwrap();
-        let before = files(&dir);
+        let before = files_under(&dir, false);
         let error = fresh(&dir).unwrap_err();
         assert!(
             matches!(&error, CheckpointError::Occupied { found } if found.ends_with(name)),
@@ -83,7 +65,7 @@ fn a_fresh_run_never_replaces_a_file_it_would_write_that_is_not_its_own() {
             .dir(&dir)
             .open();
         assert!(opened.is_err());
-        assert_eq!(files(&dir), before);
+        assert_eq!(files_under(&dir, false), before);
     }
     // Another run's checkpoint directory, taken for a run directory.
     let other = root.path().join("other");
@@ -209,6 +191,5 @@ fn a_checkpoint_directory_of_too_long_a_path_is_refused_before_anything_is_writt
     let long_name = root.path().join("n".repeat(300));
     let error = Run::builder(Begin::Fresh, &long_name).open().unwrap_err();
     assert!(error.to_string().contains("300 bytes"), "{error}");
-    assert!(files(root.path()).is_empty());
     assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
 }
