@@ -568,6 +568,13 @@ pub fn classification_loader(
         .build(InMemDataset::new(items))
 }
 
+/// Whether a scalar tag's values come from the clock (step and device times, speeds, the
+/// system's load): what two runs of the same steps need not agree on, so that comparisons of
+/// runs leave them out, or keep their steps alone.
+pub fn is_clock_tag(tag: &str) -> bool {
+    tag.ends_with("_seconds") || tag.ends_with("per_second") || tag.starts_with("system/")
+}
+
 /// Every file under `dir` (relative to it) and its bytes, the writers' lock files aside when
 /// `with_locks` is false (a record opened on a directory writes its pid into its lock file):
 /// what "the run was left as it was" compares.

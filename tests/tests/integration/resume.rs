@@ -123,10 +123,7 @@ pub(super) fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
     let summaries = Summaries::read_dir(run).unwrap();
     let mut out = BTreeMap::new();
     for (tag, points) in summaries.scalars {
-        if tag.ends_with("_seconds")
-            || tag.ends_with("examples_per_second")
-            || tag.starts_with("system/")
-        {
+        if ember_tests::is_clock_tag(&tag) {
             continue;
         }
         let points = points

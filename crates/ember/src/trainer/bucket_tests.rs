@@ -290,7 +290,7 @@ fn comparable_series(url: &str) -> std::collections::BTreeMap<String, Vec<(i64, 
     let read = crate::read::Summaries::read_dir(url).unwrap();
     let mut out = std::collections::BTreeMap::new();
     for (tag, points) in read.scalars {
-        if tag.ends_with("_seconds") || tag.ends_with("per_second") {
+        if ember_tests::is_clock_tag(&tag) {
             continue;
         }
         let values = points.iter().map(|p| (p.step, format!("{:?}", p.value)));

@@ -80,10 +80,9 @@ impl LiveLoader {
 
     /// Every series but the wall-time-derived ones.
     fn series(&self) -> BTreeMap<String, Vec<(i64, f32)>> {
-        let timing = |tag: &str| tag.ends_with("_seconds") || tag.ends_with("examples_per_second");
         self.scalars
             .iter()
-            .filter(|(tag, _)| !timing(tag))
+            .filter(|(tag, _)| !ember_tests::is_clock_tag(tag))
             .map(|(tag, series)| (tag.clone(), series.clone()))
             .collect()
     }

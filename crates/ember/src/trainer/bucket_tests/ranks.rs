@@ -155,9 +155,7 @@ fn series(root: &Path) -> BTreeMap<String, Vec<(i64, f64)>> {
         .iter()
         .flat_map(|dir| Summaries::read_dir(dir).unwrap().scalars)
         .map(|(tag, points)| {
-            let timed = tag.ends_with("_seconds")
-                || tag.ends_with("examples_per_second")
-                || tag.starts_with("system/");
+            let timed = ember_tests::is_clock_tag(&tag);
             let points = points
                 .iter()
                 .map(|p| (p.step, if timed { 0.0 } else { p.value }))
