@@ -246,3 +246,45 @@ pub(crate) struct Exit {
     pub(crate) status: i32,
     pub(crate) at: SystemTime,
 }
+
+/// What `mpi_ranks` wrote into `out` holds: both ranks' parameters the same bytes after every
+/// optimizer step (`params.rank0`, `params.rank1`), and within 1e-5 of one process of as many
+/// workers (`params.single`). `job` names the job in a failure ("2 hosts x 2 workers").
+/// Returns the largest difference from the one process.
+pub(crate) fn ranks_agree_with_one_process(out: &Path, job: &str) -> anyhow::Result<f32> {
+    let rank0 = read_f32s(&out.join("params.rank0"))?;
+    let rank1 = read_f32s(&out.join("params.rank1"))?;
+    let one = read_f32s(&out.join("params.single"))?;
+    ensure!(!rank0.is_empty(), "rank 0 recorded no optimizer step");
+    ensure!(
+        rank0
+            .iter()
+            .map(|v| v.to_bits())
+            .eq(rank1.iter().map(|v| v.to_bits())),
+        "{job}: the ranks' parameters differ after some optimizer step"
+    );
+    ensure!(
+        rank0.len() == one.len(),
+        "{job} made {} optimizer-step values, one process {}",
+        rank0.len(),
+        one.len()
+    );
+    let worst = rank0
+        .iter()
+        .zip(&one)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    ensure!(
+        worst <= 1e-5,
+        "{job} and 1 process of as many workers differ by {worst:e} (more than 1e-5)"
+    );
+    Ok(worst)
+}
+
+fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}

@@ -65,7 +65,9 @@ use crate::pins::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
 use crate::process::{
     Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
 };
-use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys, wait_for_port};
+use crate::server::{
+    LOOPBACK, S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys, wait_for_port,
+};
 use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects";
@@ -148,7 +150,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
-    let _server = moto(&python, port, &[], &work.join("moto.log"))?;
+    let _server = moto(&python, (LOOPBACK, port), &[], &work.join("moto.log"))?;
     check.script(
         &endpoint,
         &["bucket", &endpoint, "ember"],
@@ -475,7 +477,7 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
         ("MOTO_RECORDER_FILEPATH", &recording),
     ];
     let moto_log = check.work.join("moto-restarted.log");
-    let mut server = moto(check.python, port, &settings, &moto_log)?;
+    let mut server = moto(check.python, (LOOPBACK, port), &settings, &moto_log)?;
     check.script(
         &endpoint,
         &["bucket", &endpoint, "ember"],
@@ -499,7 +501,7 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
     drop(server);
     let stopped = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
-    server = moto(check.python, port, &settings, &moto_log)?;
+    server = moto(check.python, (LOOPBACK, port), &settings, &moto_log)?;
     check.script(
         &endpoint,
         &["replay", &endpoint],
@@ -546,7 +548,7 @@ fn refused(check: &Check) -> anyhow::Result<()> {
     let endpoint = format!("http://127.0.0.1:{port}");
     let _server = moto(
         check.python,
-        port,
+        (LOOPBACK, port),
         &[("INITIAL_NO_AUTH_ACTION_COUNT", Path::new("0"))],
         &check.work.join("moto-iam.log"),
     )?;

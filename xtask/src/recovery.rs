@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 
 use crate::process::{build, target_dir};
-use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys};
+use crate::server::{LOOPBACK, S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys};
 use crate::venv::ensure_venv;
 
 /// Gets object `argv[2]` of bucket `argv[1]` twice with boto3; prints its size and the second
@@ -70,29 +70,16 @@ impl Place {
     /// The newest whole checkpoint of the run in `logdir` (a temporary one is not whole yet).
     fn newest_checkpoint(&self, logdir: &str) -> anyhow::Result<Option<String>> {
         let names = match self {
-            Self::Disk => match std::fs::read_dir(Path::new(logdir).join("checkpoints")) {
-                Ok(entries) => entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect(),
-                Err(_) => Vec::new(),
-            },
+            Self::Disk => crate::runs::file_names(&Path::new(logdir).join("checkpoints")),
             Self::S3 { endpoint, .. } => {
                 let run = logdir.trim_start_matches(&format!("s3://{BUCKET}/"));
                 s3_keys(endpoint, BUCKET, &format!("{run}/checkpoints/"))?
-                    .into_iter()
-                    .filter_map(|key| key.rsplit('/').next().map(str::to_owned))
-                    .collect()
             }
         };
-        let mut names: Vec<String> = names
-            .into_iter()
-            .filter(|n| n.starts_with("ckpt-") && n.ends_with(".ember") && !n.contains(".rank"))
-            .collect();
-        names.sort();
-        Ok(names
-            .pop()
-            .map(|name| format!("{logdir}/checkpoints/{name}")))
+        Ok(crate::runs::newest_checkpoint(names).map(|name| {
+            let file = name.rsplit('/').next().unwrap_or_default();
+            format!("{logdir}/checkpoints/{file}")
+        }))
     }
 
     /// The checkpoint's size, and the milliseconds the fastest read of it takes: from the
@@ -209,7 +196,7 @@ fn start_s3(root: &Path, target: &Path, work: &Path) -> anyhow::Result<Place> {
     let python = ensure_venv(&target.join("s3-venv"), S3_REQUIREMENTS)
         .map_err(|error| anyhow::anyhow!("moto's venv: {error:?}"))?;
     let port = free_port()?;
-    let server = moto(&python, port, &[], &work.join("moto.log"))?;
+    let server = moto(&python, (LOOPBACK, port), &[], &work.join("moto.log"))?;
     let endpoint = format!("http://127.0.0.1:{port}");
     let mut bucket = Command::new(&python);
     bucket

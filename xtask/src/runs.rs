@@ -189,3 +189,47 @@ pub(crate) fn unsealed_event_files(dir: &Path) -> anyhow::Result<Vec<String>> {
     }
     Ok(unsealed)
 }
+
+/// The newest whole checkpoint among `names` (file names, or object keys ending in one): rank
+/// 0's `ckpt-<number>.ember` of the greatest number; other ranks' parts (`.rank<r>`) and
+/// temporary files aside. One rule for every task that waits for or resumes from a checkpoint.
+pub(crate) fn newest_checkpoint<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Option<S> {
+    names
+        .into_iter()
+        .filter(|name| {
+            let file = name.as_ref().rsplit('/').next().unwrap_or_default();
+            file.starts_with("ckpt-") && file.ends_with(".ember") && !file.contains(".rank")
+        })
+        .max_by(|a, b| a.as_ref().cmp(b.as_ref()))
+}
+
+/// The file names in the local directory `dir` (none where it cannot be read).
+pub(crate) fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_checkpoint;
+
+    #[test]
+    fn the_newest_checkpoint_is_rank_0_s_of_the_greatest_number() {
+        let keys = [
+            "run/checkpoints/ckpt-000000000002.ember",
+            "run/checkpoints/ckpt-000000000003.rank1.ember",
+            "run/checkpoints/ckpt-000000000003.ember.tmp",
+            "run/checkpoints/run.json",
+            "run/checkpoints/ckpt-000000000001.ember",
+        ];
+        assert_eq!(
+            newest_checkpoint(keys),
+            Some("run/checkpoints/ckpt-000000000002.ember")
+        );
+        assert_eq!(newest_checkpoint(Vec::<String>::new()), None);
+    }
+}

@@ -1,6 +1,6 @@
-//! The servers the object-store checks run on loopback (moto's S3 server, the outage proxy,
-//! Azurite): a module of their own, so that `objects`, its Azure part and its benchmark all
-//! start them without reaching into one another.
+//! The servers the object-store checks run on loopback, or the hosts' bridge (moto's S3 server,
+//! the outage proxy, Azurite): a module of their own, so that `objects`, `hosts` and `recovery`
+//! start them one way, without reaching into one another.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -33,22 +33,32 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Where the servers listen unless a task's hosts need another address.
+pub(crate) const LOOPBACK: &str = "127.0.0.1";
+
+/// Waits until `what` listens on `port` of [`LOOPBACK`].
 pub(crate) fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
+    wait_for(LOOPBACK, port, what)
+}
+
+/// Waits until `what` listens on `host`:`port`, 60 s at most.
+fn wait_for(host: &str, port: u16, what: &str) -> anyhow::Result<()> {
     let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while std::net::TcpStream::connect((host, port)).is_err() {
         ensure!(
             started.elapsed() < Duration::from_secs(60),
-            "{what} did not listen on 127.0.0.1:{port} within 60 s"
+            "{what} did not listen on {host}:{port} within 60 s"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
 }
 
-/// Starts moto's S3 server on `port`, with `settings` in its environment, logging into `log`.
+/// Starts moto's S3 server on `host`:`port` (loopback, or the hosts' bridge), with `settings`
+/// in its environment, logging into `log`.
 pub(crate) fn moto(
     python: &Path,
-    port: u16,
+    (host, port): (&str, u16),
     settings: &[(&str, &Path)],
     log: &Path,
 ) -> anyhow::Result<Server> {
@@ -58,21 +68,14 @@ pub(crate) fn moto(
         .open(log)?;
     let mut command = Command::new(python);
     command
-        .args([
-            "-m",
-            "moto.server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
+        .args(["-m", "moto.server", "-H", host, "-p", &port.to_string()])
         .stdout(log.try_clone()?)
         .stderr(log);
     for (name, value) in settings {
         command.env(name, value);
     }
     let server = Server(command.spawn().context("starting moto's S3 server")?);
-    wait_for_port(port, "moto's S3 server")?;
+    wait_for(host, port, "moto's S3 server")?;
     Ok(server)
 }
 

@@ -209,10 +209,10 @@ fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
 /// The key of rank 0's newest checkpoint of the run at `url` in the bucket, if any.
 pub(super) fn newest_checkpoint(endpoint: &str, url: &str) -> anyhow::Result<Option<String>> {
     let run = url.trim_start_matches("s3://ember/");
-    Ok(keys(endpoint, &format!("{run}/checkpoints/"))?
-        .into_iter()
-        .filter(|k| k.ends_with(".ember") && !k.contains(".rank"))
-        .max())
+    Ok(crate::runs::newest_checkpoint(keys(
+        endpoint,
+        &format!("{run}/checkpoints/"),
+    )?))
 }
 
 /// `ember train --resume` of the run at `url` on the hosts: the uninterrupted run's model and

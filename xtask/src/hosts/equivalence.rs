@@ -114,43 +114,10 @@ pub(super) fn against_one_process(check: &Check) -> anyhow::Result<f32> {
     check.succeed(single, "ranks-single")?;
     let hosts = check.on_hosts(check.ranks, &["--workers", "2", "--out", out_arg]);
     check.succeed(hosts, "ranks-hosts")?;
-    let rank0 = read_f32s(&out.join("params.rank0"))?;
-    let rank1 = read_f32s(&out.join("params.rank1"))?;
-    let one = read_f32s(&out.join("params.single"))?;
-    ensure!(!rank0.is_empty(), "rank 0 recorded no optimizer step");
-    ensure!(
-        rank0
-            .iter()
-            .map(|v| v.to_bits())
-            .eq(rank1.iter().map(|v| v.to_bits())),
-        "the hosts' parameters differ after some optimizer step"
-    );
-    ensure!(
-        rank0.len() == one.len(),
-        "the hosts made {} optimizer-step values, one process {}",
-        rank0.len(),
-        one.len()
-    );
-    let worst = rank0
-        .iter()
-        .zip(&one)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    ensure!(
-        worst <= 1e-5,
-        "2 hosts x 2 workers and 1 process x 4 differ by {worst:e} (more than 1e-5)"
-    );
+    let worst = crate::mpirun::ranks_agree_with_one_process(&out, "2 hosts x 2 workers")?;
     eprintln!(
         "{TASK}: (a) mpi_ranks on 2 hosts x 2 workers: both hosts' parameters the same bytes \
          after every optimizer step, within {worst:.1e} of one process of 4 workers"
     );
     Ok(worst)
-}
-
-fn read_f32s(path: &std::path::Path) -> anyhow::Result<Vec<f32>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
 }

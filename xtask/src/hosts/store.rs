@@ -1,13 +1,12 @@
-//! The S3 server every host writes to: moto, as `cargo xtask objects` runs it, but listening on
+//! The S3 server every host writes to: moto, started as `cargo xtask objects` starts it, but on
 //! the bridge's address in the root namespace, which each host reaches over its own link; and a
 //! listing of a prefix of its bucket over plain HTTP (moto checks no signature by default).
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 
 use super::check::output_within;
 use super::net::BRIDGE_ADDR;
@@ -20,30 +19,7 @@ pub(super) const BUCKET: &str = "ember";
 /// bucket with `check_s3.py`; returns the server and its endpoint.
 pub(super) fn start(root: &Path, python: &Path, log: &Path) -> anyhow::Result<(Server, String)> {
     let port = TcpListener::bind((BRIDGE_ADDR, 0))?.local_addr()?.port();
-    let log = std::fs::File::create(log)?;
-    let server = Server(
-        Command::new(python)
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                BRIDGE_ADDR,
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting moto's S3 server")?,
-    );
-    let started = Instant::now();
-    while TcpStream::connect((BRIDGE_ADDR, port)).is_err() {
-        ensure!(
-            started.elapsed() < Duration::from_secs(60),
-            "moto did not listen on {BRIDGE_ADDR}:{port} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let server = crate::server::moto(python, (BRIDGE_ADDR, port), &[], log)?;
     let endpoint = format!("http://{BRIDGE_ADDR}:{port}");
     let mut bucket = Command::new(python);
     bucket

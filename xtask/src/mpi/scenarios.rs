@@ -69,30 +69,7 @@ pub(super) fn equivalence(example: &Path, out: &Path, transport: Transport) -> a
     let ran = run_limited(job, "mpirun -n 2 of 2 workers", &out.join("ranks.log"))?;
     expect_success(&ran, "mpirun -n 2 of 2 workers")?;
 
-    let rank0 = std::fs::read(out.join("params.rank0"))?;
-    let rank1 = std::fs::read(out.join("params.rank1"))?;
-    ensure!(!rank0.is_empty(), "rank 0 recorded no optimizer step");
-    ensure!(
-        rank0 == rank1,
-        "the ranks' parameters differ after some optimizer step"
-    );
-    let ranks = read_f32s(&out.join("params.rank0"))?;
-    let one = read_f32s(&out.join("params.single"))?;
-    ensure!(
-        ranks.len() == one.len(),
-        "the ranks made {} optimizer-step values, one process {}",
-        ranks.len(),
-        one.len()
-    );
-    let worst = ranks
-        .iter()
-        .zip(&one)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    ensure!(
-        worst <= 1e-5,
-        "2 ranks x 2 workers and 1 process x 4 differ by {worst:e} (more than 1e-5)"
-    );
+    let worst = crate::mpirun::ranks_agree_with_one_process(out, "2 ranks x 2 workers")?;
     let steps = ran
         .output
         .lines()
@@ -555,14 +532,7 @@ pub(super) fn stop(
 
 /// The file name of the newest checkpoint of rank 0 in `dir`.
 pub(super) fn newest_checkpoint(dir: &Path) -> anyhow::Result<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".ember") && !name.contains(".rank"))
-        .collect();
-    names.sort();
-    names
-        .pop()
+    crate::runs::newest_checkpoint(crate::runs::file_names(dir))
         .with_context(|| format!("no checkpoint in {}", dir.display()))
 }
 
@@ -589,12 +559,4 @@ fn wait_for_first_checkpoint(child: &mut std::process::Child, run: &Path) -> any
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     })
-}
-
-fn read_f32s(path: &Path) -> anyhow::Result<Vec<f32>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
 }

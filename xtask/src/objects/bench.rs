@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 
 use crate::process::{build, target_dir};
-use crate::server::{S3_REQUIREMENTS, Server, free_port, moto, s3_env, wait_for_port};
+use crate::server::{LOOPBACK, S3_REQUIREMENTS, Server, free_port, moto, s3_env, wait_for_port};
 use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects --bench";
@@ -233,7 +233,7 @@ pub(crate) fn run(root: &Path, rounds: usize, checkpoints_only: bool) -> anyhow:
 fn stores(root: &Path, target: &Path, python: &Path, work: &Path) -> anyhow::Result<Vec<Store>> {
     let port = free_port()?;
     let moto_url = format!("http://127.0.0.1:{port}");
-    let moto = moto(python, port, &[], &work.join("moto.log"))?;
+    let moto = moto(python, (LOOPBACK, port), &[], &work.join("moto.log"))?;
     create_bucket(root, python, &moto_url)?;
     let readers = crate::objects::clouds::readers_python(target, TASK)?
         .context("the readers' venv (fake-gcs-server, the Azure SDK) could not be made")?;
