@@ -465,6 +465,22 @@ fn outage_proxy(
 /// its state replayed from moto's recorder. A proxy in front keeps the endpoint closed from the
 /// kill until the replay is done, as a store's endpoint is down until the store is back. The
 /// uploads of that time fail, are tried again, and the run's log in the bucket is whole.
+/// Ends the JSON-lines file at `path` with its last whole row: a last row written whole but
+/// for its newline gets it, a torn one is cut off.
+fn whole_rows_only(path: &Path) -> anyhow::Result<()> {
+    let mut bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let lines_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+    if lines_end == bytes.len() {
+        return Ok(());
+    }
+    if serde_json::from_slice::<serde_json::Value>(&bytes[lines_end..]).is_ok() {
+        bytes.push(b'\n');
+    } else {
+        bytes.truncate(lines_end);
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
 fn restarted(check: &Check) -> anyhow::Result<()> {
     // About 35 s on a quiet machine: still running when the server is back, some 9 s in.
     const ARGS: &[&str] = &["train", "--epochs", "300", "--devices", "2"];
@@ -500,6 +516,9 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
     std::fs::write(&flag, b"down")?;
     drop(server);
     let stopped = Instant::now();
+    // Killed mid-write, moto can leave its recording's last row torn, which the next server
+    // would append to and its replay refuse: what a crashed store keeps is its whole rows.
+    whole_rows_only(&recording)?;
     std::thread::sleep(Duration::from_secs(3));
     server = moto(check.python, (LOOPBACK, port), &settings, &moto_log)?;
     check.script(
@@ -612,4 +631,23 @@ fn one_error_line(ran: &Ran, url: &str, what: &str) -> anyhow::Result<String> {
         ran.output
     );
     Ok(lines[0].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_recording_ends_with_its_last_whole_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recording.jsonl");
+        for (written, kept) in [
+            ("{\"a\":1}\n{\"b\":2}", "{\"a\":1}\n{\"b\":2}\n"),
+            ("{\"a\":1}\n{\"b\":", "{\"a\":1}\n"),
+            ("{\"a\":1}\n", "{\"a\":1}\n"),
+            ("{\"a\"", ""),
+        ] {
+            std::fs::write(&path, written).unwrap();
+            super::whole_rows_only(&path).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), kept, "{written:?}");
+        }
+    }
 }
