@@ -14,6 +14,7 @@ use super::claim::{Claim, Unfenced, put_fenced};
 use super::markers::{marked_file, marked_files};
 use super::staged::PROJECTOR_CONFIG;
 use super::store::{RemoteError, in_short, open_store, outside_any_runtime};
+use crate::journal::{hex, unhex};
 
 /// A prefix of an object store (`s3://bucket/run/checkpoints`), its objects read and written
 /// whole; see the module docs.
@@ -332,7 +333,6 @@ impl BucketSnapshot {
     /// The snapshot as text: its first line says it is a bucket's, and its version; names
     /// hex-encoded.
     pub fn encode(&self) -> String {
-        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let version = if self.by_name_alone {
             BUCKET_SNAPSHOT_BY_NAME
         } else {
@@ -358,15 +358,6 @@ impl BucketSnapshot {
 
     /// Reads what [`encode`](Self::encode) wrote.
     pub fn decode(text: &str) -> Option<Self> {
-        let unhex = |text: &str| -> Option<Vec<u8>> {
-            if !text.len().is_multiple_of(2) {
-                return None;
-            }
-            (0..text.len())
-                .step_by(2)
-                .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
-                .collect()
-        };
         let mut lines = text.lines();
         let by_name_alone = match lines.next() {
             Some(BUCKET_SNAPSHOT) => false,

@@ -15,6 +15,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::store::RemoteError;
+use crate::journal::hex;
 
 /// The file of a staging directory that says where it ships and how far it got.
 pub(crate) const STATE_FILE: &str = ".ember-mirror";
@@ -155,19 +156,8 @@ impl ShipState {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn unhex(text: &str) -> Option<String> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes = (0..text.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
+    String::from_utf8(crate::journal::unhex(text)?).ok()
 }
 
 #[cfg(test)]

@@ -30,11 +30,8 @@ fn bucket((url, exclude, _): Where) -> Result<(Bucket, Vec<String>), CheckpointE
 }
 
 fn failed(url: &Path, error: RemoteError) -> CheckpointError {
-    CheckpointError::Io {
-        op: "snapshot or roll back",
-        path: url.to_path_buf(),
-        source: std::io::Error::other(error.to_string()),
-    }
+    let source = std::io::Error::other(error.to_string());
+    crate::run::store::failed("snapshot or roll back", url, "", source)
 }
 
 /// The snapshot of a log that holds nothing yet: what a restart rolls back to.
@@ -119,11 +116,8 @@ impl PendingLog {
 
 /// The error of a cut of `at` that could not be taken or shipped.
 fn shipping(at: Where, message: String) -> CheckpointError {
-    CheckpointError::Io {
-        op: "ship the log up to the checkpoint to",
-        path: at.0.to_path_buf(),
-        source: std::io::Error::other(message),
-    }
+    let source = std::io::Error::other(message);
+    crate::run::store::failed("ship the log up to the checkpoint to", at.0, "", source)
 }
 
 /// The log's position at a checkpoint, cut without waiting for the store: by the record's

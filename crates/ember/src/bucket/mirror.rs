@@ -117,10 +117,7 @@ impl Mirror {
     pub(crate) fn ship(&self) -> Result<(), SummaryError> {
         self.not_lost()?;
         match &self.mirror {
-            Some(mirror) => mirror.ship().map_err(|message| SummaryError::RemoteShip {
-                url: mirror.url().to_owned(),
-                message,
-            }),
+            Some(mirror) => mirror.ship().map_err(shipping(mirror)),
             None => Ok(()),
         }
     }
@@ -130,10 +127,7 @@ impl Mirror {
     pub(crate) fn cut(&self) -> Result<ember_write::remote::LogCut, SummaryError> {
         self.not_lost()?;
         let mirror = self.mirror.as_ref().ok_or(SummaryError::Closed)?;
-        mirror.cut().map_err(|message| SummaryError::RemoteShip {
-            url: mirror.url().to_owned(),
-            message,
-        })
+        mirror.cut().map_err(shipping(mirror))
     }
 
     /// What takes the log's cuts on the writer pool's thread: see [`RemoteMirror::cutter`].
@@ -141,10 +135,7 @@ impl Mirror {
     pub(crate) fn cutter(&self) -> Result<ember_write::remote::Cutter, SummaryError> {
         self.not_lost()?;
         let mirror = self.mirror.as_ref().ok_or(SummaryError::Closed)?;
-        mirror.cutter().map_err(|message| SummaryError::RemoteShip {
-            url: mirror.url().to_owned(),
-            message,
-        })
+        mirror.cutter().map_err(shipping(mirror))
     }
 
     /// The bytes shipped so far.
@@ -196,4 +187,12 @@ impl Mirror {
 #[cfg(feature = "burn")]
 pub(crate) fn lease_lost(error: &RemoteError) -> bool {
     matches!(error, RemoteError::LeaseLost { .. })
+}
+
+/// What an error of `mirror`'s shipping, said in `message`, is to the record's user.
+fn shipping(mirror: &RemoteMirror) -> impl FnOnce(String) -> SummaryError + '_ {
+    |message| SummaryError::RemoteShip {
+        url: mirror.url().to_owned(),
+        message,
+    }
 }

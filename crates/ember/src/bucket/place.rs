@@ -9,7 +9,7 @@ use ember_write::remote::{Bucket, RemoteError};
 
 use crate::SummaryRecord;
 use crate::checkpoint::CheckpointError;
-use crate::run::store::{Store, Unserved, failed};
+use crate::run::store::{Fill, Store, Unserved, failed};
 
 /// The store of the URL `url`; one that cannot be opened fails at each use, saying why.
 pub(crate) fn open(url: &str) -> Arc<dyn Store> {
@@ -53,12 +53,7 @@ impl Store for Prefix {
         self.0.get(name).map_err(remote("read", at, name))
     }
 
-    fn write(
-        &self,
-        at: &Path,
-        name: &str,
-        fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
-    ) -> Result<(), CheckpointError> {
+    fn write(&self, at: &Path, name: &str, fill: Fill<'_>) -> Result<(), CheckpointError> {
         let mut bytes = Vec::new();
         fill(&mut bytes).map_err(|e| failed("write", at, name, e))?;
         self.0.put(name, bytes).map_err(remote("write", at, name))

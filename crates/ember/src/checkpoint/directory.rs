@@ -107,11 +107,6 @@ impl Checkpoints {
         self.place.remote()
     }
 
-    /// The names of the directory's files (none when it does not exist).
-    fn names(&self) -> Result<Vec<String>, CheckpointError> {
-        self.place.names()
-    }
-
     /// The file `name`'s bytes; `Err` with the reason when it cannot be read.
     fn read_file(&self, name: &str) -> Result<Vec<u8>, String> {
         match self.place.read(name) {
@@ -130,11 +125,6 @@ impl Checkpoints {
         self.place
             .write_with(name, |out| checkpoint.write_to(out))?;
         Ok(self.dir().join(name))
-    }
-
-    fn remove_file(&self, name: &str) -> Result<(), CheckpointError> {
-        // Every rank of a job restarting removes them: another may have been first.
-        self.place.remove(name)
     }
 
     /// The checkpoint files, newest first, with their sequence numbers.
@@ -258,9 +248,9 @@ impl Checkpoints {
     /// Removes every checkpoint of the directory, whole or not, with the ranks' parts: a run
     /// restarted from its beginning must not find them on its next resume.
     pub fn remove_all(&self) -> Result<(), CheckpointError> {
-        for name in self.names()? {
+        for name in self.place.names()? {
             if (name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || is_stale_temporary(&name) {
-                self.remove_file(&name)?;
+                self.place.remove(&name)?;
             }
         }
         if self.is_remote() || !self.dir().is_dir() {
@@ -286,9 +276,9 @@ impl Checkpoints {
         if self.is_remote() {
             return Ok(());
         }
-        for name in self.names()? {
+        for name in self.place.names()? {
             if is_stale_temporary(&name) {
-                self.remove_file(&name)?;
+                self.place.remove(&name)?;
             }
         }
         Ok(())
@@ -337,7 +327,7 @@ impl Checkpoints {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            self.remove_file(&name)?;
+            self.place.remove(&name)?;
             self.remove_parts(*old_seq)?;
         }
         Ok(old.len())
@@ -346,9 +336,9 @@ impl Checkpoints {
     /// Removes the other ranks' parts of checkpoint `seq`.
     fn remove_parts(&self, seq: u64) -> Result<(), CheckpointError> {
         let prefix = format!("{PREFIX}{seq:012}.rank");
-        for name in self.names()? {
+        for name in self.place.names()? {
             if name.starts_with(&prefix) {
-                self.remove_file(&name)?;
+                self.place.remove(&name)?;
             }
         }
         Ok(())

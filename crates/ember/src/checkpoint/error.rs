@@ -145,8 +145,6 @@ pub enum CheckpointError {
         /// What is too long.
         why: String,
     },
-    /// Another run holds the checkpoint directory, or this run lost it while it trained (the
-    /// directory or its lock file deleted or replaced).
     /// The checkpoint holds no position of the log (it was taken with no summary record), yet
     /// the log holds files this run wrote: rolling back could not tell which of their records
     /// came after the checkpoint. Nothing was changed.

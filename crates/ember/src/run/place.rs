@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ember_write::durable;
 
-use super::store::{Store, failed};
+use super::store::{Fill, Store, failed};
 use crate::SummaryRecord;
 use crate::checkpoint::CheckpointError;
 
@@ -120,12 +120,7 @@ impl Store for LocalDir {
         }
     }
 
-    fn write(
-        &self,
-        at: &Path,
-        name: &str,
-        fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
-    ) -> Result<(), CheckpointError> {
+    fn write(&self, at: &Path, name: &str, fill: Fill<'_>) -> Result<(), CheckpointError> {
         durable::create_dir(at).map_err(|e| failed("create", at, "", e))?;
         durable::replace_with(&at.join(name), |tmp| {
             let file = std::fs::OpenOptions::new()

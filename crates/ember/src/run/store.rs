@@ -9,6 +9,9 @@ use std::sync::Arc;
 use crate::SummaryRecord;
 use crate::checkpoint::CheckpointError;
 
+/// What writes a file's bytes, for [`Store::write`]: called with where they go.
+pub(crate) type Fill<'a> = &'a mut dyn FnMut(&mut dyn Write) -> io::Result<()>;
+
 /// How a place's files are read and written: a local directory's or an object store's. Each
 /// error names the file (`name` below the place's path `at`).
 pub(crate) trait Store: Send + Sync + fmt::Debug {
@@ -20,12 +23,7 @@ pub(crate) trait Store: Send + Sync + fmt::Debug {
     /// The file `name`'s bytes; `None` when there is none.
     fn read(&self, at: &Path, name: &str) -> Result<Option<Vec<u8>>, CheckpointError>;
     /// Writes the file `name` whole, replacing any, with what `fill` writes.
-    fn write(
-        &self,
-        at: &Path,
-        name: &str,
-        fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
-    ) -> Result<(), CheckpointError>;
+    fn write(&self, at: &Path, name: &str, fill: Fill<'_>) -> Result<(), CheckpointError>;
     /// Removes the file `name`; one that is not there is no error.
     fn remove(&self, at: &Path, name: &str) -> Result<(), CheckpointError>;
     /// Refuses, naming it, a live writer of rank `rank` of the place: the holder of its lock,
@@ -78,12 +76,7 @@ impl Store for Unserved {
         Err(self.error("read", at))
     }
 
-    fn write(
-        &self,
-        at: &Path,
-        _: &str,
-        _: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
-    ) -> Result<(), CheckpointError> {
+    fn write(&self, at: &Path, _: &str, _: Fill<'_>) -> Result<(), CheckpointError> {
         Err(self.error("write", at))
     }
 

@@ -44,7 +44,6 @@ fn a_run_in_a_bucket_resumes_from_the_bucket_bit_identical_with_one_log() {
     }
 }
 
-/// A crash at pool step `step`, for [`fit_in_bucket`].
 /// Before: a run in a bucket whose lease another writer took over (it had stopped past the
 /// lease's stale time) logged that two writers might now write the run and trained on, its
 /// records and checkpoints landing beside the new holder's. Now the first record after the
@@ -123,6 +122,7 @@ fn a_run_in_a_bucket_whose_lease_is_taken_over_stops_with_lease_lost() {
     );
 }
 
+/// A crash at pool step `step`, for [`fit_in_bucket`].
 fn crash(step: usize) -> OnStep {
     Box::new(move |report: &StepReport| {
         if report.step == step as i64 {
