@@ -469,7 +469,10 @@ fn outage_proxy(
 /// for its newline gets it, a torn one is cut off.
 fn whole_rows_only(path: &Path) -> anyhow::Result<()> {
     let mut bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let lines_end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+    let lines_end = bytes
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |at| at + 1);
     if lines_end == bytes.len() {
         return Ok(());
     }

@@ -1,7 +1,7 @@
 //! The object-store half of a run's place (`run/place.rs`): a prefix of a bucket, each file one
 //! object, written by one PUT; fenced by its run's lease where a record holds one.
 
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
 

@@ -130,6 +130,7 @@ impl Checkpoints {
     /// The checkpoint files, newest first, with their sequence numbers.
     pub fn list(&self) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
         let mut found: Vec<(u64, PathBuf)> = self
+            .place
             .names()?
             .into_iter()
             .filter_map(|name| Some((seq_of(&name)?, self.dir().join(name))))
