@@ -27,6 +27,7 @@ mod recovery;
 mod resume;
 mod runs;
 mod scaling;
+mod scenario;
 mod server;
 mod slurm;
 mod task_imports;

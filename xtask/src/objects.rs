@@ -53,18 +53,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
-use crate::objects::clouds::{Reader, env_of};
+use crate::objects::clouds::{Part, Reader};
 use crate::objects::gcs::LocalRuns;
 use crate::objects::scenarios::{
-    Kills, RESUMED_ARGS, after_kills, inspect, killed_and_resumed, pull, resumed_from_the_bucket,
-    train_into,
+    RESUMED_ARGS, TRAIN_ARGS, one_error_line, resumed_from_the_bucket,
 };
 use crate::pins::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::process::{
-    Ran, build, expect_success, kill_after, run_limited, skip_or_fail, target_dir,
-};
+use crate::process::{build, expect_success, kill_after, run_limited, skip_or_fail, target_dir};
+use crate::scenario::{Env, Expected, KillAndResume, Local, Program, Store};
 use crate::server::{
     LOOPBACK, S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys, wait_for_port,
 };
@@ -72,23 +70,19 @@ use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects";
 
-/// About five seconds in a debug build: segments shipped at intervals, then the rest at close.
-const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
-
-/// The paths and programs every scenario uses.
-struct Check<'a> {
-    root: &'a Path,
-    python: &'a Path,
-    ember: &'a Path,
-    work: &'a Path,
+/// The S3 part: moto's server at `endpoint`, its bucket `ember`, and runs trained locally.
+struct S3<'a> {
+    part: Part<'a>,
+    endpoint: String,
+    local: Local,
 }
 
-impl Check<'_> {
-    /// Runs `check_s3.py` with `args` against `endpoint`.
+impl S3<'_> {
+    /// Runs `check_s3.py` with `args` against the server at `endpoint`.
     fn script(&self, endpoint: &str, args: &[&str], what: &str) -> anyhow::Result<()> {
-        let mut command = Command::new(self.python);
+        let mut command = Command::new(self.part.python);
         command
-            .arg(self.root.join("xtask/objects/check_s3.py"))
+            .arg(self.part.root.join("xtask/objects/check_s3.py"))
             .args(args);
         s3_env(&mut command, endpoint);
         let status = command
@@ -98,28 +92,36 @@ impl Check<'_> {
         Ok(())
     }
 
-    /// `ember` with `args`, against `endpoint`.
-    fn ember(&self, endpoint: &str, args: &[&str]) -> Command {
-        let mut command = Command::new(self.ember);
-        command.args(args);
-        s3_env(&mut command, endpoint);
-        command
+    /// `ember` against the S3 server at `endpoint`, its staging where the part's is.
+    fn store_at(&self, endpoint: &str) -> anyhow::Result<Store> {
+        Store::new(
+            "s3",
+            &self.part.store.binary,
+            &self.part.store.work,
+            |command| {
+                s3_env(command, endpoint);
+            },
+        )
     }
 
     /// `ember train` with `args` into the local directory `name` of the work directory.
     fn train_locally(&self, args: &[&str], name: &str) -> anyhow::Result<PathBuf> {
-        let local = self.work.join(name);
-        let mut train = Command::new(self.ember);
-        train.args(args).arg("--logdir").arg(&local);
-        expect_success(
-            &run_limited(
-                train,
-                "ember train (local)",
-                &self.work.join(format!("{name}.log")),
-            )?,
-            "ember train into a local directory",
+        let local = self.local.place(name);
+        let mut train = self.local.ember(args);
+        train.args(["--logdir", &local]);
+        let ran = run_limited(
+            train,
+            "ember train (local)",
+            &self.local.log(&local, "train"),
         )?;
-        Ok(local)
+        expect_success(&ran, "ember train into a local directory")?;
+        Ok(PathBuf::from(local))
+    }
+
+    /// The same run trained locally, as what a run into the store must equal.
+    fn expected_locally(&self, args: &[&str], name: &str) -> anyhow::Result<Expected> {
+        let local = self.train_locally(args, name)?;
+        Expected::of(&self.local, &local.to_string_lossy())
     }
 }
 
@@ -141,119 +143,68 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&work)?;
     }
     std::fs::create_dir_all(&work)?;
-    let check = Check {
-        root,
-        python: &python,
-        ember: &ember,
-        work: &work,
-    };
 
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
     let _server = moto(&python, (LOOPBACK, port), &[], &work.join("moto.log"))?;
-    check.script(
+    let s3 = S3 {
+        part: Part {
+            root,
+            python: &python,
+            store: Store::new("s3", &ember, &work, |command| s3_env(command, &endpoint))?,
+        },
+        endpoint: endpoint.clone(),
+        local: Local::new(&ember, &work),
+    };
+    s3.script(
         &endpoint,
         &["bucket", &endpoint, "ember"],
         "creating the bucket",
     )?;
 
-    let every_kind_local = every_kind(&check, &endpoint)?;
-    mindinsight(&check, &target, &endpoint)?;
-    killed(&check, &endpoint)?;
-    let s3 = |args: &[&str]| {
-        let mut command = check.ember(&endpoint, args);
-        command.env("TMPDIR", work.join("tmp"));
-        command
+    let every_kind = s3.expected_locally(TRAIN_ARGS, "local")?;
+    let reader = Reader {
+        cloud: "s3",
+        python: &python,
+        env: crate::scenario::env_of(|command| s3_env(command, &endpoint)),
     };
-    crate::objects::scenarios::against(&s3, "s3", &work, TASK)?;
-    let resumed_local = resumed_in_the_bucket(&check, &endpoint)?;
-    stopped_past_its_lease(&check, &endpoint, &resumed_local)?;
-    resumed_for_mindinsight(&check, &endpoint)?;
-    restarted(&check)?;
-    refused(&check)?;
-    unreachable(&check)?;
+    scenarios::every_value(&s3.part, &reader, "s3://ember/run", &every_kind)?;
+    mindinsight(&s3, &target)?;
+    killed(&s3)?;
+    scenarios::against(&s3.part.store, TASK)?;
+    let resumed = resumed_in_the_bucket(&s3)?;
+    stopped_past_its_lease(&s3, &resumed)?;
+    resumed_for_mindinsight(&s3)?;
+    restarted(&s3)?;
+    refused(&s3)?;
+    unreachable(&s3)?;
     let gcs_work = work.join("gcs");
     std::fs::create_dir_all(&gcs_work)?;
     let locals = LocalRuns {
-        every_kind: &every_kind_local,
-        resumed: &resumed_local,
+        every_kind: &every_kind,
+        resumed: &resumed,
     };
-    crate::objects::gcs::run(root, &target, &ember, &gcs_work, &locals)?;
+    gcs::run(root, &target, &ember, &gcs_work, &locals)?;
     let azure_work = work.join("azure");
     std::fs::create_dir_all(&azure_work)?;
-    crate::objects::azure::run(root, &target, &ember, &azure_work)
-}
-
-/// A run into the bucket and the same run on the local disk: every value of every kind in
-/// TensorBoard's S3 reader and in `ember inspect` of the URL, and its `train/loss` in
-/// TensorBoard's page; returns the local run.
-fn every_kind(check: &Check, endpoint: &str) -> anyhow::Result<PathBuf> {
-    let local = check.train_locally(TRAIN_ARGS, "local")?;
-    let took = train_into(
-        &|args| check.ember(endpoint, args),
-        TRAIN_ARGS,
-        "s3://ember/run",
-        &check.work.join("s3.log"),
-    )?;
-    let local_str = local.to_str().context("a path that is not UTF-8")?;
-    check.script(
-        endpoint,
-        &["compare", "s3://ember/run", local_str],
-        "TensorBoard's S3 reader against the local run",
-    )?;
-    let remote = inspect(&|args| check.ember(endpoint, args), "s3://ember/run")?;
-    crate::runs::same_values(
-        &crate::process::inspect_json(check.ember, &local)?,
-        &remote,
-        Path::new("s3://ember/run"),
-    )?;
-    eprintln!(
-        "{TASK}: ember train --logdir s3://ember/run on a loopback S3 server ({:.1} s); ember \
-         inspect of the URL gives the local run's values",
-        took.as_secs_f64()
-    );
-    let reader = Reader {
-        cloud: "s3",
-        python: check.python,
-        env: env_of(|command| s3_env(command, endpoint)),
-    };
-    reader.page_shows(check.root, check.ember, "s3://ember/run", &local)?;
-    Ok(local)
+    azure::run(root, &target, (&ember, &every_kind), &azure_work)
 }
 
 /// MindInsight through a local sync: `ember pull` of a MindInsight-format run, read by
 /// MindInsight 2.3.1 as the same run written locally (scalars, histograms, images, lineage).
-fn mindinsight(check: &Check, target: &Path, endpoint: &str) -> anyhow::Result<()> {
+fn mindinsight(s3: &S3, target: &Path) -> anyhow::Result<()> {
     let Some(python) = mindinsight_reader(target)? else {
         return Ok(());
     };
-    let args: Vec<&str> = TRAIN_ARGS
-        .iter()
-        .copied()
-        .chain(["--format", "mindinsight"])
-        .collect();
-    let base = check.work.join("mi");
+    let args = [TRAIN_ARGS, &["--format", "mindinsight"]].concat();
+    let base = s3.part.store.work.join("mi");
     std::fs::create_dir_all(&base)?;
-    check.train_locally(&args, "mi/local")?;
-    let mut train = check.ember(endpoint, &args);
-    train.args(["--logdir", "s3://ember/mi"]);
-    let ran = run_limited(
-        train,
-        "ember train --format mindinsight",
-        &check.work.join("mi.log"),
-    )?;
-    expect_success(
-        &ran,
-        "ember train --format mindinsight --logdir s3://ember/mi",
-    )?;
-    let pulled = base.join("pulled");
-    pull(
-        &|args| check.ember(endpoint, args),
-        "s3://ember/mi",
-        &pulled,
-    )?;
+    s3.train_locally(&args, "mi/local")?;
+    let url = "s3://ember/mi";
+    scenarios::train_into(&s3.part.store, &args, url, &s3.part.store.log(url, "train"))?;
+    s3.part.store.pull(url, &base.join("pulled"))?;
     let status = Command::new(&python)
-        .arg(check.root.join("xtask/resume/check_mindinsight.py"))
+        .arg(s3.part.root.join("xtask/resume/check_mindinsight.py"))
         .arg(&base)
         .args(["local", "pulled"])
         .status()
@@ -282,31 +233,25 @@ fn mindinsight_reader(target: &Path) -> anyhow::Result<Option<PathBuf>> {
 }
 
 /// Killed with SIGKILL mid-run: only whole records in the bucket, no step missing.
-fn killed(check: &Check, endpoint: &str) -> anyhow::Result<()> {
+fn killed(s3: &S3) -> anyhow::Result<()> {
     // Far longer than the six seconds it gets, on any machine: the kill lands mid-run.
-    let mut train = check.ember(
-        endpoint,
-        &[
-            "train",
-            "--epochs",
-            "5000",
-            "--subset",
-            "400",
-            "--devices",
-            "2",
-        ],
-    );
-    train.args(["--logdir", "s3://ember/killed"]);
+    let url = "s3://ember/killed";
+    let mut train = s3.part.store.ember(&[
+        "train",
+        "--epochs",
+        "5000",
+        "--subset",
+        "400",
+        "--devices",
+        "2",
+    ]);
+    train.args(["--logdir", url]);
     kill_after(
         train,
-        &check.work.join("killed.log"),
+        &s3.part.store.log(url, "killed"),
         Duration::from_secs(6),
     )?;
-    check.script(
-        endpoint,
-        &["killed", "s3://ember/killed"],
-        "reading the killed run",
-    )
+    s3.script(&s3.endpoint, &["killed", url], "reading the killed run")
 }
 
 /// Kills of runs in the bucket resumed from the bucket: (`EMBER_RESUME_SEED` replays a seed).
@@ -316,53 +261,44 @@ const BUCKET_KILLS: usize = 10;
 /// resumed from the bucket (`objects::scenarios::resumed_from_the_bucket`): each with the
 /// uninterrupted run's model byte for byte and values; TensorBoard's own S3 reader shows the
 /// last one as the local run. Returns the local run, which the Google part compares with too.
-fn resumed_in_the_bucket(check: &Check, endpoint: &str) -> anyhow::Result<PathBuf> {
-    let local = check.train_locally(RESUMED_ARGS, "resume-local")?;
+fn resumed_in_the_bucket(s3: &S3) -> anyhow::Result<Expected> {
+    let expected = s3.expected_locally(RESUMED_ARGS, "resume-local")?;
     let seed = std::env::var("EMBER_RESUME_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_261_205u64);
-    let kills = Kills {
-        count: BUCKET_KILLS,
-        seed,
-        local: &local,
-    };
-    let ember = |args: &[&str]| check.ember(endpoint, args);
-    let (last, after) = resumed_from_the_bucket(&ember, check.ember, "s3", check.work, &kills)?;
-    let local_str = local.to_str().context("a path that is not UTF-8")?;
-    check.script(
-        endpoint,
-        &["compare", &last, local_str],
+    let walked = resumed_from_the_bucket(&s3.part.store, &expected, BUCKET_KILLS, seed)?;
+    let last = walked.places.last().context("no run")?;
+    let local = expected.place();
+    let local = local.to_str().context("a path that is not UTF-8")?;
+    s3.script(
+        &s3.endpoint,
+        &["compare", last, local],
         "TensorBoard's S3 reader against the local run",
     )?;
     eprintln!(
         "{TASK}: {BUCKET_KILLS} runs in the bucket killed with SIGKILL (seed {seed}) and resumed \
-         from it ({}): each with the uninterrupted run's model byte for byte and its values in \
-         ember inspect, each step once; TensorBoard's S3 reader shows the last as the local run",
-        after_kills(&after)
+         from it ({walked}): each with the uninterrupted run's model byte for byte and its \
+         values in ember inspect, each step once; TensorBoard's S3 reader shows the last as the \
+         local run"
     );
-    Ok(local)
+    Ok(expected)
 }
 
 /// A run into the bucket stopped with SIGSTOP past its lease while `--resume` takes it over
 /// (`objects::scenarios::stopped_past_its_lease`); TensorBoard's S3 reader shows the run as the
-/// uninterrupted one (`local`) too.
-fn stopped_past_its_lease(check: &Check, endpoint: &str, local: &Path) -> anyhow::Result<()> {
+/// uninterrupted one (`expected`) too.
+fn stopped_past_its_lease(s3: &S3, expected: &Expected) -> anyhow::Result<()> {
     let url = "s3://ember/stopped";
     let checkpointed = || -> anyhow::Result<bool> {
-        let keys = s3_keys(endpoint, "ember", "stopped/checkpoints/ckpt-")?;
+        let keys = s3_keys(&s3.endpoint, "ember", "stopped/checkpoints/ckpt-")?;
         Ok(keys.iter().any(|key| key.ends_with(".ember")))
     };
-    let ember = |args: &[&str]| check.ember(endpoint, args);
-    let lost = crate::objects::scenarios::stopped_past_its_lease(
-        &ember,
-        (check.ember, local),
-        (url, &checkpointed),
-        check.work,
-    )?;
+    let lost = scenarios::stopped_past_its_lease(&s3.part.store, expected, (url, &checkpointed))?;
+    let local = expected.place();
     let local = local.to_str().context("a path that is not UTF-8")?;
-    check.script(
-        endpoint,
+    s3.script(
+        &s3.endpoint,
         &["compare", url, local],
         "TensorBoard's S3 reader against the local run",
     )?;
@@ -378,51 +314,54 @@ fn stopped_past_its_lease(check: &Check, endpoint: &str, local: &Path) -> anyhow
 const MI_BUCKET_KILLS: usize = 3;
 
 /// `ember train --format mindinsight --logdir s3://…` killed with SIGKILL at seeded moments and
-/// resumed from the bucket, then `ember pull`ed: MindInsight 2.3.1 itself
-/// (`xtask/resume/check_mindinsight.py`) must show each pulled run's steps once, with the values
-/// and lineage of the same run trained locally without a break.
-fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> {
-    let args: Vec<&str> = RESUMED_ARGS
-        .iter()
-        .copied()
-        .chain(["--format", "mindinsight"])
-        .collect();
-    let Some(python) = mindinsight_reader(&target_dir(check.root))? else {
+/// resumed from the bucket, each the local uninterrupted run (model, values), then `ember
+/// pull`ed: MindInsight 2.3.1 itself (`xtask/resume/check_mindinsight.py`) must show each
+/// pulled run's steps once, with the values and lineage of the local run.
+fn resumed_for_mindinsight(s3: &S3) -> anyhow::Result<()> {
+    let args = [&RESUMED_ARGS[1..], &["--format", "mindinsight"]].concat();
+    let Some(python) = mindinsight_reader(&target_dir(s3.part.root))? else {
         return Ok(());
     };
-    // MindInsight's jobs are the directories of its base directory: these runs alone.
-    let base = check.work.join("mi-resumed");
-    std::fs::create_dir_all(&base)?;
-    check.train_locally(&args, "mi-resumed/reference")?;
-    let mut reference = check.ember(endpoint, &args);
-    reference.args(["--logdir", "s3://ember/mi-reference"]);
-    let ran = run_limited(
-        reference,
-        "ember train --format mindinsight --logdir s3:// (reference)",
-        &check.work.join("mi-reference.log"),
+    // MindInsight's jobs are the directories of its base directory (where the store's env
+    // pulls its runs): these runs alone.
+    let store = Store::new(
+        "s3",
+        &s3.part.store.binary,
+        &s3.part.store.work.join("mi-resumed"),
+        |command| s3_env(command, &s3.endpoint),
     )?;
-    expect_success(&ran, "the uninterrupted MindInsight run into the bucket")?;
-    let mut rng = crate::runs::XorShift(20_261_206);
-    let mut jobs = Vec::new();
-    for kill in 0..MI_BUCKET_KILLS {
-        let job = format!("resumed-{kill:02}");
-        let url = format!("s3://ember/mi-{job}");
-        let run = check.work.join(format!("mi-{job}"));
-        let at = ran.elapsed.mul_f64(rng.unit());
-        let ember = |args: &[&str]| check.ember(endpoint, args);
-        killed_and_resumed(&ember, &args, &url, &run, at)?;
-        pull(&ember, &url, &base.join(&job))?;
-        jobs.push(job);
+    let base = store.work.join("pulled");
+    std::fs::create_dir_all(&base)?;
+    let reference = base.join("local");
+    let mut train = s3.local.ember(&[&["train"], &args[..]].concat());
+    train.arg("--logdir").arg(&reference);
+    expect_success(
+        &run_limited(train, "ember train (local)", &base.join("local.log"))?,
+        "the uninterrupted MindInsight run",
+    )?;
+    let expected = Expected::of(&s3.local, &reference.to_string_lossy())?;
+    let walked = KillAndResume {
+        program: Program::cli(&args),
+        prefix: "mi-",
+        kills: MI_BUCKET_KILLS,
+        seed: 20_261_206,
+        expected: Some(&expected),
     }
+    .walk(&store)?;
+    let jobs: Vec<&str> = walked
+        .places
+        .iter()
+        .map(|url| url.rsplit('/').next().unwrap_or(url))
+        .collect();
     let mut read = Command::new(&python);
-    read.arg(check.root.join("xtask/resume/check_mindinsight.py"))
+    read.arg(s3.part.root.join("xtask/resume/check_mindinsight.py"))
         .arg(&base)
-        .arg("reference")
+        .arg("local")
         .args(&jobs);
     let ran = run_limited(
         read,
         "MindInsight on the pulled runs",
-        &check.work.join("mi-check.log"),
+        &store.work.join("mi-check.log"),
     )?;
     expect_success(
         &ran,
@@ -430,8 +369,8 @@ fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> 
     )?;
     eprintln!(
         "{TASK}: {MI_BUCKET_KILLS} MindInsight-format runs in the bucket killed with SIGKILL and \
-         resumed from it, pulled with ember pull: MindInsight 2.3.1 shows each step once with the \
-         local uninterrupted run's values and lineage ({})",
+         resumed from it ({walked}), pulled with ember pull: MindInsight 2.3.1 shows each step \
+         once with the local uninterrupted run's values and lineage ({})",
         ran.output.trim().lines().last().unwrap_or_default()
     );
     Ok(())
@@ -440,7 +379,7 @@ fn resumed_for_mindinsight(check: &Check, endpoint: &str) -> anyhow::Result<()> 
 /// Starts `xtask/objects/outage_proxy.py` on `proxy_port` in front of the server on `port`,
 /// closed while `flag` exists, its output to `proxy_log`.
 fn outage_proxy(
-    check: &Check,
+    s3: &S3,
     proxy_port: u16,
     port: u16,
     flag: &Path,
@@ -448,8 +387,8 @@ fn outage_proxy(
 ) -> anyhow::Result<Server> {
     let log = std::fs::File::create(proxy_log)?;
     let proxy = Server(
-        Command::new(check.python)
-            .arg(check.root.join("xtask/objects/outage_proxy.py"))
+        Command::new(s3.part.python)
+            .arg(s3.part.root.join("xtask/objects/outage_proxy.py"))
             .args([proxy_port.to_string(), port.to_string()])
             .arg(flag)
             .stdout(log.try_clone()?)
@@ -484,32 +423,35 @@ fn whole_rows_only(path: &Path) -> anyhow::Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
-fn restarted(check: &Check) -> anyhow::Result<()> {
+fn restarted(s3: &S3) -> anyhow::Result<()> {
     // About 35 s on a quiet machine: still running when the server is back, some 9 s in.
     const ARGS: &[&str] = &["train", "--epochs", "300", "--devices", "2"];
-    let local = check.train_locally(ARGS, "local-restart")?;
+    let local = s3.train_locally(ARGS, "local-restart")?;
+    let work = &s3.part.store.work;
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
-    let recording = check.work.join("moto-recording.jsonl");
+    let recording = work.join("moto-recording.jsonl");
     let settings: [(&str, &Path); 2] = [
         ("MOTO_ENABLE_RECORDING", Path::new("True")),
         ("MOTO_RECORDER_FILEPATH", &recording),
     ];
-    let moto_log = check.work.join("moto-restarted.log");
-    let mut server = moto(check.python, (LOOPBACK, port), &settings, &moto_log)?;
-    check.script(
+    let moto_log = work.join("moto-restarted.log");
+    let mut server = moto(s3.part.python, (LOOPBACK, port), &settings, &moto_log)?;
+    s3.script(
         &endpoint,
         &["bucket", &endpoint, "ember"],
         "creating the bucket",
     )?;
 
     let proxy_port = free_port()?;
-    let flag = check.work.join("store-down");
-    let proxy_log = check.work.join("proxy.log");
-    let _proxy = outage_proxy(check, proxy_port, port, &flag, &proxy_log)?;
-    let mut train = check.ember(&format!("http://127.0.0.1:{proxy_port}"), ARGS);
+    let flag = work.join("store-down");
+    let proxy_log = work.join("proxy.log");
+    let _proxy = outage_proxy(s3, proxy_port, port, &flag, &proxy_log)?;
+    let mut train = s3
+        .store_at(&format!("http://127.0.0.1:{proxy_port}"))?
+        .ember(ARGS);
     train.args(["--logdir", "s3://ember/restarted"]);
-    let log = std::fs::File::create(check.work.join("restarted.log"))?;
+    let log = std::fs::File::create(work.join("restarted.log"))?;
     let mut child = train
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -523,8 +465,8 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
     // would append to and its replay refuse: what a crashed store keeps is its whole rows.
     whole_rows_only(&recording)?;
     std::thread::sleep(Duration::from_secs(3));
-    server = moto(check.python, (LOOPBACK, port), &settings, &moto_log)?;
-    check.script(
+    server = moto(s3.part.python, (LOOPBACK, port), &settings, &moto_log)?;
+    s3.script(
         &endpoint,
         &["replay", &endpoint],
         "replaying moto's recording",
@@ -539,7 +481,7 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
     ensure!(
         status.success(),
         "ember train failed across the restart:\n{}",
-        std::fs::read_to_string(check.work.join("restarted.log")).unwrap_or_default()
+        std::fs::read_to_string(work.join("restarted.log")).unwrap_or_default()
     );
     let cuts = std::fs::read_to_string(&proxy_log)?
         .matches("while down")
@@ -549,7 +491,7 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
         "no upload met the restart: the run shipped nothing while the store was down"
     );
     let local = local.to_str().context("a path that is not UTF-8")?;
-    check.script(
+    s3.script(
         &endpoint,
         &["compare", "s3://ember/restarted", local],
         "reading the run across the restart",
@@ -565,21 +507,21 @@ fn restarted(check: &Check) -> anyhow::Result<()> {
 
 /// A server that checks credentials (moto with its IAM checks from the first request) and
 /// does not know ember's: one line, at once, saying access was refused and naming the bucket.
-fn refused(check: &Check) -> anyhow::Result<()> {
+fn refused(s3: &S3) -> anyhow::Result<()> {
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
     let _server = moto(
-        check.python,
+        s3.part.python,
         (LOOPBACK, port),
         &[("INITIAL_NO_AUTH_ACTION_COUNT", Path::new("0"))],
-        &check.work.join("moto-iam.log"),
+        &s3.part.store.work.join("moto-iam.log"),
     )?;
-    let mut train = check.ember(&endpoint, TRAIN_ARGS);
+    let mut train = s3.store_at(&endpoint)?.ember(TRAIN_ARGS);
     train.args(["--logdir", "s3://ember/denied"]);
     let ran = run_limited(
         train,
         "ember train with refused credentials",
-        &check.work.join("denied.log"),
+        &s3.part.store.work.join("denied.log"),
     )?;
     let line = one_error_line(&ran, "s3://ember/denied", "refused")?;
     ensure!(
@@ -595,45 +537,18 @@ fn refused(check: &Check) -> anyhow::Result<()> {
 }
 
 /// An endpoint nothing answers on: one line, before training.
-fn unreachable(check: &Check) -> anyhow::Result<()> {
+fn unreachable(s3: &S3) -> anyhow::Result<()> {
     let closed = format!("http://127.0.0.1:{}", free_port()?);
-    let mut train = check.ember(&closed, TRAIN_ARGS);
+    let mut train = s3.store_at(&closed)?.ember(TRAIN_ARGS);
     train.args(["--logdir", "s3://ember/nowhere"]);
     let ran = run_limited(
         train,
         "ember train against no server",
-        &check.work.join("down.log"),
+        &s3.part.store.work.join("down.log"),
     )?;
     let line = one_error_line(&ran, "s3://ember/nowhere", "cannot reach")?;
     eprintln!("{TASK}: an endpoint that does not answer: {line}");
     Ok(())
-}
-
-/// The one line a failed `ember train` printed, which names `url` and says `what`, before any
-/// training.
-fn one_error_line(ran: &Ran, url: &str, what: &str) -> anyhow::Result<String> {
-    ensure!(!ran.success, "ember train into {url} succeeded");
-    let lines: Vec<&str> = ran
-        .output
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    if lines.len() != 1
-        || !lines[0].starts_with("error: ")
-        || !lines[0].contains(url)
-        || !lines[0].contains(what)
-    {
-        bail!(
-            "expected one error line naming {url} and saying `{what}`:\n{}",
-            ran.output
-        );
-    }
-    ensure!(
-        !ran.output.contains("epoch 1/"),
-        "training started although the store cannot be used:\n{}",
-        ran.output
-    );
-    Ok(lines[0].to_owned())
 }
 
 #[cfg(test)]

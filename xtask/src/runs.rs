@@ -10,13 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 /// Starts `command` (its output to `<run>.log`) and kills it with SIGKILL after `at`;
-/// whether it was still running then.
-pub(crate) fn start_and_kill(command: Command, run: &Path, at: Duration) -> anyhow::Result<bool> {
-    Ok(start_and_time(command, run, at)?.is_none())
-}
-
-/// [`start_and_kill`], returning how long the run took when it finished before `at` (`None`:
-/// killed).
+/// how long the run took when it finished before `at` (`None`: killed).
 pub(crate) fn start_and_time(
     mut command: Command,
     run: &Path,

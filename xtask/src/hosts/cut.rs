@@ -20,7 +20,7 @@ use super::check::{Check, Running};
 use super::equivalence::TRAIN;
 use super::launch::TASK;
 use super::store::keys;
-use crate::runs::{model_without_ids, same_values};
+use crate::scenario::Expected;
 
 /// The run in the bucket whose host loses its link.
 const URL: &str = "s3://ember/cut";
@@ -227,16 +227,7 @@ pub(super) fn resumed(check: &Check, url: &str, reference: &Path) -> anyhow::Res
         ran.output
     );
     let pulled = check.pull(url, &format!("{name}-pulled"))?;
-    ensure!(
-        model_without_ids(&pulled.join("model.bpk"))?
-            == model_without_ids(&reference.join("model.bpk"))?,
-        "the resumed job's model differs from the uninterrupted job's"
-    );
-    same_values(
-        &crate::process::inspect_json(check.ember, reference)?,
-        &check.inspect(url)?,
-        Path::new(url),
-    )?;
+    Expected::of_dir(check.ember, reference)?.check_parts(&pulled, &check.inspect(url)?, url)?;
     check.tensorboard_same(url, reference)?;
     Ok(ran.output)
 }

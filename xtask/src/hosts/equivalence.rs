@@ -16,8 +16,8 @@ use anyhow::{Context, ensure};
 
 use super::check::Check;
 use super::launch::{KEEPALIVE, TASK};
-use crate::process::{inspect_json, is_root};
-use crate::runs::{model_without_ids, same_values};
+use crate::process::is_root;
+use crate::scenario::Expected;
 
 /// The job every scenario trains: one worker per rank, a checkpoint every few steps, and the
 /// collective timeout of the cut-link scenario (which resumes it with these arguments). About
@@ -83,16 +83,9 @@ pub(super) fn equivalence(check: &Check) -> anyhow::Result<(PathBuf, f64)> {
     check.succeed(job, "equal-one-host")?;
 
     let pulled = check.pull(URL, "equal-pulled")?;
-    ensure!(
-        model_without_ids(&pulled.join("model.bpk"))?
-            == model_without_ids(&one_host.join("model.bpk"))?,
-        "the model of 2 hosts x 1 rank differs from 2 ranks on one host"
-    );
-    same_values(
-        &inspect_json(check.ember, &one_host)?,
-        &check.inspect(URL)?,
-        std::path::Path::new(URL),
-    )?;
+    Expected::of_dir(check.ember, &one_host)?
+        .check_parts(&pulled, &check.inspect(URL)?, URL)
+        .context("2 hosts x 1 rank against 2 ranks on one host")?;
     check.tensorboard_same(URL, &one_host)?;
     eprintln!(
         "{TASK}: (a) 2 hosts x 1 rank over TCP ({seconds:.1} s) train the model of 2 ranks on \

@@ -10,6 +10,7 @@ use anyhow::{Context, ensure};
 
 use crate::mpirun::{RankExits, TASK, Transport, mpirun};
 use crate::process::{Ran, collect_tags, expect_success, inspect_json, run_limited};
+use crate::scenario::Expected;
 
 /// The wait of the hang scenario: rank 0 must end the job soon after it.
 const HANG_TIMEOUT_SECS: u64 = 5;
@@ -291,16 +292,7 @@ fn resume_like(ember: &Path, run: &Path, reference: &Path, log: &Path) -> anyhow
         "the job did not go on from a checkpoint:\n{}",
         ran.output
     );
-    ensure!(
-        crate::runs::model_without_ids(&run.join("model.bpk"))?
-            == crate::runs::model_without_ids(&reference.join("model.bpk"))?,
-        "the resumed job's parameters differ from the uninterrupted job's"
-    );
-    crate::runs::same_values(
-        &inspect_json(ember, reference)?,
-        &inspect_json(ember, run)?,
-        run,
-    )?;
+    Expected::of_dir(ember, reference)?.check_dir(ember, run)?;
     Ok(ran)
 }
 

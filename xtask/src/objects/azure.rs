@@ -27,8 +27,9 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::objects::clouds::{Part, Reader};
-use crate::objects::scenarios::{inspect, train_into};
-use crate::process::{expect_success, run_limited, skip_or_fail};
+use crate::objects::scenarios::TRAIN_ARGS;
+use crate::process::{run_limited, skip_or_fail};
+use crate::scenario::{Env, Expected, Store};
 use crate::server::{Server, free_port, wait_for_port};
 
 const TASK: &str = "objects (azurite)";
@@ -41,11 +42,14 @@ const ACCOUNT: &str = "devstoreaccount1";
 const KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
-/// About five seconds in a debug build.
-const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
-
-/// The Azure scenarios; `ember` is built with the object-store feature, `work` is empty.
-pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyhow::Result<()> {
+/// The Azure scenarios against the run the S3 part trained locally (`local`); `ember` is
+/// built with the object-store feature, `work` is empty.
+pub(crate) fn run(
+    root: &Path,
+    target: &Path,
+    (ember, local): (&Path, &Expected),
+    work: &Path,
+) -> anyhow::Result<()> {
     let azurite = match install_azurite(target) {
         Ok(bin) => bin,
         Err(why) => return skip_or_fail(TASK, &why),
@@ -54,20 +58,24 @@ pub(crate) fn run(root: &Path, target: &Path, ember: &Path, work: &Path) -> anyh
         return Ok(());
     };
     let (server, endpoint) = start(root, &azurite, &python, work, "ember")?;
-    let store = |command: &mut Command| store_env(command, &endpoint);
-    let azure = Azure {
-        part: Part {
-            root,
-            ember,
-            work,
-            python: &python,
-            store_env: &store,
-        },
-        endpoint: &endpoint,
+    let part = Part {
+        root,
+        python: &python,
+        store: Store::new("az", ember, work, |command| store_env(command, &endpoint))?,
     };
-    azure.every_value()?;
-    azure.scenarios()?;
-    azure.refused()?;
+    // TensorBoard reads Azurite with adlfs, given the emulator's connection string.
+    let connection = format!(
+        "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};\
+         BlobEndpoint={endpoint}/{ACCOUNT};"
+    );
+    let reader = Reader {
+        cloud: "az",
+        python: &python,
+        env: vec![("AZURE_STORAGE_CONNECTION_STRING".into(), connection)],
+    };
+    crate::objects::scenarios::every_value(&part, &reader, "az://ember/run", local)?;
+    crate::objects::scenarios::against(&part.store, TASK)?;
+    refused(&part.store)?;
     drop(server);
     Ok(())
 }
@@ -152,96 +160,19 @@ pub(crate) fn install_azurite(target: &Path) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-struct Azure<'a> {
-    part: Part<'a>,
-    endpoint: &'a str,
-}
-
-impl Azure<'_> {
-    /// `ember inspect --json --values` of `url`.
-    fn inspect(&self, url: &str) -> anyhow::Result<serde_json::Value> {
-        std::fs::create_dir_all(self.part.work.join("tmp"))?;
-        inspect(&self.part.commands(), url)
-    }
-
-    /// TensorBoard reading Azurite: adlfs, given the emulator's connection string.
-    fn reader(&self) -> Reader<'_> {
-        let connection = format!(
-            "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};\
-             BlobEndpoint={}/{ACCOUNT};",
-            self.endpoint
-        );
-        Reader {
-            cloud: "az",
-            python: self.part.python,
-            env: vec![("AZURE_STORAGE_CONNECTION_STRING".into(), connection)],
-        }
-    }
-
-    fn every_value(&self) -> anyhow::Result<()> {
-        let local = self.part.work.join("az-local");
-        let mut train = Command::new(self.part.ember);
-        train.args(TRAIN_ARGS).arg("--logdir").arg(&local);
-        expect_success(
-            &run_limited(
-                train,
-                "ember train (local)",
-                &self.part.work.join("az-local.log"),
-            )?,
-            "ember train into a local directory",
-        )?;
-        std::fs::create_dir_all(self.part.work.join("tmp"))?;
-        let took = train_into(
-            &self.part.commands(),
-            TRAIN_ARGS,
-            "az://ember/run",
-            &self.part.work.join("az.log"),
-        )?;
-        crate::runs::same_values(
-            &crate::process::inspect_json(self.part.ember, &local)?,
-            &self.inspect("az://ember/run")?,
-            Path::new("az://ember/run"),
-        )?;
-        eprintln!(
-            "{TASK}: ember train --logdir az://ember/run on Azurite ({:.1} s); ember inspect of \
-             the URL gives the local run's values",
-            took.as_secs_f64()
-        );
-        let reader = self.reader();
-        let log = self.part.work.join("az-loader.log");
-        let said = reader.loads(self.part.root, "az://ember/run", &local, &log)?;
-        eprintln!("{TASK}: {said}");
-        reader.page_shows(self.part.root, self.part.ember, "az://ember/run", &local)
-    }
-
-    fn scenarios(&self) -> anyhow::Result<()> {
-        crate::objects::scenarios::against(&self.part.commands(), "az", self.part.work, TASK)
-    }
-
-    /// A key the emulator does not know: one line saying access was refused.
-    fn refused(&self) -> anyhow::Result<()> {
-        let url = "az://ember/denied";
-        let mut train = self.part.command(TRAIN_ARGS);
-        train
-            .env("AZURE_STORAGE_ACCOUNT_KEY", "bm90LXRoZS1rZXk=")
-            .args(["--logdir", url]);
-        let ran = run_limited(
-            train,
-            "ember train with a wrong key",
-            &self.part.work.join("az-denied.log"),
-        )?;
-        ensure!(!ran.success, "ember train with a wrong key succeeded");
-        let lines: Vec<&str> = ran
-            .output
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect();
-        ensure!(
-            lines.len() == 1 && lines[0].contains(url) && lines[0].contains("refused"),
-            "expected one line saying access to {url} was refused:\n{}",
-            ran.output
-        );
-        eprintln!("{TASK}: a key the store refuses: {}", lines[0]);
-        Ok(())
-    }
+/// A key the emulator does not know: one line saying access was refused.
+fn refused(store: &Store) -> anyhow::Result<()> {
+    let url = "az://ember/denied";
+    let mut train = store.ember(TRAIN_ARGS);
+    train
+        .env("AZURE_STORAGE_ACCOUNT_KEY", "bm90LXRoZS1rZXk=")
+        .args(["--logdir", url]);
+    let ran = run_limited(
+        train,
+        "ember train with a wrong key",
+        &store.log(url, "train"),
+    )?;
+    let line = crate::objects::scenarios::one_error_line(&ran, url, "refused")?;
+    eprintln!("{TASK}: a key the store refuses: {line}");
+    Ok(())
 }

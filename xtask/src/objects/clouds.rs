@@ -48,31 +48,13 @@ pub(crate) fn readers_python(target: &Path, task: &str) -> anyhow::Result<Option
     }
 }
 
-/// What a cloud's part of `cargo xtask objects` works with: the workspace, the `ember` binary
-/// (built with the object-store feature), the part's work directory, the readers' Python, and
-/// what points a command at the part's store (its credentials and endpoint).
+/// What a cloud's part of `cargo xtask objects` works with: the workspace, the readers'
+/// Python, and the part's store (the `ember` binary built with the object-store feature, the
+/// part's work directory, and what points a command at the store).
 pub(crate) struct Part<'a> {
     pub(crate) root: &'a Path,
-    pub(crate) ember: &'a Path,
-    pub(crate) work: &'a Path,
     pub(crate) python: &'a Path,
-    pub(crate) store_env: &'a dyn Fn(&mut Command),
-}
-
-impl Part<'_> {
-    /// `ember` with `args`, given the store through its environment as a user gives one, and
-    /// its staging under the work directory (where `ember push` finds a killed run's).
-    pub(crate) fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(self.ember);
-        command.args(args).env("TMPDIR", self.work.join("tmp"));
-        (self.store_env)(&mut command);
-        command
-    }
-
-    /// [`Part::command`], as the scenarios take it.
-    pub(crate) fn commands(&self) -> impl Fn(&[&str]) -> Command + '_ {
-        |args| self.command(args)
-    }
+    pub(crate) store: crate::scenario::Store,
 }
 
 /// What a TensorBoard reads a cloud with: its Python (a venv with TensorBoard and the cloud's
@@ -81,16 +63,6 @@ pub(crate) struct Reader<'a> {
     pub(crate) cloud: &'a str,
     pub(crate) python: &'a Path,
     pub(crate) env: Vec<(String, String)>,
-}
-
-/// The environment `set` gives a command, as a [`Reader`]'s.
-pub(crate) fn env_of(set: impl Fn(&mut Command)) -> Vec<(String, String)> {
-    let mut command = Command::new("env");
-    set(&mut command);
-    command
-        .get_envs()
-        .filter_map(|(name, value)| Some((name.to_str()?.to_owned(), value?.to_str()?.to_owned())))
-        .collect()
 }
 
 impl Reader<'_> {
@@ -176,7 +148,7 @@ impl Reader<'_> {
 /// them.
 fn loss_points(ember: &Path, local: &Path) -> anyhow::Result<Vec<(i64, f64)>> {
     let inspected = crate::process::inspect_json(ember, local)?;
-    let points: Vec<(i64, f64)> = crate::objects::scenarios::points(&inspected, "train/loss")
+    let points: Vec<(i64, f64)> = crate::scenario::points(&inspected, "train/loss")
         .map(|point| {
             let step = point[0].as_i64().context("a step that is not an integer")?;
             let value = point[2].as_f64().context("a value that is not a number")?;

@@ -29,25 +29,21 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::objects::clouds::{Part, Reader};
-use crate::objects::scenarios::{
-    Kills, after_kills, inspect, resumed_from_the_bucket, succeeded, train_into,
-};
+use crate::objects::scenarios::{resumed_from_the_bucket, succeeded};
+use crate::scenario::{Env, Expected, Store};
 use crate::server::{Server, free_port, wait_for_port};
 
 const TASK: &str = "objects (fake-gcs-server)";
-
-/// About five seconds in a debug build, as the S3 part's.
-const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
 
 /// Kills of runs resumed from the bucket: fewer than the S3 part's ten, which try the same
 /// code on the same moments.
 const KILLS: usize = 3;
 
 /// The runs the S3 part trained on the local disk, which the runs into the bucket here must
-/// equal: `TRAIN_ARGS`'s and `objects::scenarios::RESUMED_ARGS`'s.
+/// equal: `objects::scenarios::TRAIN_ARGS`'s and `RESUMED_ARGS`'s.
 pub(crate) struct LocalRuns<'a> {
-    pub(crate) every_kind: &'a Path,
-    pub(crate) resumed: &'a Path,
+    pub(crate) every_kind: &'a Expected,
+    pub(crate) resumed: &'a Expected,
 }
 
 /// The Google scenarios; `ember` is built with the object-store feature, `work` is empty.
@@ -62,21 +58,39 @@ pub(crate) fn run(
         return Ok(());
     };
     let emulator = start(root, &python, work, "ember")?;
-    std::fs::create_dir_all(work.join("tmp"))?;
-    let store = |command: &mut Command| store_env(command, &emulator.front);
-    let google = Google {
-        part: Part {
-            root,
-            ember,
-            work,
-            python: &python,
-            store_env: &store,
-        },
-        emulator: &emulator,
+    let part = Part {
+        root,
+        python: &python,
+        store: Store::new("gs", ember, work, |command| {
+            store_env(command, &emulator.front);
+        })?,
     };
-    google.every_value(locals.every_kind)?;
-    crate::objects::scenarios::against(&google.part.commands(), "gs", work, TASK)?;
-    google.resumed(locals.resumed)
+    // TensorBoard reads the emulator with gcsfs on its JSON API, anonymous (never the metadata
+    // server), without gcsfs's check for a hierarchical bucket, which asks the emulator over
+    // gRPC with TLS and waits 60 s for it to fail before it reads.
+    let reader = Reader {
+        cloud: "gs",
+        python: &python,
+        env: crate::scenario::env_of(|command| {
+            command
+                .env("STORAGE_EMULATOR_HOST", &emulator.json_api)
+                .env("FSSPEC_GS_TOKEN", "anon")
+                .env("NO_GCE_CHECK", "true")
+                .env("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false");
+        }),
+    };
+    crate::objects::scenarios::every_value(&part, &reader, "gs://ember/run", locals.every_kind)?;
+    crate::objects::scenarios::against(&part.store, TASK)?;
+    let walked = resumed_from_the_bucket(&part.store, locals.resumed, KILLS, 20_261_206)?;
+    let last = walked.places.last().map_or("", String::as_str);
+    let log = part.store.log(last, "loader");
+    reader.loads(root, last, &locals.resumed.place(), &log)?;
+    eprintln!(
+        "{TASK}: {KILLS} runs killed with SIGKILL and resumed from the bucket ({walked}), \
+         pulled with ember pull: each with the uninterrupted run's model byte for byte and its \
+         values, each step once; TensorBoard's loader shows the last as the local run"
+    );
+    Ok(())
 }
 
 /// fake-gcs-server with its XML PUT front, holding the bucket it was started with; stopped
@@ -181,85 +195,4 @@ fn start_emulator(python: &Path, port: u16, work: &Path) -> anyhow::Result<Serve
     );
     wait_for_port(port, "fake-gcs-server")?;
     Ok(server)
-}
-
-struct Google<'a> {
-    part: Part<'a>,
-    emulator: &'a Emulator,
-}
-
-impl Google<'_> {
-    /// TensorBoard reading the emulator: gcsfs on its JSON API, anonymous (never the metadata
-    /// server), without gcsfs's check for a hierarchical bucket, which asks the emulator over
-    /// gRPC with TLS and waits 60 s for it to fail before it reads.
-    fn reader(&self) -> Reader<'_> {
-        Reader {
-            cloud: "gs",
-            python: self.part.python,
-            env: crate::objects::clouds::env_of(|command| {
-                command
-                    .env("STORAGE_EMULATOR_HOST", &self.emulator.json_api)
-                    .env("FSSPEC_GS_TOKEN", "anon")
-                    .env("NO_GCE_CHECK", "true")
-                    .env("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false");
-            }),
-        }
-    }
-
-    /// `ember train --logdir gs://ember/run`: `ember inspect` of the URL, TensorBoard's loader
-    /// and its page give the local run's values.
-    fn every_value(&self, local: &Path) -> anyhow::Result<()> {
-        let url = "gs://ember/run";
-        let took = train_into(
-            &self.part.commands(),
-            TRAIN_ARGS,
-            url,
-            &self.part.work.join("gs.log"),
-        )?;
-        crate::runs::same_values(
-            &crate::process::inspect_json(self.part.ember, local)?,
-            &inspect(&self.part.commands(), url)?,
-            Path::new(url),
-        )?;
-        eprintln!(
-            "{TASK}: ember train --logdir {url} ({:.1} s); ember inspect of the URL gives the \
-             local run's values",
-            took.as_secs_f64()
-        );
-        let reader = self.reader();
-        let said = reader.loads(
-            self.part.root,
-            url,
-            local,
-            &self.part.work.join("gs-loader.log"),
-        )?;
-        eprintln!("{TASK}: {said}");
-        reader.page_shows(self.part.root, self.part.ember, url, local)
-    }
-
-    /// Runs killed at seeded moments and resumed from the bucket, each pulled and equal to the
-    /// uninterrupted run; TensorBoard's loader shows the last as the local run.
-    fn resumed(&self, local: &Path) -> anyhow::Result<()> {
-        let kills = Kills {
-            count: KILLS,
-            seed: 20_261_206,
-            local,
-        };
-        let (last, after) = resumed_from_the_bucket(
-            &self.part.commands(),
-            self.part.ember,
-            "gs",
-            self.part.work,
-            &kills,
-        )?;
-        let log = self.part.work.join("gs-resumed-loader.log");
-        self.reader().loads(self.part.root, &last, local, &log)?;
-        eprintln!(
-            "{TASK}: {KILLS} runs killed with SIGKILL and resumed from the bucket ({}), pulled \
-             with ember pull: each with the uninterrupted run's model byte for byte and its \
-             values, each step once; TensorBoard's loader shows the last as the local run",
-            after_kills(&after)
-        );
-        Ok(())
-    }
 }

@@ -1,8 +1,9 @@
 //! The object-store scenarios that run alike against every store (moto's S3, fake-gcs-server
-//! and Azurite): a run killed with SIGKILL then `ember push`ed (and one resumed first), two runs
-//! into one URL at once, runs killed at seeded moments and resumed from the bucket, a run
-//! stopped past its lease and taken over, `ember inspect` and `ember pull` of a URL. A module of their own, so that `objects` and its Google
-//! and Azure parts share them without one reaching into another.
+//! and Azurite), each given the store as a [`Store`] env: a run killed with SIGKILL then
+//! `ember push`ed (and one resumed first), two runs into one URL at once, runs killed at seeded
+//! moments and resumed from the bucket, a run stopped past its lease and taken over. A module
+//! of their own, so that `objects` and its Google and Azure parts share them without one
+//! reaching into another.
 
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
@@ -10,28 +11,51 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::process::{expect_success, kill_after, run_limited};
+use crate::objects::clouds::{Part, Reader};
+use crate::process::{Ran, expect_success, kill_after, run_limited};
+use crate::scenario::{Env, Expected, KillAndResume, Program, Store, Walked, points};
 
-/// Every scenario of this module against the store of `scheme` (`s3`, `az`), its bucket
-/// `ember`: `ember` makes the command (its `TMPDIR` `work/tmp`), logs go under `work`.
-pub(crate) fn against(
-    ember: &dyn Fn(&[&str]) -> Command,
-    scheme: &str,
-    work: &Path,
-    task: &str,
-) -> anyhow::Result<()> {
-    let tmp = work.join("tmp");
-    let url = |run: &str| format!("{scheme}://ember/{run}");
-    let log = |name: &str| work.join(format!("{scheme}-{name}.log"));
-    killed_then_pushed(ember, &url("pushed"), &tmp, &log("pushed"), task)?;
-    resumed_then_pushed(ember, &url("repushed"), &tmp, &log("repushed"), task)?;
-    two_at_once(ember, &format!("{scheme}://ember"), task)?;
-    resumed_while_running(ember, &url("live"), task)
+/// Every scenario of this module against `store`.
+pub(crate) fn against(store: &Store, task: &str) -> anyhow::Result<()> {
+    killed_then_pushed(store, &store.place("pushed"), task)?;
+    resumed_then_pushed(store, &store.place("repushed"), task)?;
+    two_at_once(store, task)?;
+    resumed_while_running(store, &store.place("live"), task)
 }
 
+/// `ember train TRAIN_ARGS` into `part`'s store at `url`, and the same run `local` on the
+/// disk: the run in the store is the local run (its model byte for byte, its values in `ember
+/// inspect` of the URL); TensorBoard's loader (`reader`) shows every value of every kind as
+/// the local run's, and its page the run's `train/loss`.
+pub(crate) fn every_value(
+    part: &Part,
+    reader: &Reader,
+    url: &str,
+    local: &Expected,
+) -> anyhow::Result<()> {
+    let store = &part.store;
+    let took = train_into(store, TRAIN_ARGS, url, &store.log(url, "train"))?;
+    local.check(store, url)?;
+    let task = format!("objects ({})", store.name());
+    eprintln!(
+        "{task}: ember train --logdir {url} ({:.1} s): the local run's model and values",
+        took.as_secs_f64()
+    );
+    let said = reader.loads(part.root, url, &local.place(), &store.log(url, "loader"))?;
+    eprintln!("{task}: {said}");
+    reader.page_shows(part.root, &store.binary, url, &local.place())
+}
+
+/// The run every store's write-and-read scenario trains: about five seconds in a debug build,
+/// segments shipped at intervals, then the rest at close.
+pub(crate) const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
+
 /// `ember push` of every staging directory the runs' `TMPDIR` holds, which must succeed.
-fn push(ember: &dyn Fn(&[&str]) -> Command) -> anyhow::Result<()> {
-    let push = ember(&["push"]).output().context("starting ember push")?;
+fn push(store: &Store) -> anyhow::Result<()> {
+    let push = store
+        .ember(&["push"])
+        .output()
+        .context("starting ember push")?;
     ensure!(
         push.status.success(),
         "ember push failed:\n{}{}",
@@ -58,33 +82,6 @@ fn loss_steps(inspected: &serde_json::Value) -> anyhow::Result<i64> {
     Ok(steps.len() as i64)
 }
 
-/// The points (`[step, wall time, value…]`) of `tag` in an `ember inspect --json --values`
-/// report, of every run in it.
-pub(crate) fn points<'a>(
-    inspected: &'a serde_json::Value,
-    tag: &'a str,
-) -> impl Iterator<Item = &'a serde_json::Value> {
-    inspected["runs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
-        .filter(move |found| found["tag"] == tag)
-        .flat_map(|found| found["values"].as_array().into_iter().flatten())
-}
-
-/// `ember inspect --json --values` of `url`, `ember` making the command.
-pub(crate) fn inspect(
-    ember: &dyn Fn(&[&str]) -> Command,
-    url: &str,
-) -> anyhow::Result<serde_json::Value> {
-    let out = succeeded(
-        ember(&["inspect", "--json", "--values", url]),
-        &format!("ember inspect {url}"),
-    )?;
-    serde_json::from_slice(&out).context("parsing ember inspect --json")
-}
-
 /// The first 4,000 characters of `text`: enough of a report to tell what went wrong.
 fn truncated(text: &str) -> String {
     text.chars().take(4000).collect()
@@ -105,15 +102,15 @@ pub(crate) fn succeeded(mut command: Command, what: &str) -> anyhow::Result<Vec<
     Ok(out.stdout)
 }
 
-/// `ember train ARGS --logdir url` (`ember` making the command), which must end well, its
+/// `ember train ARGS --logdir url` in `store`, which must end well, its
 /// output to `log`; how long it took.
 pub(crate) fn train_into(
-    ember: &dyn Fn(&[&str]) -> Command,
+    store: &Store,
     args: &[&str],
     url: &str,
     log: &Path,
 ) -> anyhow::Result<Duration> {
-    let mut train = ember(args);
+    let mut train = store.ember(args);
     train.args(["--logdir", url]);
     let ran = run_limited(train, "ember train --logdir URL", log)?;
     expect_success(&ran, &format!("ember train --logdir {url}"))?;
@@ -123,15 +120,9 @@ pub(crate) fn train_into(
 /// A run into `url` killed with SIGKILL mid-run: whole records and no step missing; then
 /// `ember push` (its staging under `tmp`, the `TMPDIR` `ember` gives the runs) ships what the
 /// kill left, no step lost or repeated, and leaves no staging directory.
-fn killed_then_pushed(
-    ember: &dyn Fn(&[&str]) -> Command,
-    url: &str,
-    tmp: &Path,
-    log: &Path,
-    task: &str,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(tmp)?;
-    let train = ember(&[
+fn killed_then_pushed(store: &Store, url: &str, task: &str) -> anyhow::Result<()> {
+    let tmp = store.work().join("tmp");
+    let train = store.ember(&[
         "train",
         "--epochs",
         "5000",
@@ -142,15 +133,15 @@ fn killed_then_pushed(
         "--logdir",
         url,
     ]);
-    kill_after(train, log, Duration::from_secs(6))?;
-    let before = loss_steps(&inspect(ember, url)?)?;
-    push(ember)?;
-    let after = loss_steps(&inspect(ember, url)?)?;
+    kill_after(train, &store.log(url, "killed"), Duration::from_secs(6))?;
+    let before = loss_steps(&store.inspect(url)?)?;
+    push(store)?;
+    let after = loss_steps(&store.inspect(url)?)?;
     ensure!(
         after >= before,
         "ember push lost steps: {after} after, {before} before"
     );
-    let left = std::fs::read_dir(tmp)?
+    let left = std::fs::read_dir(&tmp)?
         .filter_map(Result::ok)
         .filter(|e| {
             e.file_name()
@@ -175,14 +166,7 @@ fn killed_then_pushed(
 /// killed run's unshipped records came after the checkpoint the resume went back to, and the
 /// push must not bring them back. Before, it shipped them after the resumed run's own, and the
 /// log held those steps twice.
-fn resumed_then_pushed(
-    ember: &dyn Fn(&[&str]) -> Command,
-    url: &str,
-    tmp: &Path,
-    log: &Path,
-    task: &str,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(tmp)?;
+fn resumed_then_pushed(store: &Store, url: &str, task: &str) -> anyhow::Result<()> {
     let args = [
         "train",
         "--epochs",
@@ -194,8 +178,13 @@ fn resumed_then_pushed(
         "--logdir",
         url,
     ];
-    kill_after(ember(&args), log, Duration::from_secs(4))?;
-    let resumed = ember(&["train", "--resume", url])
+    kill_after(
+        store.ember(&args),
+        &store.log(url, "killed"),
+        Duration::from_secs(4),
+    )?;
+    let resumed = store
+        .ember(&["train", "--resume", url])
         .output()
         .context("starting ember train --resume")?;
     ensure!(
@@ -203,9 +192,9 @@ fn resumed_then_pushed(
         "ember train --resume {url} failed:\n{}",
         String::from_utf8_lossy(&resumed.stderr)
     );
-    let steps = loss_steps(&inspect(ember, url)?)?;
-    push(ember)?;
-    let after = loss_steps(&inspect(ember, url)?)?;
+    let steps = loss_steps(&store.inspect(url)?)?;
+    push(store)?;
+    let after = loss_steps(&store.inspect(url)?)?;
     ensure!(
         after == steps,
         "ember push after the resume changed the log: train/loss at 1..{after}, 1..{steps} before"
@@ -222,15 +211,16 @@ fn resumed_then_pushed(
 /// run's directory), and the store holds the one run's summary file, whole. Before, both were
 /// let in (and, earlier still, two MindInsight-format runs of one host and rank in one second
 /// had one name, and the second's PUTs replaced the first's).
-fn two_at_once(ember: &dyn Fn(&[&str]) -> Command, base: &str, task: &str) -> anyhow::Result<()> {
+fn two_at_once(store: &Store, task: &str) -> anyhow::Result<()> {
     for (format, ending) in [("tensorboard", ""), ("mindinsight", "_MS")] {
-        let url = format!("{base}/twice-{format}");
+        let url = store.place(&format!("twice-{format}"));
         let args = [
             "train", "--epochs", "2", "--subset", "400", "--format", format, "--logdir", &url,
         ];
         let children: Vec<_> = (0..2)
             .map(|_| {
-                ember(&args)
+                store
+                    .ember(&args)
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -255,7 +245,7 @@ fn two_at_once(ember: &dyn Fn(&[&str]) -> Command, base: &str, task: &str) -> an
             "the second run into {url} was refused for another reason:\n{}",
             refusals[0]
         );
-        let inspected = inspect(ember, &url)?;
+        let inspected = store.inspect(&url)?;
         let files: Vec<String> = inspected["runs"]
             .as_array()
             .into_iter()
@@ -285,29 +275,27 @@ fn two_at_once(ember: &dyn Fn(&[&str]) -> Command, base: &str, task: &str) -> an
 /// `ember train --resume URL` while the run in `url` still trains: refused, naming the first
 /// run's process, before it writes anything; the first run then ends with each step once.
 /// Before, a bucket run was never locked: both exited 0, and the log held steps twice.
-fn resumed_while_running(
-    ember: &dyn Fn(&[&str]) -> Command,
-    url: &str,
-    task: &str,
-) -> anyhow::Result<()> {
-    let first = ember(&[
-        "train",
-        "--epochs",
-        "10",
-        "--batch-size",
-        "2",
-        "--checkpoint-every",
-        "300",
-        "--logdir",
-        url,
-    ])
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .context("starting ember train")?;
+fn resumed_while_running(store: &Store, url: &str, task: &str) -> anyhow::Result<()> {
+    let first = store
+        .ember(&[
+            "train",
+            "--epochs",
+            "10",
+            "--batch-size",
+            "2",
+            "--checkpoint-every",
+            "300",
+            "--logdir",
+            url,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting ember train")?;
     let pid = first.id();
     std::thread::sleep(Duration::from_millis(2500));
-    let second = ember(&["train", "--resume", url])
+    let second = store
+        .ember(&["train", "--resume", url])
         .output()
         .context("starting ember train --resume")?;
     let stderr = String::from_utf8_lossy(&second.stderr).into_owned();
@@ -331,96 +319,12 @@ fn resumed_while_running(
         "ember train --resume {url} while the first run (pid {pid}) trained was refused without \
          naming it:\n{stderr}"
     );
-    let steps = loss_steps(&inspect(ember, url)?)?;
+    let steps = loss_steps(&store.inspect(url)?)?;
     eprintln!(
         "{task}: ember train --resume {url} while the run trains is refused naming its pid; the \
          run ends with train/loss at steps 1..{steps}, each once"
     );
     Ok(())
-}
-
-/// What became of a run [`killed_and_resumed`] killed.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AfterKill {
-    /// Resumed from its newest checkpoint in the bucket.
-    Resumed,
-    /// Killed before its first checkpoint: refused by `--resume`, trained again by `--restart`.
-    Restarted,
-    /// Killed after its last checkpoint, while it closed: refused by `--resume` as finished,
-    /// trained again by `--restart`.
-    FinishedThenRestarted,
-    /// It ended before the kill (a loaded machine runs faster than the run the kill moments
-    /// were spread over): whole as it is.
-    EndedFirst,
-}
-
-/// `ember train ARGS --logdir url` killed with SIGKILL after `at`, then resumed from the
-/// bucket, or, refused for want of a whole checkpoint, restarted.
-pub(crate) fn killed_and_resumed(
-    ember: &dyn Fn(&[&str]) -> Command,
-    args: &[&str],
-    url: &str,
-    run: &Path,
-    at: Duration,
-) -> anyhow::Result<AfterKill> {
-    let mut train = ember(args);
-    train.args(["--logdir", url]);
-    if !crate::runs::start_and_kill(train, run, at)? {
-        return Ok(AfterKill::EndedFirst);
-    }
-    let mut ran = run_limited(
-        ember(&["train", "--resume", url]),
-        "ember train --resume URL",
-        &run.with_extension("resume.log"),
-    )?;
-    // Killed before its command line reached the bucket, the run cannot say how it was
-    // started: `--restart` then takes the arguments again.
-    let command_lost = !ran.success && ran.output.contains("is not a run `ember train` can resume");
-    let after = match ran.success {
-        true => AfterKill::Resumed,
-        false if command_lost || ran.output.contains("no checkpoint to resume from") => {
-            AfterKill::Restarted
-        }
-        false if ran.output.contains("has finished") => AfterKill::FinishedThenRestarted,
-        false => AfterKill::Resumed,
-    };
-    if after != AfterKill::Resumed {
-        let mut restart = ember(&["train", "--restart", url]);
-        if command_lost {
-            restart.args(args.iter().skip_while(|&&arg| arg == "train"));
-        }
-        ran = run_limited(
-            restart,
-            "ember train --restart URL",
-            &run.with_extension("restart.log"),
-        )?;
-    }
-    expect_success(&ran, &format!("resuming {url} (killed after {at:?})"))?;
-    Ok(after)
-}
-
-/// How many of `runs` went each way, in words.
-pub(crate) fn after_kills(runs: &[AfterKill]) -> String {
-    let count = |way| runs.iter().filter(|&&run| run == way).count();
-    format!(
-        "{} resumed, {} killed before their first checkpoint and {} after their last, refused \
-         and restarted, {} ended before their kill",
-        count(AfterKill::Resumed),
-        count(AfterKill::Restarted),
-        count(AfterKill::FinishedThenRestarted),
-        count(AfterKill::EndedFirst)
-    )
-}
-
-/// `ember pull url into`.
-pub(crate) fn pull(
-    ember: &dyn Fn(&[&str]) -> Command,
-    url: &str,
-    into: &Path,
-) -> anyhow::Result<()> {
-    let mut pull = ember(&["pull", url]);
-    pull.arg(into);
-    succeeded(pull, &format!("ember pull {url}")).map(drop)
 }
 
 /// The runs killed and resumed in the bucket: short, with a checkpoint every optimizer step.
@@ -434,55 +338,25 @@ pub(crate) const RESUMED_ARGS: &[&str] = &[
     "1",
 ];
 
-/// The runs of [`resumed_from_the_bucket`]: how many, the seed of their kill moments, and the
-/// same run trained locally without a kill (`ember train RESUMED_ARGS --logdir local`).
-pub(crate) struct Kills<'a> {
-    pub(crate) count: usize,
-    pub(crate) seed: u64,
-    pub(crate) local: &'a Path,
-}
-
-/// `ember train RESUMED_ARGS --logdir SCHEME://ember/resumed-NN` killed with SIGKILL at seeded
-/// moments and resumed with `--resume` (or, killed before its first checkpoint, refused and
-/// then `--restart`ed): each, brought back by `ember pull`, ends with the local uninterrupted
-/// run's model byte for byte, and `ember inspect` of its URL shows its values, each step once.
-/// `ember` makes the commands (`ember_binary` inspects the local run), logs go under `work`;
-/// returns the last run's URL and what became of each run.
+/// `ember train RESUMED_ARGS` into `store` killed with SIGKILL at `kills` moments drawn from
+/// `seed` and resumed from the bucket (or, killed before its first checkpoint, refused and then
+/// `--restart`ed): each, brought back by `ember pull`, ends as `expected` (the same run
+/// trained locally without a kill): its model byte for byte, and `ember inspect` of its URL
+/// shows its values, each step once.
 pub(crate) fn resumed_from_the_bucket(
-    ember: &dyn Fn(&[&str]) -> Command,
-    ember_binary: &Path,
-    scheme: &str,
-    work: &Path,
-    kills: &Kills,
-) -> anyhow::Result<(String, Vec<AfterKill>)> {
-    let reference = crate::process::inspect_json(ember_binary, kills.local)?;
-    let reference_model = crate::runs::model_without_ids(&kills.local.join("model.bpk"))?;
-    // The kill moments are spread over an uninterrupted run into the bucket (which starts
-    // slower than a local one: the store is tried first), as `cargo xtask resume` spreads them
-    // over its reference run.
-    let took = train_into(
-        ember,
-        RESUMED_ARGS,
-        &format!("{scheme}://ember/resumed-reference"),
-        &work.join(format!("{scheme}-resumed-reference.log")),
-    )?;
-    let mut rng = crate::runs::XorShift(kills.seed);
-    let (mut after, mut last) = (Vec::new(), String::new());
-    for kill in 0..kills.count {
-        let url = format!("{scheme}://ember/resumed-{kill:02}");
-        let run = work.join(format!("{scheme}-resumed-{kill:02}"));
-        let at = took.mul_f64(rng.unit());
-        after.push(killed_and_resumed(ember, RESUMED_ARGS, &url, &run, at)?);
-        let pulled = work.join(format!("{scheme}-resumed-{kill:02}-pulled"));
-        pull(ember, &url, &pulled)?;
-        ensure!(
-            crate::runs::model_without_ids(&pulled.join("model.bpk"))? == reference_model,
-            "{url}: the resumed run's parameters differ from the uninterrupted run's"
-        );
-        crate::runs::same_values(&reference, &inspect(ember, &url)?, Path::new(&url))?;
-        last = url;
+    store: &Store,
+    expected: &Expected,
+    kills: usize,
+    seed: u64,
+) -> anyhow::Result<Walked> {
+    KillAndResume {
+        program: Program::cli(&RESUMED_ARGS[1..]),
+        prefix: "resumed-",
+        kills,
+        seed,
+        expected: Some(expected),
     }
-    Ok((last, after))
+    .walk(store)
 }
 
 /// `ember train RESUMED_ARGS --logdir url` stopped with SIGSTOP once `checkpointed` says its
@@ -490,18 +364,17 @@ pub(crate) fn resumed_from_the_bucket(
 /// longer than its lease lives: `ember train --resume url` of another process waits the lease
 /// out, takes the run over and trains it to its end. Sent SIGCONT, the first must fail with the
 /// lost lease's `error:` line (returned), having written nothing more: pulled, the run has the
-/// uninterrupted run's (`local`, trained by `ember_binary`) model byte for byte and its values
+/// uninterrupted run's (`expected`) model byte for byte and its values
 /// in `ember inspect`, each step once. Before, the first logged "two writers may now write the
 /// run" and trained on, and both wrote checkpoints, segments and the model under one prefix.
 pub(crate) fn stopped_past_its_lease(
-    ember: &dyn Fn(&[&str]) -> Command,
-    (ember_binary, local): (&Path, &Path),
+    store: &Store,
+    expected: &Expected,
     (url, checkpointed): (&str, &dyn Fn() -> anyhow::Result<bool>),
-    work: &Path,
 ) -> anyhow::Result<String> {
-    let mut first = ember(RESUMED_ARGS);
+    let mut first = store.ember(RESUMED_ARGS);
     first.args(["--logdir", url]);
-    let log_path = work.join("stopped.log");
+    let log_path = store.log(url, "train");
     let log = std::fs::File::create(&log_path)?;
     let mut first = first
         .stdout(log.try_clone()?)
@@ -518,9 +391,9 @@ pub(crate) fn stopped_past_its_lease(
     }
     signal(&first, "-STOP")?;
     let resumed = run_limited(
-        ember(&["train", "--resume", url]),
+        store.ember(&["train", "--resume", url]),
         "ember train --resume of a stopped run",
-        &work.join("stopped-resume.log"),
+        &store.log(url, "resume"),
     );
     signal(&first, "-CONT")?;
     expect_success(&resumed?, "ember train --resume beside a stopped run")?;
@@ -532,15 +405,7 @@ pub(crate) fn stopped_past_its_lease(
     let Some(lost) = lost.filter(|_| !status.success()) else {
         bail!("the run taken over went on ({status}):\n{said}");
     };
-    let pulled = work.join("stopped-pulled");
-    pull(ember, url, &pulled)?;
-    ensure!(
-        crate::runs::model_without_ids(&pulled.join("model.bpk"))?
-            == crate::runs::model_without_ids(&local.join("model.bpk"))?,
-        "{url}: the model is not the resumed run's, which is the uninterrupted run's"
-    );
-    let reference = crate::process::inspect_json(ember_binary, local)?;
-    crate::runs::same_values(&reference, &inspect(ember, url)?, Path::new(url))?;
+    expected.check(store, url)?;
     Ok(format!("{status}: {lost}"))
 }
 
@@ -565,4 +430,31 @@ fn ended_within(child: &mut Child, limit: Duration) -> anyhow::Result<ExitStatus
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The one line a failed `ember train` printed, which names `url` and says `what`, before any
+/// training.
+pub(crate) fn one_error_line(ran: &Ran, url: &str, what: &str) -> anyhow::Result<String> {
+    ensure!(!ran.success, "ember train into {url} succeeded");
+    let lines: Vec<&str> = ran
+        .output
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if lines.len() != 1
+        || !lines[0].starts_with("error: ")
+        || !lines[0].contains(url)
+        || !lines[0].contains(what)
+    {
+        bail!(
+            "expected one error line naming {url} and saying `{what}`:\n{}",
+            ran.output
+        );
+    }
+    ensure!(
+        !ran.output.contains("epoch 1/"),
+        "training started although the store cannot be used:\n{}",
+        ran.output
+    );
+    Ok(lines[0].to_owned())
 }

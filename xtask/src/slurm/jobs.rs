@@ -10,8 +10,9 @@ use anyhow::{Context, bail, ensure};
 
 use super::cluster::{Cluster, TASK};
 use crate::mpirun::{RankExits, Transport, mpirun};
-use crate::process::{Ran, expect_success, inspect_json, run_limited};
-use crate::runs::{XorShift, model_without_ids, same_values};
+use crate::process::{Ran, expect_success, run_limited};
+use crate::runs::XorShift;
+use crate::scenario::Expected;
 
 /// The run every job trains, given to the script as `EMBER_ARGS`: 60 epochs of the digits on
 /// 2 workers a rank (12 steps an epoch), 7 s in a debug build on 2 idle cores: long enough to
@@ -335,17 +336,9 @@ impl Jobs<'_> {
     }
 
     fn same_model_and_values(&self, reference: &Path, run: &Path) -> anyhow::Result<()> {
-        ensure!(
-            model_without_ids(&run.join("model.bpk"))?
-                == model_without_ids(&reference.join("model.bpk"))?,
-            "{}: the model differs from the plain mpirun run's",
-            run.display()
-        );
-        same_values(
-            &inspect_json(&self.ember, reference)?,
-            &inspect_json(&self.ember, run)?,
-            run,
-        )
+        Expected::of_dir(&self.ember, reference)?
+            .check_dir(&self.ember, run)
+            .context("against the plain mpirun run")
     }
 }
 

@@ -1,0 +1,129 @@
+//! The check every resume scenario ends with: the run is the uninterrupted one.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, ensure};
+
+use crate::runs::{model_without_ids, same_values};
+use crate::scenario::Env;
+
+/// Where a program keeps its log and its trained parameters in its run directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// `ember train`'s: the log is the run directory, the model `model.bpk`.
+    Cli,
+    /// The `resumable` example's: the log in `log/`, the parameters in `params.bin`.
+    Library,
+}
+
+impl Layout {
+    /// The log of the run at `place` (a directory or a URL).
+    pub(crate) fn log(self, place: &str) -> String {
+        match self {
+            Self::Cli => place.to_owned(),
+            Self::Library => format!("{place}/log"),
+        }
+    }
+
+    /// The log of the run in the local directory `dir`.
+    pub(crate) fn log_in(self, dir: &Path) -> PathBuf {
+        match self {
+            Self::Cli => dir.to_path_buf(),
+            Self::Library => dir.join("log"),
+        }
+    }
+
+    /// The trained parameters of the run in `dir`, as bytes comparable between runs (Burn's
+    /// random parameter ids zeroed).
+    fn model(self, dir: &Path) -> anyhow::Result<Vec<u8>> {
+        match self {
+            Self::Cli => model_without_ids(&dir.join("model.bpk")),
+            Self::Library => {
+                let path = dir.join("params.bin");
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
+            }
+        }
+    }
+}
+
+/// What a run must end with: the model and the values of a run that was never interrupted.
+pub(crate) struct Expected {
+    /// Where the uninterrupted run is, for messages.
+    of: String,
+    layout: Layout,
+    model: Vec<u8>,
+    values: serde_json::Value,
+}
+
+impl Expected {
+    /// The run at `place` of `env`, an `ember train` run.
+    pub(crate) fn of(env: &dyn Env, place: &str) -> anyhow::Result<Self> {
+        Self::of_layout(env, place, Layout::Cli)
+    }
+
+    /// The run at `place` of `env`, its files laid out as `layout` says.
+    pub(crate) fn of_layout(env: &dyn Env, place: &str, layout: Layout) -> anyhow::Result<Self> {
+        Ok(Self {
+            of: place.to_owned(),
+            layout,
+            model: layout.model(&env.on_disk(place)?)?,
+            values: env.inspect(&layout.log(place))?,
+        })
+    }
+
+    /// The `ember train` run in the local directory `dir`, inspected by `ember`.
+    pub(crate) fn of_dir(ember: &Path, dir: &Path) -> anyhow::Result<Self> {
+        let local = crate::scenario::Local::new(ember, dir.parent().unwrap_or(dir));
+        Self::of(&local, &dir.to_string_lossy())
+    }
+
+    /// [`Expected::check`] of the `ember train` run in the local directory `dir`, inspected by
+    /// `ember`.
+    pub(crate) fn check_dir(&self, ember: &Path, dir: &Path) -> anyhow::Result<()> {
+        let local = crate::scenario::Local::new(ember, dir.parent().unwrap_or(dir));
+        self.check(&local, &dir.to_string_lossy())
+    }
+
+    /// The run at `place` of `env` has the expected model byte for byte and, in `ember
+    /// inspect`, the expected values, each step once.
+    pub(crate) fn check(&self, env: &dyn Env, place: &str) -> anyhow::Result<()> {
+        let values = env.inspect(&self.layout.log(place))?;
+        self.check_parts(&env.on_disk(place)?, &values, place)
+    }
+
+    /// [`Expected::check`] of a run already on the disk in `dir` and inspected as `values`;
+    /// `place` names it.
+    pub(crate) fn check_parts(
+        &self,
+        dir: &Path,
+        values: &serde_json::Value,
+        place: &str,
+    ) -> anyhow::Result<()> {
+        ensure!(
+            self.layout.model(dir)? == self.model,
+            "{place}: the parameters differ from those of the uninterrupted run ({})",
+            self.of
+        );
+        same_values(&self.values, values, Path::new(place))
+    }
+
+    /// The uninterrupted run's place.
+    pub(crate) fn place(&self) -> PathBuf {
+        PathBuf::from(&self.of)
+    }
+}
+
+/// The points (`[step, wall time, value…]`) of `tag` in an `ember inspect --json --values`
+/// report, of every run in it.
+pub(crate) fn points<'a>(
+    inspected: &'a serde_json::Value,
+    tag: &'a str,
+) -> impl Iterator<Item = &'a serde_json::Value> {
+    inspected["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|run| run["tags"].as_array().into_iter().flatten())
+        .filter(move |found| found["tag"] == tag)
+        .flat_map(|found| found["values"].as_array().into_iter().flatten())
+}
