@@ -12,6 +12,9 @@
 //!    `target/docs-check` (inside the workspace, so that `cargo run` finds it), with `ember`
 //!    the release binary built here first on `PATH`; a failure names the block's file:line
 //!    and shows its output.
+//! 4. Every table of figures in docs/benchmarks.md names the command that made it: between the
+//!    heading or table before it and the table, a `cargo xtask …`, `cargo bench …`, `cargo run
+//!    …`, `ember bench …` or `ember train …` in backticks or a shell block.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -71,6 +74,9 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         if shown == "README.md" {
             found.extend(readme_too_long(&text));
         }
+        if shown == "docs/benchmarks.md" {
+            found.extend(figures_without_command(&text));
+        }
         for block in shell_blocks(&text) {
             found.extend(untested_installs(&block));
             match plan(&block) {
@@ -112,6 +118,64 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The commands a figure may name as what made it.
+const FIGURE_COMMANDS: &[&str] = &[
+    "cargo xtask ",
+    "cargo bench ",
+    "cargo run ",
+    "ember bench ",
+    "ember train ",
+];
+
+/// The tables of `markdown` with no command of [`FIGURE_COMMANDS`] (in backticks or a shell
+/// block) between the heading or table before each and its header row: `line: …` each.
+pub(crate) fn figures_without_command(markdown: &str) -> Vec<String> {
+    let lines: Vec<&str> = markdown.lines().collect();
+    let mut problems = Vec::new();
+    let mut named = false;
+    let mut in_code = false;
+    let mut in_table = false;
+    for (index, line) in lines.iter().enumerate() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        let table_row = !in_code && line.starts_with('|');
+        let heading = !in_code && line.starts_with('#');
+        if heading || (in_table && !table_row) {
+            named = false;
+        }
+        let header = table_row
+            && !in_table
+            && lines
+                .get(index + 1)
+                .is_some_and(|next| next.starts_with("|--"));
+        if header && !named {
+            problems.push(format!(
+                "{}: a table of figures that names no command making it (`cargo xtask`, `cargo \
+                 bench`, `cargo run`, `ember bench` or `ember train`, in backticks or a shell \
+                 block, after the heading or table before it)",
+                index + 1
+            ));
+        }
+        in_table = table_row;
+        let spans = match in_code {
+            true => line.to_string(),
+            false => line
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        };
+        let spans = FIGURE_COMMANDS
+            .iter()
+            .any(|command| spans.contains(command));
+        named |= spans && !table_row;
+    }
+    problems
 }
 
 /// README.md and every markdown file of docs/, in a stable order.
@@ -531,6 +595,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_table_of_figures_must_name_the_command_that_made_it() {
+        let doc = "# Bench\n\n`cargo xtask bench --rounds 5`, 2026-12-07:\n\n| a | b |\n|---|---|\n\
+                   | 1 | 2 |\n\nThe same run, by workload:\n\n| c |\n|---|\n| 3 |\n\n\
+                   ## Else\n\n```sh\ncargo bench -p ember --bench checkpoint\n```\n\n| d |\n|---|\n\
+                   \n### By hand\n\nTimed with `time`:\n\n| e |\n|---|\n";
+        assert_eq!(
+            figures_without_command(doc),
+            [11, 28].map(|line| format!(
+                "{line}: a table of figures that names no command making it (`cargo xtask`, \
+                 `cargo bench`, `cargo run`, `ember bench` or `ember train`, in backticks or a \
+                 shell block, after the heading or table before it)"
+            ))
+        );
+        let root = crate::workspace_root();
+        let benchmarks = std::fs::read_to_string(root.join("docs/benchmarks.md")).unwrap();
+        assert_eq!(figures_without_command(&benchmarks), Vec::<String>::new());
     }
 
     #[test]
