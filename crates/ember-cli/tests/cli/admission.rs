@@ -9,7 +9,8 @@ use std::process::Output;
 
 use ember::read::Summaries;
 
-use super::{Training, ember_in, text, tree};
+use super::{Training, ember_in, text};
+use ember_tests::files_under;
 
 /// Small runs: 240 training digits on 2 workers, 4 steps an epoch.
 const SMALL: &[&str] = &["--subset", "300", "--epochs", "2"];
@@ -43,7 +44,7 @@ fn a_run_without_checkpoints_is_refused_in_another_runs_directory() {
     let dir = tempfile::tempdir().unwrap();
     train(&[SMALL, &["--logdir", "run"]].concat(), dir.path());
     let run = dir.path().join("run");
-    let before = tree(&run);
+    let before = files_under(&run, true);
     assert!(before.contains_key(Path::new("model.bpk")));
 
     let output = ember_in(
@@ -57,11 +58,11 @@ fn a_run_without_checkpoints_is_refused_in_another_runs_directory() {
         "{printed}"
     );
     // The first run's model, event files and checkpoints, byte for byte.
-    assert_eq!(tree(&run), before);
+    assert_eq!(files_under(&run, true), before);
 
     // Its log alone keeps a run out too: no checkpoints left, the event file stays the run's.
     std::fs::remove_dir_all(run.join("checkpoints")).unwrap();
-    let before = tree(&run);
+    let before = files_under(&run, true);
     let output = ember_in(
         &[&["train"], SMALL, &["--no-checkpoints", "--logdir", "run"]].concat(),
         dir.path(),
@@ -69,7 +70,7 @@ fn a_run_without_checkpoints_is_refused_in_another_runs_directory() {
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("events.out.tfevents."), "{printed}");
-    assert_eq!(tree(&run), before);
+    assert_eq!(files_under(&run, true), before);
     assert_eq!(loss_steps(&run), (1..=8).collect::<Vec<_>>());
 }
 
@@ -84,7 +85,7 @@ fn bare_resume_takes_the_newest_unfinished_run() {
         dir.path(),
     );
     train(&[SMALL, &["--logdir", newer]].concat(), dir.path());
-    let finished = tree(&dir.path().join(newer));
+    let finished = files_under(&dir.path().join(newer), true);
 
     let output = train(&["--resume"], dir.path());
     let printed = text(&output.stderr);
@@ -92,12 +93,12 @@ fn bare_resume_takes_the_newest_unfinished_run() {
         printed.contains(&format!("resumed from {older}/checkpoints/ckpt-")),
         "{printed}"
     );
-    assert_eq!(tree(&dir.path().join(newer)), finished);
+    assert_eq!(files_under(&dir.path().join(newer), true), finished);
     let steps = loss_steps(&dir.path().join(older));
     assert_eq!(steps, (1..=240).collect::<Vec<_>>());
 
     // Both finished now: nothing to resume, and nothing changed.
-    let runs = tree(&dir.path().join("runs"));
+    let runs = files_under(&dir.path().join("runs"), true);
     let output = ember_in(&["train", "--resume"], dir.path());
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
@@ -105,14 +106,14 @@ fn bare_resume_takes_the_newest_unfinished_run() {
         printed.contains("every run under runs has finished"),
         "{printed}"
     );
-    assert_eq!(tree(&dir.path().join("runs")), runs);
+    assert_eq!(files_under(&dir.path().join("runs"), true), runs);
 
     // Named, a finished run is refused as well.
     let output = ember_in(&["train", "--resume", newer], dir.path());
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("has finished"), "{printed}");
-    assert_eq!(tree(&dir.path().join("runs")), runs);
+    assert_eq!(files_under(&dir.path().join("runs"), true), runs);
 }
 
 #[test]
@@ -188,12 +189,12 @@ fn a_run_whose_record_is_lost_goes_on_or_restarts_with_the_arguments_given() {
 /// of the run is as it was.
 fn resume_is_refused_leaving_the_run(dir: &Path, says: &str) {
     let run = dir.join("run");
-    let before = tree(&run);
+    let before = files_under(&run, true);
     let output = ember_in(&["train", "--resume", "run"], dir);
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains(says), "{printed}");
-    assert_eq!(tree(&run), before);
+    assert_eq!(files_under(&run, true), before);
 }
 
 /// The id `run`'s record names.
@@ -230,7 +231,7 @@ fn another_run_s_checkpoint_is_refused_naming_both_runs_and_neither_changes() {
         b.join("checkpoints").join(&name),
     )
     .unwrap();
-    let (before_a, before_b) = (tree(&a), tree(&b));
+    let (before_a, before_b) = (files_under(&a, true), files_under(&b, true));
     let output = ember_in(&["train", "--resume", "b"], dir.path());
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
@@ -239,8 +240,8 @@ fn another_run_s_checkpoint_is_refused_naming_both_runs_and_neither_changes() {
         "{printed}"
     );
     assert!(printed.contains("taken by run"), "{printed}");
-    assert_eq!(tree(&a), before_a);
-    assert_eq!(tree(&b), before_b);
+    assert_eq!(files_under(&a, true), before_a);
+    assert_eq!(files_under(&b, true), before_b);
 }
 
 /// Issue 52: `--lr` or `--format` edited into the run's recorded command was resumed without a

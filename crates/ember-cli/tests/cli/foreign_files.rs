@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use ember::checkpoint::{Checkpoint, read, write_durably};
 use ember::read::Summaries;
 
-use super::{Spawned, ember_in, files, text, tree};
+use super::{Spawned, ember_in, files, text};
+use ember_tests::files_under;
 
 /// Small enough for a debug build, long enough to be killed well before its end.
 const ARGS: &[&str] = &[
@@ -153,13 +154,13 @@ fn a_checkpoint_without_its_log_section_is_refused_and_the_log_is_unchanged() {
         });
     let file_name = newest.file_name().unwrap().to_str().unwrap();
     write_durably(newest.parent().unwrap(), file_name, &without_log).unwrap();
-    let before = tree(&run);
+    let before = files_under(&run, true);
 
     let output = ember_in(&["train", "--resume", "ev"], dir.path());
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("`log` section"), "{printed}");
-    let after = tree(&run);
+    let after = files_under(&run, true);
     let ours = files(&run, "tfevents");
     assert_eq!(ours.len(), 1, "{ours:?}");
     let ours = ours[0].strip_prefix(&run).unwrap();
@@ -196,7 +197,7 @@ fn another_program_s_model_is_never_replaced_and_its_directory_is_left_byte_for_
     let dir = tempfile::tempdir().unwrap();
     let fx2 = dir.path().join("fx2");
     burn_program_s_directory(&fx2);
-    let before = tree(&fx2);
+    let before = files_under(&fx2, true);
     for line in [
         &["train", "--resume-if-any", "--logdir", "fx2"][..],
         &["train", "--logdir", "fx2"],
@@ -209,7 +210,11 @@ fn another_program_s_model_is_never_replaced_and_its_directory_is_left_byte_for_
             printed.contains("fx2/model.bpk is not this run's"),
             "{line:?}: {printed}"
         );
-        assert_eq!(tree(&fx2), before, "{line:?} changed the directory");
+        assert_eq!(
+            files_under(&fx2, true),
+            before,
+            "{line:?} changed the directory"
+        );
     }
 }
 
@@ -221,12 +226,12 @@ fn a_log_directory_linked_into_another_run_s_checkpoints_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let run = killed_after_a_checkpoint(dir.path());
     std::os::unix::fs::symlink(run.join("checkpoints"), dir.path().join("link")).unwrap();
-    let before = tree(&run);
+    let before = files_under(&run, true);
     let output = ember_in(&[&["train", "--logdir", "link"], ARGS].concat(), dir.path());
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert!(printed.contains("of another run"), "{printed}");
-    assert_eq!(tree(&run), before);
+    assert_eq!(files_under(&run, true), before);
 }
 
 /// Issue 52: a log directory whose checkpoints' paths the system cannot open failed at the first

@@ -106,25 +106,6 @@ fn exit_within(child: &mut Spawned, limit: Duration) -> ExitStatus {
     }
 }
 
-/// Every file under `dir`, by its path relative to `dir`, with its bytes: what a test compares
-/// before and after a command that must leave a directory as it was.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                files.insert(path.strip_prefix(dir).unwrap().to_path_buf(), bytes);
-            }
-        }
-    }
-    files
-}
-
 /// A training `ember` that has finished its first epoch: the process (killed if the test ends
 /// first), the stderr lines still to come, and those printed so far.
 struct Training {

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use ember::read::Summaries;
 
-use super::{Spawned, Training, ember_in, text, tree};
+use super::{Spawned, Training, ember_in, text};
+use ember_tests::files_under;
 
 pub(super) const ARGS: &[&str] = &["--epochs", "4", "--checkpoint-every", "5"];
 
@@ -28,10 +29,7 @@ pub(super) fn series(run: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
     let summaries = Summaries::read_dir(run).unwrap();
     let mut out = BTreeMap::new();
     for (tag, points) in summaries.scalars {
-        if !tag.ends_with("_seconds")
-            && !tag.ends_with("examples_per_second")
-            && !tag.starts_with("system/")
-        {
+        if !ember_tests::is_clock_tag(&tag) {
             out.insert(
                 tag,
                 points
@@ -161,7 +159,7 @@ fn a_resume_without_a_checkpoint_refuses_in_one_line_and_restart_trains_the_run_
     let run = dir.path().join("run");
     // What a kill before the first checkpoint leaves: the command line, the log, no checkpoint.
     remove_checkpoints(&run);
-    let before = tree(&run);
+    let before = files_under(&run, true);
     let output = ember_in(&["train", "--resume", "run"], dir.path());
     let printed = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{printed}");
@@ -171,7 +169,11 @@ fn a_resume_without_a_checkpoint_refuses_in_one_line_and_restart_trains_the_run_
             && printed.contains("ember train --restart run"),
         "{printed}"
     );
-    assert_eq!(tree(&run), before, "the refused resume changed the run");
+    assert_eq!(
+        files_under(&run, true),
+        before,
+        "the refused resume changed the run"
+    );
 
     let output = ember_in(&["train", "--restart", "run"], dir.path());
     assert!(output.status.success(), "{}", text(&output.stderr));

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::Output;
 
 use super::resume::{ARGS, model, remove_checkpoints, series, uninterrupted};
-use super::{Training, ember_in, text, tree};
+use super::{Training, ember_in, text};
+use ember_tests::files_under;
 
 /// `ember train --resume-if-any --logdir run ARGS extra` in `dir`.
 fn requeued(dir: &Path, extra: &[&str]) -> Output {
@@ -50,7 +51,7 @@ fn the_same_command_starts_a_run_then_does_nothing_once_it_has_finished() {
     assert_as_whole(dir.path(), &whole);
 
     let run = dir.path().join("run");
-    let finished = tree(&run);
+    let finished = files_under(&run, true);
     let again = requeued(dir.path(), &[]);
     let printed = text(&again.stderr);
     assert_eq!(again.status.code(), Some(0), "{printed}");
@@ -58,7 +59,10 @@ fn the_same_command_starts_a_run_then_does_nothing_once_it_has_finished() {
         printed.contains("run: the run has trained all its 4 epoch(s); nothing to do"),
         "{printed}"
     );
-    assert!(tree(&run) == finished, "a finished run was changed");
+    assert!(
+        files_under(&run, true) == finished,
+        "a finished run was changed"
+    );
 }
 
 /// Issue 52: a run stopped by SIGTERM saved its partial model as `model.bpk`; a requeue killed
@@ -200,7 +204,7 @@ fn another_command_in_the_same_log_directory_is_refused_naming_each_difference()
     let dir = tempfile::tempdir().unwrap();
     kill_9(running(dir.path()));
     let run = dir.path().join("run");
-    let stopped = tree(&run);
+    let stopped = files_under(&run, true);
 
     let output = requeued(dir.path(), &["--hidden", "32", "--batch-size", "16"]);
     let refusal = text(&output.stderr);
@@ -211,7 +215,10 @@ fn another_command_in_the_same_log_directory_is_refused_naming_each_difference()
             && refusal.contains("--hidden: 64 there, 32 here"),
         "{refusal}"
     );
-    assert!(tree(&run) == stopped, "a refused run changed the directory");
+    assert!(
+        files_under(&run, true) == stopped,
+        "a refused run changed the directory"
+    );
     // A directory another program's run left files in is refused too, as a fresh run is.
     let foreign = dir.path().join("foreign");
     std::fs::create_dir(&foreign).unwrap();
