@@ -356,7 +356,7 @@ fn write_reports(
 
 #[cfg(test)]
 mod tests {
-    use super::figures::{median, parse_figure};
+    use super::figures::parse_figure;
     use super::options::Options;
     use super::*;
 
@@ -375,14 +375,6 @@ mod tests {
         assert!(parse_figure(&stdout, "ember", "image", 200).is_err());
         assert!(parse_figure(&stdout, "ember", "hist", 201).is_err());
         assert!(parse_figure("", "ember", "hist", 200).is_err());
-    }
-
-    #[test]
-    fn median_takes_the_middle_time() {
-        let f = |seconds| Figure { seconds, bytes: 1 };
-        assert_eq!(median(&[f(3.0), f(1.0), f(2.0)]), Some(f(2.0)));
-        assert_eq!(median(&[f(4.0), f(1.0)]), Some(f(2.5)));
-        assert_eq!(median(&[]), None);
     }
 
     #[test]

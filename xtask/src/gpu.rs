@@ -169,17 +169,8 @@ fn scaling_table(runs: &[serde_json::Value]) -> String {
         let side = run["side"].as_str().unwrap_or("?").to_string();
         cells.entry((gpus, side)).or_default().push(run);
     }
-    let median = |values: &mut Vec<f64>| -> Option<f64> {
-        values.sort_by(f64::total_cmp);
-        let n = values.len();
-        (n > 0).then(|| {
-            if n % 2 == 1 {
-                values[n / 2]
-            } else {
-                (values[n / 2 - 1] + values[n / 2]) / 2.0
-            }
-        })
-    };
+    let median =
+        |values: &mut Vec<f64>| crate::stats::Spread::of(values.iter().copied()).map(|s| s.median);
     let mut eps: BTreeMap<(u64, String), f64> = BTreeMap::new();
     for (key, lines) in &cells {
         let mut values: Vec<f64> = lines

@@ -79,6 +79,7 @@ pub(crate) fn run(root: &Path, release: bool) -> anyhow::Result<()> {
         ranks: &bin.join("mpi_ranks"),
         allreduce: &bin.join("allreduce"),
         work: &work,
+        store: crate::scenario::Store::new("s3", &ember, &work, |command| cluster.s3(command))?,
         network: &network,
         cluster: &cluster,
     };

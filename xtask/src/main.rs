@@ -30,6 +30,7 @@ mod scaling;
 mod scenario;
 mod server;
 mod slurm;
+mod stats;
 mod task_imports;
 mod venv;
 

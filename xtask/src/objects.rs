@@ -400,10 +400,6 @@ fn outage_proxy(
     Ok(proxy)
 }
 
-/// `ember train` while its S3 server is killed 2 s into the run and started again 3 s later,
-/// its state replayed from moto's recorder. A proxy in front keeps the endpoint closed from the
-/// kill until the replay is done, as a store's endpoint is down until the store is back. The
-/// uploads of that time fail, are tried again, and the run's log in the bucket is whole.
 /// Ends the JSON-lines file at `path` with its last whole row: a last row written whole but
 /// for its newline gets it, a torn one is cut off.
 fn whole_rows_only(path: &Path) -> anyhow::Result<()> {
@@ -423,6 +419,21 @@ fn whole_rows_only(path: &Path) -> anyhow::Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Moto on `port`, recording every request into `recording`, which `check_s3.py replay`
+/// replays into the next server started on it.
+fn recorded_moto(s3: &S3, port: u16, recording: &Path) -> anyhow::Result<Server> {
+    let settings: [(&str, &Path); 2] = [
+        ("MOTO_ENABLE_RECORDING", Path::new("True")),
+        ("MOTO_RECORDER_FILEPATH", recording),
+    ];
+    let log = s3.part.store.work.join("moto-restarted.log");
+    moto(s3.part.python, (LOOPBACK, port), &settings, &log)
+}
+
+/// `ember train` while its S3 server is killed 2 s into the run and started again 3 s later,
+/// its state replayed from moto's recorder. A proxy in front keeps the endpoint closed from the
+/// kill until the replay is done, as a store's endpoint is down until the store is back. The
+/// uploads of that time fail, are tried again, and the run's log in the bucket is whole.
 fn restarted(s3: &S3) -> anyhow::Result<()> {
     // About 20 s in a debug build on a quiet machine: still running when the server is back,
     // some 9 s in. A wide layer makes the steps slow and few (900), so that reading the run
@@ -441,12 +452,7 @@ fn restarted(s3: &S3) -> anyhow::Result<()> {
     let port = free_port()?;
     let endpoint = format!("http://127.0.0.1:{port}");
     let recording = work.join("moto-recording.jsonl");
-    let settings: [(&str, &Path); 2] = [
-        ("MOTO_ENABLE_RECORDING", Path::new("True")),
-        ("MOTO_RECORDER_FILEPATH", &recording),
-    ];
-    let moto_log = work.join("moto-restarted.log");
-    let mut server = moto(s3.part.python, (LOOPBACK, port), &settings, &moto_log)?;
+    let mut server = recorded_moto(s3, port, &recording)?;
     s3.script(
         &endpoint,
         &["bucket", &endpoint, "ember"],
@@ -475,7 +481,7 @@ fn restarted(s3: &S3) -> anyhow::Result<()> {
     // would append to and its replay refuse: what a crashed store keeps is its whole rows.
     whole_rows_only(&recording)?;
     std::thread::sleep(Duration::from_secs(3));
-    server = moto(s3.part.python, (LOOPBACK, port), &settings, &moto_log)?;
+    server = recorded_moto(s3, port, &recording)?;
     s3.script(
         &endpoint,
         &["replay", &endpoint],

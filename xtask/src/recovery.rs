@@ -291,15 +291,9 @@ fn ms_after(line: &str, part: &str) -> Option<f64> {
 
 /// The table row of one model: each column's median (min–max) over the rounds.
 fn row(name: &str, bytes: u64, cached: f64, rounds: &[Vec<f64>]) -> String {
-    let cell = |values: Vec<f64>| {
-        let mut values = values;
-        values.sort_by(f64::total_cmp);
-        let (median, min, max) = (
-            values[values.len() / 2],
-            values[0],
-            values[values.len() - 1],
-        );
-        format!("{median:.1} ms ({min:.1}–{max:.1})")
+    let cell = |values: Vec<f64>| match crate::stats::Spread::of(values) {
+        Some(s) => format!("{:.1} ms ({:.1}–{:.1})", s.median, s.min, s.max),
+        None => "–".to_owned(),
     };
     let column = |index: usize| rounds.iter().map(|r| r[index]).collect::<Vec<f64>>();
     // What is not the Trainer's: the whole less its parts, round by round.

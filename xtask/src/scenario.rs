@@ -20,6 +20,6 @@ mod env;
 mod expected;
 mod kills;
 
-pub(crate) use env::{Env, Local, Store, env_of};
+pub(crate) use env::{Env, Local, Store, env_of, output_within};
 pub(crate) use expected::{Expected, points};
 pub(crate) use kills::{KillAndResume, Program, Walked};

@@ -57,21 +57,6 @@ pub(super) fn run_figure(
     parse_figure(&String::from_utf8_lossy(&output.stdout), peer, workload, n)
 }
 
-/// The median time of several rounds (the bytes are the same every round).
-pub(super) fn median(figures: &[Figure]) -> Option<Figure> {
-    let mut sorted = figures.to_vec();
-    sorted.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-    let mid = sorted.len() / 2;
-    match sorted.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(sorted[mid].clone()),
-        _ => Some(Figure {
-            seconds: (sorted[mid - 1].seconds + sorted[mid].seconds) / 2.0,
-            bytes: sorted[mid].bytes,
-        }),
-    }
-}
-
 pub(super) fn fresh_dir(dir: &Path) -> anyhow::Result<()> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::figures::{Figure, median};
+use super::figures::Figure;
 use super::options::Options;
 use super::sides::{BENCH_REQUIREMENTS, MINDSPORE_REQUIREMENTS, Side};
 
@@ -69,22 +69,22 @@ pub(super) struct Spread {
     pub(super) median: f64,
     pub(super) min: f64,
     pub(super) max: f64,
-    /// Bytes of the median round.
+    /// Bytes a round writes.
     pub(super) bytes: u64,
     pub(super) rounds: Vec<f64>,
 }
 
 impl Spread {
     pub(super) fn of(n: u64, figures: &[Figure]) -> Option<Spread> {
-        let m = median(figures)?;
-        let rates: Vec<f64> = figures.iter().map(|f| n as f64 / f.seconds).collect();
+        let seconds = crate::stats::Spread::of(figures.iter().map(|f| f.seconds))?;
         Some(Spread {
             n,
-            median: n as f64 / m.seconds,
-            min: rates.iter().copied().fold(f64::INFINITY, f64::min),
-            max: rates.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            bytes: m.bytes,
-            rounds: rates,
+            median: n as f64 / seconds.median,
+            min: n as f64 / seconds.max,
+            max: n as f64 / seconds.min,
+            // The same every round.
+            bytes: figures.first()?.bytes,
+            rounds: figures.iter().map(|f| n as f64 / f.seconds).collect(),
         })
     }
 

@@ -1,12 +1,11 @@
 //! What every scenario uses: the programs, the work directory, the hosts and their launcher,
-//! and the readers of a run in the bucket (`ember pull`, `ember inspect`, TensorBoard's S3
-//! reader through `xtask/objects/check_s3.py`).
+//! the bucket as a scenario [`Store`](crate::scenario::Store) (`ember pull`, `ember inspect`),
+//! and TensorBoard's S3 reader through `xtask/objects/check_s3.py`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Child, Command};
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 
 use super::launch::Cluster;
 use super::net::Network;
@@ -42,19 +41,13 @@ pub(super) struct Check<'a> {
     /// ember-collective's `allreduce` example, release.
     pub(super) allreduce: &'a Path,
     pub(super) work: &'a Path,
+    /// The bucket, as `ember` in the root namespace reaches it (`ember pull`, `ember inspect`).
+    pub(super) store: crate::scenario::Store,
     pub(super) network: &'a Network,
     pub(super) cluster: &'a Cluster,
 }
 
 impl Check<'_> {
-    /// `ember` with `args`, in the root namespace, with the S3 settings.
-    pub(super) fn ember(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(self.ember);
-        command.args(args);
-        self.cluster.s3(&mut command);
-        command
-    }
-
     /// `mpirun` of `program args` with one rank on each host.
     pub(super) fn on_hosts(&self, program: &Path, args: &[&str]) -> Command {
         let mut command = self.cluster.mpirun();
@@ -70,35 +63,6 @@ impl Check<'_> {
         Ok(ran)
     }
 
-    /// `ember pull` of `url` into `<work>/<name>`.
-    pub(super) fn pull(&self, url: &str, name: &str) -> anyhow::Result<PathBuf> {
-        let dir = self.work.join(name);
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut pull = self.ember(&["pull", url]);
-        pull.arg(&dir);
-        let out = output_within(pull, "ember pull")?;
-        ensure!(
-            out.status.success(),
-            "ember pull {url} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(dir)
-    }
-
-    /// `ember inspect --json --values` of `url`.
-    pub(super) fn inspect(&self, url: &str) -> anyhow::Result<serde_json::Value> {
-        let out = output_within(
-            self.ember(&["inspect", "--json", "--values", url]),
-            "ember inspect",
-        )?;
-        ensure!(
-            out.status.success(),
-            "ember inspect {url} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).context("parsing ember inspect --json")
-    }
-
     /// TensorBoard's own S3 reader shows every value of the run at `url` as of the local run
     /// `local`, and the bucket holds only whole records.
     pub(super) fn tensorboard_same(&self, url: &str, local: &Path) -> anyhow::Result<()> {
@@ -108,7 +72,7 @@ impl Check<'_> {
             .args(["compare", url])
             .arg(local);
         self.cluster.s3(&mut command);
-        let out = output_within(command, "check_s3.py compare")?;
+        let out = crate::scenario::output_within(command, "check_s3.py compare")?;
         ensure!(
             out.status.success(),
             "TensorBoard's S3 reader does not show {url} as {}:\n{}{}",
@@ -118,53 +82,6 @@ impl Check<'_> {
         );
         Ok(())
     }
-}
-
-/// How long a reader of the bucket may take (each takes a second or two).
-const READ_LIMIT: Duration = Duration::from_secs(120);
-
-/// `command`'s output, as `Command::output` gives it, but killed (and an error) when it runs
-/// past [`READ_LIMIT`]: a reader that hangs on the store fails the check instead of hanging it.
-pub(super) fn output_within(mut command: Command, what: &str) -> anyhow::Result<Output> {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {what}"))?;
-    // Read on threads of their own, so that a full pipe cannot stall the child.
-    let mut stdout = child.stdout.take().context("no stdout")?;
-    let mut stderr = child.stderr.take().context("no stderr")?;
-    let out = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
-    });
-    let err = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut stderr, &mut bytes).map(|_| bytes)
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if started.elapsed() > READ_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            anyhow::bail!("{what} did not end within {READ_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let joined = |handle: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
-        handle
-            .join()
-            .map_err(|_| anyhow::anyhow!("reading {what}'s output panicked"))?
-            .map_err(anyhow::Error::from)
-    };
-    Ok(Output {
-        status,
-        stdout: joined(out)?,
-        stderr: joined(err)?,
-    })
 }
 
 /// A job started in the background (`mpirun`), killed when dropped: when a check fails while it

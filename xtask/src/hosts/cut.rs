@@ -20,7 +20,7 @@ use super::check::{Check, Running};
 use super::equivalence::TRAIN;
 use super::launch::TASK;
 use super::store::keys;
-use crate::scenario::Expected;
+use crate::scenario::{Env, Expected};
 
 /// The run in the bucket whose host loses its link.
 const URL: &str = "s3://ember/cut";
@@ -177,7 +177,7 @@ const CUT_HOST: &str = "rank/1/device/0/step_seconds";
 /// the step rank 0's had reached (the ranks step together: what rank 1 had accepted before
 /// the cut is there). Returns both series' step counts before and after.
 fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
-    let inspected = check.inspect(URL)?;
+    let inspected = check.store.inspect(URL)?;
     let before = (steps(&inspected, LOSS)?, steps(&inspected, CUT_HOST)?);
     for host in 0..check.cluster.tmp.len() {
         let mut push = check.cluster.on_host(host, check.ember);
@@ -190,7 +190,7 @@ fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
             ran.output
         );
     }
-    let inspected = check.inspect(URL)?;
+    let inspected = check.store.inspect(URL)?;
     let after = (steps(&inspected, LOSS)?, steps(&inspected, CUT_HOST)?);
     ensure!(
         after.0 >= before.0 && after.1 >= before.1,
@@ -226,8 +226,7 @@ pub(super) fn resumed(check: &Check, url: &str, reference: &Path) -> anyhow::Res
         "the job did not go on from a checkpoint:\n{}",
         ran.output
     );
-    let pulled = check.pull(url, &format!("{name}-pulled"))?;
-    Expected::of_dir(check.ember, reference)?.check_parts(&pulled, &check.inspect(url)?, url)?;
+    Expected::of_dir(check.ember, reference)?.check(&check.store, url)?;
     check.tensorboard_same(url, reference)?;
     Ok(ran.output)
 }

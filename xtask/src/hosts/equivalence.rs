@@ -82,9 +82,8 @@ pub(super) fn equivalence(check: &Check) -> anyhow::Result<(PathBuf, f64)> {
         .arg(&one_host);
     check.succeed(job, "equal-one-host")?;
 
-    let pulled = check.pull(URL, "equal-pulled")?;
     Expected::of_dir(check.ember, &one_host)?
-        .check_parts(&pulled, &check.inspect(URL)?, URL)
+        .check(&check.store, URL)
         .context("2 hosts x 1 rank against 2 ranks on one host")?;
     check.tensorboard_same(URL, &one_host)?;
     eprintln!(

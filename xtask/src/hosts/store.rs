@@ -8,8 +8,8 @@ use std::process::Command;
 
 use anyhow::ensure;
 
-use super::check::output_within;
 use super::net::BRIDGE_ADDR;
+use crate::scenario::output_within;
 use crate::server::Server;
 
 /// The bucket every run of the task writes into.

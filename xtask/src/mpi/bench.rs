@@ -78,13 +78,9 @@ fn time_jobs(
 
 /// The markdown table and the JSON rows of the timed figures.
 fn tables(figures: &[Vec<Vec<f64>>]) -> (String, Vec<serde_json::Value>) {
-    let summary = |samples: &[f64]| -> (f64, f64, f64) {
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        match sorted.as_slice() {
-            [] => (f64::NAN, f64::NAN, f64::NAN),
-            s => (s[s.len() / 2], s[0], s[s.len() - 1]),
-        }
+    let summary = |samples: &[f64]| match crate::stats::Spread::of(samples.iter().copied()) {
+        Some(s) => (s.median, s.min, s.max),
+        None => (f64::NAN, f64::NAN, f64::NAN),
     };
     let mut md = String::from(
         "| gradient (f32 values) | bytes | 1 process: µs per all-reduce | 2 processes, shared memory | bus bandwidth | 2 processes, TCP (loopback) | bus bandwidth |\n\

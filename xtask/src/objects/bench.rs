@@ -34,6 +34,7 @@ use anyhow::{Context, bail, ensure};
 
 use crate::process::{build, target_dir};
 use crate::server::{LOOPBACK, S3_REQUIREMENTS, Server, free_port, moto, s3_env, wait_for_port};
+use crate::stats::median;
 use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "objects --bench";
@@ -485,14 +486,4 @@ fn ember_bench(
         .filter(|l| l.starts_with("Trainer") || l.contains(": "))
         .collect::<Vec<_>>()
         .join("\n"))
-}
-
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut values: Vec<f64> = values.collect();
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }

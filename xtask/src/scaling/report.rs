@@ -6,29 +6,15 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::config::{Config, MODELS};
-
-/// Median, minimum and maximum of `values` (not empty).
-fn spread(mut values: Vec<f64>) -> Option<(f64, f64, f64)> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    let median = if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    };
-    Some((median, values[0], values[n - 1]))
-}
+use crate::stats::Spread;
 
 fn figure(lines: &[Value], field: &str) -> Option<(f64, f64, f64)> {
-    spread(
+    let spread = Spread::of(
         lines
             .iter()
-            .filter_map(|line| line.get(field).and_then(Value::as_f64))
-            .collect(),
-    )
+            .filter_map(|line| line.get(field).and_then(Value::as_f64)),
+    )?;
+    Some((spread.median, spread.min, spread.max))
 }
 
 /// The report in markdown: per model a table of every configuration, then the ratios.
@@ -245,13 +231,6 @@ mod tests {
 
     use super::super::config::configs;
     use super::*;
-
-    #[test]
-    fn spread_is_median_min_max() {
-        assert_eq!(spread(vec![3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
-        assert_eq!(spread(vec![4.0, 1.0, 2.0, 3.0]), Some((2.5, 1.0, 4.0)));
-        assert_eq!(spread(Vec::new()), None);
-    }
 
     #[test]
     fn the_report_has_efficiency_and_ratios_from_the_runs() {

@@ -1,7 +1,8 @@
 //! Where a run lives and how `ember` reaches it.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
@@ -34,10 +35,10 @@ pub(crate) trait Env {
     /// `ember inspect --json --values` of the run at `place`: every record whole (the command
     /// fails on a corrupt one).
     fn inspect(&self, place: &str) -> anyhow::Result<serde_json::Value> {
-        let out = self
-            .ember(&["inspect", "--json", "--values", place])
-            .output()
-            .context("starting ember inspect")?;
+        let out = output_within(
+            self.ember(&["inspect", "--json", "--values", place]),
+            "ember inspect",
+        )?;
         // ember inspect --json reports what it found wrong on stdout: both, to tell why.
         ensure!(
             out.status.success(),
@@ -150,7 +151,7 @@ impl Store {
         }
         let mut pull = self.ember(&["pull", url]);
         pull.arg(into);
-        let out = pull.output().context("starting ember pull")?;
+        let out = output_within(pull, "ember pull")?;
         ensure!(
             out.status.success(),
             "ember pull {url} failed:\n{}{}",
@@ -202,4 +203,51 @@ pub(crate) fn env_of(set: impl Fn(&mut Command)) -> Vec<(String, String)> {
         .get_envs()
         .filter_map(|(name, value)| Some((name.to_str()?.to_owned(), value?.to_str()?.to_owned())))
         .collect()
+}
+
+/// How long a reader of the bucket may take (each takes a second or two).
+const READ_LIMIT: Duration = Duration::from_secs(120);
+
+/// `command`'s output, as `Command::output` gives it, but killed (and an error) when it runs
+/// past [`READ_LIMIT`]: a reader that hangs on the store fails the check instead of hanging it.
+pub(crate) fn output_within(mut command: Command, what: &str) -> anyhow::Result<Output> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    // Read on threads of their own, so that a full pipe cannot stall the child.
+    let mut stdout = child.stdout.take().context("no stdout")?;
+    let mut stderr = child.stderr.take().context("no stderr")?;
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut bytes).map(|_| bytes)
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > READ_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("{what} did not end within {READ_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let joined = |handle: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("reading {what}'s output panicked"))?
+            .map_err(anyhow::Error::from)
+    };
+    Ok(Output {
+        status,
+        stdout: joined(out)?,
+        stderr: joined(err)?,
+    })
 }
