@@ -2,9 +2,11 @@
 //! and reads the result back walks through here, in three parts.
 //!
 //! - [`Env`]: where a run lives and how `ember` reaches it — a local directory ([`Local`],
-//!   optionally launched under `mpirun`), or a bucket of a store server on loopback
-//!   ([`Store`]: moto's S3, fake-gcs-server, Azurite). A task starts the servers; the `Env`
-//!   says how a run there is named, started, inspected and brought to the disk.
+//!   its training jobs launched under `mpirun` where [`Local::under`] says so), a bucket of a
+//!   store server on loopback ([`Store`]: moto's S3, fake-gcs-server, Azurite), or the
+//!   network-namespace hosts of `cargo xtask hosts` (its `Check`: the bucket, one rank a host).
+//!   A task starts the servers; the `Env` says how a run there is named, started, inspected
+//!   and brought to the disk.
 //! - A scenario is data: [`KillAndResume`] is the program ([`Program`]), how many seeded
 //!   kills, and what the result must equal. [`KillAndResume::walk`] does the walk every
 //!   resume scenario did in its own words: an uninterrupted reference run, then runs killed

@@ -10,6 +10,7 @@ use anyhow::ensure;
 use super::launch::Cluster;
 use super::net::Network;
 use crate::process::{Ran, expect_success, run_limited};
+use crate::scenario::Env;
 
 /// Which build of `ember` the hosts run. CI checks behaviour, which a debug build shows as
 /// well, and by the time CI gets here `cargo xtask objects` and `mpi` have built each of its
@@ -81,6 +82,38 @@ impl Check<'_> {
             String::from_utf8_lossy(&out.stderr)
         );
         Ok(())
+    }
+}
+
+/// The hosts as a scenario env: runs live in the bucket, `ember` tools run in the root
+/// namespace, and a training job is `mpirun` of one rank on each host.
+impl Env for Check<'_> {
+    fn name(&self) -> &str {
+        "hosts"
+    }
+
+    fn work(&self) -> &Path {
+        self.work
+    }
+
+    fn place(&self, name: &str) -> String {
+        self.store.place(name)
+    }
+
+    fn ember(&self, args: &[&str]) -> Command {
+        self.store.ember(args)
+    }
+
+    fn launch(&self, args: &[&str]) -> Command {
+        self.on_hosts(self.ember, args)
+    }
+
+    fn dir(&self, place: &str) -> Option<std::path::PathBuf> {
+        self.store.dir(place)
+    }
+
+    fn on_disk(&self, place: &str) -> anyhow::Result<std::path::PathBuf> {
+        self.store.on_disk(place)
     }
 }
 

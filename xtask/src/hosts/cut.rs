@@ -100,7 +100,7 @@ pub(super) fn until_checkpoint(
     url: &str,
     log: &Path,
 ) -> anyhow::Result<Running> {
-    let mut job = check.on_hosts(check.ember, TRAIN);
+    let mut job = check.launch(TRAIN);
     job.args(["--logdir", url]);
     let file = std::fs::File::create(log)?;
     let mut running = Running(
@@ -177,7 +177,7 @@ const CUT_HOST: &str = "rank/1/device/0/step_seconds";
 /// the step rank 0's had reached (the ranks step together: what rank 1 had accepted before
 /// the cut is there). Returns both series' step counts before and after.
 fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
-    let inspected = check.store.inspect(URL)?;
+    let inspected = check.inspect(URL)?;
     let before = (steps(&inspected, LOSS)?, steps(&inspected, CUT_HOST)?);
     for host in 0..check.cluster.tmp.len() {
         let mut push = check.cluster.on_host(host, check.ember);
@@ -190,7 +190,7 @@ fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
             ran.output
         );
     }
-    let inspected = check.store.inspect(URL)?;
+    let inspected = check.inspect(URL)?;
     let after = (steps(&inspected, LOSS)?, steps(&inspected, CUT_HOST)?);
     ensure!(
         after.0 >= before.0 && after.1 >= before.1,
@@ -218,7 +218,7 @@ pub(super) fn newest_checkpoint(endpoint: &str, url: &str) -> anyhow::Result<Opt
 /// `ember train --resume` of the run at `url` on the hosts: the uninterrupted run's model and
 /// values. Returns what it printed.
 pub(super) fn resumed(check: &Check, url: &str, reference: &Path) -> anyhow::Result<String> {
-    let resume = check.on_hosts(check.ember, &["train", "--resume", url]);
+    let resume = check.launch(&["train", "--resume", url]);
     let name = url.trim_start_matches("s3://ember/");
     let ran = check.succeed(resume, &format!("{name}-resumed"))?;
     ensure!(
@@ -226,7 +226,7 @@ pub(super) fn resumed(check: &Check, url: &str, reference: &Path) -> anyhow::Res
         "the job did not go on from a checkpoint:\n{}",
         ran.output
     );
-    Expected::of_dir(check.ember, reference)?.check(&check.store, url)?;
+    Expected::of_dir(check.ember, reference)?.check(check, url)?;
     check.tensorboard_same(url, reference)?;
     Ok(ran.output)
 }

@@ -17,7 +17,7 @@ use anyhow::{Context, ensure};
 use super::check::Check;
 use super::launch::{KEEPALIVE, TASK};
 use crate::process::is_root;
-use crate::scenario::Expected;
+use crate::scenario::{Env, Expected};
 
 /// The job every scenario trains: one worker per rank, a checkpoint every few steps, and the
 /// collective timeout of the cut-link scenario (which resumes it with these arguments). About
@@ -40,7 +40,7 @@ pub(super) const URL: &str = "s3://ember/equal";
 
 /// Runs the scenario; returns the one-host run's directory and how long the hosts' job took.
 pub(super) fn equivalence(check: &Check) -> anyhow::Result<(PathBuf, f64)> {
-    let mut hosts = check.on_hosts(check.ember, TRAIN);
+    let mut hosts = check.launch(TRAIN);
     hosts.args(["--logdir", URL]);
     // Nothing is cut here: this job runs as a user's would with Open MPI's keepalive unset,
     // which rank 0 must warn of when it starts.
@@ -83,7 +83,7 @@ pub(super) fn equivalence(check: &Check) -> anyhow::Result<(PathBuf, f64)> {
     check.succeed(job, "equal-one-host")?;
 
     Expected::of_dir(check.ember, &one_host)?
-        .check(&check.store, URL)
+        .check(check, URL)
         .context("2 hosts x 1 rank against 2 ranks on one host")?;
     check.tensorboard_same(URL, &one_host)?;
     eprintln!(

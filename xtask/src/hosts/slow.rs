@@ -10,6 +10,7 @@ use anyhow::{Context, ensure};
 use serde_json::{Value, json};
 
 use super::check::Check;
+use crate::scenario::Env;
 
 /// The rates the links are limited to: tc's words, and bits per second (`None`: no limit).
 pub(super) const RATES: &[(&str, Option<f64>)] = &[
@@ -114,10 +115,7 @@ fn at_rate(check: &Check, rate: &'static str, bits: Option<f64>) -> anyhow::Resu
         ran.output
     );
     let (alpha, beta) = fit(&times);
-    let ran = check.succeed(
-        check.on_hosts(check.ember, SCALING),
-        &format!("slow-scaling-{rate}"),
-    )?;
+    let ran = check.succeed(check.launch(SCALING), &format!("slow-scaling-{rate}"))?;
     let scaling: Value = ran
         .output
         .lines()

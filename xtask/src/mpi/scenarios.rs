@@ -10,7 +10,7 @@ use anyhow::{Context, ensure};
 
 use crate::mpirun::{RankExits, TASK, Transport, mpirun};
 use crate::process::{Ran, collect_tags, expect_success, inspect_json, run_limited};
-use crate::scenario::Expected;
+use crate::scenario::{Env, Expected, Local};
 
 /// The wait of the hang scenario: rank 0 must end the job soon after it.
 const HANG_TIMEOUT_SECS: u64 = 5;
@@ -272,19 +272,30 @@ const STOPPED_EPOCHS: u32 = 60;
 /// The job the scenarios of `ember train` under mpirun run: 2 ranks of 2 workers, each rank
 /// `program` (`ember`, or a script running it).
 fn job(program: &Path, logdir: &Path, epochs: u32) -> Command {
-    let mut job = mpirun(2, Transport::SharedMemory);
-    job.arg(program)
-        .args(["train", "--epochs", &epochs.to_string(), "--devices", "2"])
-        .arg("--logdir")
-        .arg(logdir);
-    job
+    let logdir = logdir.to_string_lossy();
+    let epochs = epochs.to_string();
+    let args = [
+        "train",
+        "--epochs",
+        &epochs,
+        "--devices",
+        "2",
+        "--logdir",
+        &logdir,
+    ];
+    ranks(program).launch(&args)
+}
+
+/// Runs of `program` (`ember`, or a script running it) as 2 ranks on this machine, over shared
+/// memory.
+fn ranks(program: &Path) -> Local {
+    Local::new(program, Path::new(".")).under(&mpirun(2, Transport::SharedMemory))
 }
 
 /// Resumes the job of `run` with `--resume` and checks that it ends as the uninterrupted job
 /// in `reference` did: its model byte for byte, its values in ember inspect, each step once.
 fn resume_like(ember: &Path, run: &Path, reference: &Path, log: &Path) -> anyhow::Result<Ran> {
-    let mut resumed = mpirun(2, Transport::SharedMemory);
-    resumed.arg(ember).args(["train", "--resume"]).arg(run);
+    let resumed = ranks(ember).launch(&["train", "--resume", &run.to_string_lossy()]);
     let ran = run_limited(resumed, "mpirun -n 2 ember train --resume", log)?;
     expect_success(&ran, "mpirun -n 2 ember train --resume")?;
     ensure!(

@@ -71,6 +71,16 @@ impl Local {
             launcher: Vec::new(),
         }
     }
+
+    /// The same runs, each training job launched by `launcher` (a program and its arguments,
+    /// `ember` and its own after them: `mpirun -n 2 …`).
+    pub(crate) fn under(mut self, launcher: &Command) -> Self {
+        self.launcher = std::iter::once(launcher.get_program())
+            .chain(launcher.get_args())
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect();
+        self
+    }
 }
 
 impl Env for Local {
