@@ -234,17 +234,8 @@ fn mindinsight_reader(target: &Path) -> anyhow::Result<Option<PathBuf>> {
 
 /// Killed with SIGKILL mid-run: only whole records in the bucket, no step missing.
 fn killed(s3: &S3) -> anyhow::Result<()> {
-    // Far longer than the six seconds it gets, on any machine: the kill lands mid-run.
     let url = "s3://ember/killed";
-    let mut train = s3.part.store.ember(&[
-        "train",
-        "--epochs",
-        "5000",
-        "--subset",
-        "400",
-        "--devices",
-        "2",
-    ]);
+    let mut train = s3.part.store.ember(scenarios::KILLED_ARGS);
     train.args(["--logdir", url]);
     kill_after(
         train,

@@ -50,6 +50,17 @@ pub(crate) fn every_value(
 /// segments shipped at intervals, then the rest at close.
 pub(crate) const TRAIN_ARGS: &[&str] = &["train", "--epochs", "20", "--devices", "2"];
 
+/// The run a scenario kills mid-run: far longer than the seconds it gets, on any machine.
+pub(crate) const KILLED_ARGS: &[&str] = &[
+    "train",
+    "--epochs",
+    "5000",
+    "--subset",
+    "400",
+    "--devices",
+    "2",
+];
+
 /// `ember push` of every staging directory the runs' `TMPDIR` holds, which must succeed.
 fn push(store: &Store) -> anyhow::Result<()> {
     let push = store
@@ -122,17 +133,8 @@ pub(crate) fn train_into(
 /// kill left, no step lost or repeated, and leaves no staging directory.
 fn killed_then_pushed(store: &Store, url: &str, task: &str) -> anyhow::Result<()> {
     let tmp = store.work().join("tmp");
-    let train = store.ember(&[
-        "train",
-        "--epochs",
-        "5000",
-        "--subset",
-        "400",
-        "--devices",
-        "2",
-        "--logdir",
-        url,
-    ]);
+    let mut train = store.ember(KILLED_ARGS);
+    train.args(["--logdir", url]);
     kill_after(train, &store.log(url, "killed"), Duration::from_secs(6))?;
     let before = loss_steps(&store.inspect(url)?)?;
     push(store)?;
