@@ -233,8 +233,8 @@ impl KillAndResume<'_> {
     }
 
     /// Resumes the killed run at `place`; where no whole checkpoint was left (`checkpointed`
-    /// not `Some(true)`, or burn-train's own torn), the refused resume must leave the run's files as they
-    /// were, and the run is restarted.
+    /// not `Some(true)`, or burn-train's own torn), the refused resume must leave the run's
+    /// files as they were, in a directory or a bucket, and the run is restarted.
     fn resume_or_restart(
         &self,
         env: &dyn Env,
@@ -242,7 +242,9 @@ impl KillAndResume<'_> {
         checkpointed: Option<bool>,
     ) -> anyhow::Result<(Ran, AfterKill)> {
         let name = self.program.name();
-        let before = env.dir(place).map(|dir| files_of(&dir)).transpose()?;
+        // What a reader of the run finds: the directory, or what `ember pull` brings back of
+        // the bucket (its lease aside).
+        let before = files_of(&env.on_disk(place)?)?;
         let resumed = run_limited(
             self.program.command(env, place, Begin::Resume),
             &format!("resuming {name}"),
@@ -278,15 +280,10 @@ impl KillAndResume<'_> {
             "{place}: --resume found no checkpoint where a whole one was left:\n{}",
             resumed.output
         );
-        if let Some(before) = before {
-            let dir = env
-                .dir(place)
-                .context("a local run without its directory")?;
-            ensure!(
-                files_of(&dir)? == before,
-                "{place}: the refused resume changed the run's files"
-            );
-        }
+        ensure!(
+            files_of(&env.on_disk(place)?)? == before,
+            "{place}: the refused resume changed the run's files"
+        );
         let mut restart = self.program.command(env, place, Begin::Restart);
         if let (true, Program::Cli(args)) = (command_lost, &self.program) {
             restart.args(args);
