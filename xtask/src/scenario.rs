@@ -23,5 +23,5 @@ mod expected;
 mod kills;
 
 pub(crate) use env::{Env, Local, Store, env_of, output_within};
-pub(crate) use expected::{Expected, points};
+pub(crate) use expected::{Expected, interrupted_after, points};
 pub(crate) use kills::{KillAndResume, Program, Walked};

@@ -54,11 +54,7 @@ pub(super) fn terminated(
             !status.success(),
             "the job ended as a finished one after SIGTERM:\n{output}"
         );
-        let stopped: u64 = output
-            .split("interrupted after ")
-            .nth(1)
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|steps| steps.parse().ok())
+        let stopped = crate::scenario::interrupted_after(&output)
             .with_context(|| format!("the stopped job did not say where it stopped:\n{output}"))?;
         if PERIODS.iter().any(|period| stopped.is_multiple_of(*period)) {
             continue;

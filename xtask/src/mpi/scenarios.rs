@@ -250,7 +250,7 @@ pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<Duration> {
         "the job succeeded although rank 1 was killed"
     );
 
-    let ran = resume_like(ember, &run, &reference, &out.join("resumed.log"))?;
+    let ran = resume_like(ember, &run, &reference)?;
     eprintln!(
         "{TASK}: a job whose rank 1 was killed with SIGKILL after its first checkpoint, started \
          again with --resume: every rank went on from the same checkpoint, and the job ended \
@@ -292,19 +292,11 @@ fn ranks(program: &Path) -> Local {
     Local::new(program, Path::new(".")).under(&mpirun(2, Transport::SharedMemory))
 }
 
-/// Resumes the job of `run` with `--resume` and checks that it ends as the uninterrupted job
-/// in `reference` did: its model byte for byte, its values in ember inspect, each step once.
-fn resume_like(ember: &Path, run: &Path, reference: &Path, log: &Path) -> anyhow::Result<Ran> {
-    let resumed = ranks(ember).launch(&["train", "--resume", &run.to_string_lossy()]);
-    let ran = run_limited(resumed, "mpirun -n 2 ember train --resume", log)?;
-    expect_success(&ran, "mpirun -n 2 ember train --resume")?;
-    ensure!(
-        ran.output.contains("resumed from"),
-        "the job did not go on from a checkpoint:\n{}",
-        ran.output
-    );
-    Expected::of_dir(ember, reference)?.check_dir(ember, run)?;
-    Ok(ran)
+/// Resumes the job of `run` with `--resume` (as 2 ranks) and checks that it ends as the
+/// uninterrupted job in `reference` did: its model byte for byte, its values in ember inspect,
+/// each step once.
+fn resume_like(ember: &Path, run: &Path, reference: &Path) -> anyhow::Result<Ran> {
+    Expected::of_dir(ember, reference)?.resumed_to_the_end(&ranks(ember), &run.to_string_lossy())
 }
 
 /// Whom a scenario sends SIGTERM.
@@ -376,7 +368,7 @@ pub(super) fn terminated(
             format!("SIGTERM to {whom} never stopped the job in the middle of an epoch")
         })?;
         let newest = newest_checkpoint(&run.join("checkpoints"))?;
-        let ran = resume_like(ember, &run, &reference, &out.join(format!("{name}.log")))?;
+        let ran = resume_like(ember, &run, &reference)?;
         ensure!(
             ran.output.contains(&newest),
             "SIGTERM to {whom} stopped the job at step {}: it did not go on from the stop's \
@@ -507,11 +499,7 @@ pub(super) fn stop(
             "SIGTERM to {whom}: mpirun {status}, not 143:\n{output}"
         ),
     }
-    let step = output
-        .split("interrupted after ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|steps| steps.parse().ok())
+    let step = crate::scenario::interrupted_after(&output)
         .with_context(|| format!("the stopped job did not say where it stopped:\n{output}"))?;
     let unsealed = crate::runs::unsealed_event_files(run)?;
     ensure!(

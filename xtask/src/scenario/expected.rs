@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
 
+use crate::process::{Ran, expect_success, run_limited};
 use crate::runs::{model_without_ids, same_values};
 use crate::scenario::Env;
 
@@ -107,6 +108,26 @@ impl Expected {
         same_values(&self.values, values, Path::new(place))
     }
 
+    /// `ember train --resume place` launched in `env` (its output in the place's `resume`
+    /// log): it must go on from a checkpoint and end as the uninterrupted run; what it
+    /// printed.
+    pub(crate) fn resumed_to_the_end(&self, env: &dyn Env, place: &str) -> anyhow::Result<Ran> {
+        let what = format!("ember train --resume {place} ({})", env.name());
+        let ran = run_limited(
+            env.launch(&["train", "--resume", place]),
+            &what,
+            &env.log(place, "resume"),
+        )?;
+        expect_success(&ran, &what)?;
+        ensure!(
+            ran.output.contains("resumed from"),
+            "{what} did not go on from a checkpoint:\n{}",
+            ran.output
+        );
+        self.check(env, place)?;
+        Ok(ran)
+    }
+
     /// The uninterrupted run's place.
     pub(crate) fn place(&self) -> PathBuf {
         PathBuf::from(&self.of)
@@ -126,4 +147,31 @@ pub(crate) fn points<'a>(
         .flat_map(|run| run["tags"].as_array().into_iter().flatten())
         .filter(move |found| found["tag"] == tag)
         .flat_map(|found| found["values"].as_array().into_iter().flatten())
+}
+
+/// The step a job stopped by a signal says it was interrupted after (`… interrupted after N
+/// steps …`).
+pub(crate) fn interrupted_after(output: &str) -> Option<u64> {
+    output
+        .split("interrupted after ")
+        .nth(1)?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_stopped_job_s_step_is_read_from_what_it_printed() {
+        let printed = "epoch 2/60: …\ninterrupted after 37 step(s), 1 of 60 epoch(s) finished; \
+                       the logs are complete\n";
+        assert_eq!(super::interrupted_after(printed), Some(37));
+        assert_eq!(super::interrupted_after("finished after 40 step(s)"), None);
+        assert_eq!(
+            super::interrupted_after("interrupted after many steps"),
+            None
+        );
+    }
 }
