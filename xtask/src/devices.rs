@@ -25,9 +25,10 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::process::{
-    build, cargo, collect_tags, ensure_installed, expect_success, inspect_json, run_limited,
-    skip_or_fail, target_dir,
+    build, cargo, collect_tags, ensure_installed, expect_success, run_limited, skip_or_fail,
+    target_dir,
 };
+use crate::scenario::inspect_json;
 
 const TASK: &str = "devices";
 

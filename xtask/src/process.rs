@@ -194,25 +194,6 @@ pub(crate) fn kill_after(mut command: Command, log: &Path, after: Duration) -> a
     Ok(())
 }
 
-/// `ember inspect --json --values` of `logdir`: every record whole (the command fails on a
-/// corrupt one), as ember's checking reader finds it.
-pub(crate) fn inspect_json(ember: &Path, logdir: &Path) -> anyhow::Result<serde_json::Value> {
-    let inspect = Command::new(ember)
-        .args(["inspect", "--json", "--values"])
-        .arg(logdir)
-        .output()
-        .context("starting ember inspect")?;
-    ensure!(
-        inspect.status.success(),
-        "ember inspect finds problems in {} ({}):\n{}{}",
-        logdir.display(),
-        inspect.status,
-        String::from_utf8_lossy(&inspect.stdout),
-        String::from_utf8_lossy(&inspect.stderr)
-    );
-    serde_json::from_slice(&inspect.stdout).context("parsing ember inspect --json")
-}
-
 /// Every `"tag"` string anywhere in `value`.
 pub(crate) fn collect_tags(value: &serde_json::Value, tags: &mut Vec<String>) {
     match value {

@@ -22,6 +22,6 @@ mod env;
 mod expected;
 mod kills;
 
-pub(crate) use env::{Env, Local, Store, env_of, output_within};
+pub(crate) use env::{Env, Local, Store, env_of, inspect_json, output_within};
 pub(crate) use expected::{Expected, interrupted_after, points};
 pub(crate) use kills::{KillAndResume, Program, Walked};

@@ -14,7 +14,8 @@ use super::scenarios::{
     EPOCHS, Signalled, newest_checkpoint, stop, terminate_after_first_checkpoint,
 };
 use crate::mpirun::{RankExits, TASK, Transport, mpirun};
-use crate::process::{expect_success, inspect_json, run_limited};
+use crate::process::{expect_success, run_limited};
+use crate::scenario::inspect_json;
 
 /// The scenario, in `out/fewer-ranks`, against the uninterrupted job in `out/reference` (from
 /// [`resume`](super::scenarios::resume)), which took `reference_took`.

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, ensure};
 
 use crate::mpirun::{RankExits, TASK, Transport, mpirun};
-use crate::process::{Ran, collect_tags, expect_success, inspect_json, run_limited};
-use crate::scenario::{Env, Expected, Local};
+use crate::process::{Ran, collect_tags, expect_success, run_limited};
+use crate::scenario::{Env, Expected, Local, inspect_json};
 
 /// The wait of the hang scenario: rank 0 must end the job soon after it.
 const HANG_TIMEOUT_SECS: u64 = 5;

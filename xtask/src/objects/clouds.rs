@@ -147,7 +147,7 @@ impl Reader<'_> {
 /// The `train/loss` points (step, value) of the local run `local`, as `ember inspect` reads
 /// them.
 fn loss_points(ember: &Path, local: &Path) -> anyhow::Result<Vec<(i64, f64)>> {
-    let inspected = crate::process::inspect_json(ember, local)?;
+    let inspected = crate::scenario::inspect_json(ember, local)?;
     let points: Vec<(i64, f64)> = crate::scenario::points(&inspected, "train/loss")
         .map(|point| {
             let step = point[0].as_i64().context("a step that is not an integer")?;

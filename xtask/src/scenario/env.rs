@@ -124,6 +124,11 @@ impl Env for Local {
     }
 }
 
+/// `ember inspect --json --values` of the local run directory `dir`, as [`Env::inspect`].
+pub(crate) fn inspect_json(ember: &Path, dir: &Path) -> anyhow::Result<serde_json::Value> {
+    Local::new(ember, dir).inspect(&dir.to_string_lossy())
+}
+
 /// Runs in bucket `ember` of a store server on loopback, reached as a user reaches a store:
 /// through the environment `object_store` reads (`AWS_*`, `GOOGLE_*`, `AZURE_*`); each run's
 /// staging under `work/tmp`, where `ember push` finds a killed run's.
