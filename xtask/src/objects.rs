@@ -55,13 +55,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
-use crate::objects::clouds::{Part, Reader};
+use crate::objects::clouds::Part;
 use crate::objects::gcs::LocalRuns;
 use crate::objects::scenarios::{
     RESUMED_ARGS, TRAIN_ARGS, one_error_line, resumed_from_the_bucket,
 };
 use crate::pins::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
 use crate::process::{build, expect_success, kill_after, run_limited, skip_or_fail, target_dir};
+use crate::readers::StoreReader;
 use crate::scenario::{Env, Expected, KillAndResume, Local, Program, Store};
 use crate::server::{
     LOOPBACK, S3_REQUIREMENTS, Server, free_port, moto, s3_env, s3_keys, wait_for_port,
@@ -102,6 +103,25 @@ impl S3<'_> {
                 s3_env(command, endpoint);
             },
         )
+    }
+
+    /// TensorBoard's own S3 reader, pointed at the server at `endpoint`.
+    fn reader(&self, endpoint: &str) -> StoreReader<'_> {
+        StoreReader {
+            cloud: "s3",
+            python: self.part.python,
+            env: crate::scenario::env_of(|command| s3_env(command, endpoint)),
+        }
+    }
+
+    /// TensorBoard's S3 reader shows the run at `url` as the local run `local`.
+    fn shows_as(&self, endpoint: &str, url: &str, local: &Path) -> anyhow::Result<()> {
+        let log = self.part.store.log(url, "loader");
+        let said = self
+            .reader(endpoint)
+            .loads(self.part.root, url, local, &log)?;
+        eprintln!("{TASK}: {said}");
+        Ok(())
     }
 
     /// `ember train` with `args` into the local directory `name` of the work directory.
@@ -163,12 +183,12 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     )?;
 
     let every_kind = s3.expected_locally(TRAIN_ARGS, "local")?;
-    let reader = Reader {
-        cloud: "s3",
-        python: &python,
-        env: crate::scenario::env_of(|command| s3_env(command, &endpoint)),
-    };
-    scenarios::every_value(&s3.part, &reader, "s3://ember/run", &every_kind)?;
+    scenarios::every_value(
+        &s3.part,
+        &s3.reader(&endpoint),
+        "s3://ember/run",
+        &every_kind,
+    )?;
     mindinsight(&s3, &target)?;
     killed(&s3)?;
     scenarios::against(&s3.part.store, TASK)?;
@@ -260,13 +280,7 @@ fn resumed_in_the_bucket(s3: &S3) -> anyhow::Result<Expected> {
         .unwrap_or(20_261_205u64);
     let walked = resumed_from_the_bucket(&s3.part.store, &expected, BUCKET_KILLS, seed)?;
     let last = walked.places.last().context("no run")?;
-    let local = expected.place();
-    let local = local.to_str().context("a path that is not UTF-8")?;
-    s3.script(
-        &s3.endpoint,
-        &["compare", last, local],
-        "TensorBoard's S3 reader against the local run",
-    )?;
+    s3.shows_as(&s3.endpoint, last, &expected.place())?;
     eprintln!(
         "{TASK}: {BUCKET_KILLS} runs in the bucket killed with SIGKILL (seed {seed}) and resumed \
          from it ({walked}): each with the uninterrupted run's model byte for byte and its \
@@ -286,13 +300,7 @@ fn stopped_past_its_lease(s3: &S3, expected: &Expected) -> anyhow::Result<()> {
         Ok(keys.iter().any(|key| key.ends_with(".ember")))
     };
     let lost = scenarios::stopped_past_its_lease(&s3.part.store, expected, (url, &checkpointed))?;
-    let local = expected.place();
-    let local = local.to_str().context("a path that is not UTF-8")?;
-    s3.script(
-        &s3.endpoint,
-        &["compare", url, local],
-        "TensorBoard's S3 reader against the local run",
-    )?;
+    s3.shows_as(&s3.endpoint, url, &expected.place())?;
     eprintln!(
         "{TASK}: a run stopped with SIGSTOP past its lease, taken over by --resume and trained \
          to its end, then continued: it fails ({lost}); the run has the uninterrupted run's \
@@ -497,12 +505,7 @@ fn restarted(s3: &S3) -> anyhow::Result<()> {
         cuts > 0,
         "no upload met the restart: the run shipped nothing while the store was down"
     );
-    let local = local.to_str().context("a path that is not UTF-8")?;
-    s3.script(
-        &endpoint,
-        &["compare", "s3://ember/restarted", local],
-        "reading the run across the restart",
-    )?;
+    s3.shows_as(&endpoint, "s3://ember/restarted", &local)?;
     drop(server);
     eprintln!(
         "{TASK}: the S3 server killed mid-run and started again {:.1} s later ({cuts} \

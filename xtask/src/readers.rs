@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 
 use crate::pins::{COMPAT_REQUIREMENTS, MINDINSIGHT_REQUIREMENTS};
-use crate::process::skip_or_fail;
+use crate::process::{expect_success, run_limited, skip_or_fail};
 use crate::venv::{VenvError, ensure_venv};
 
 /// The readers' packages: the compat checker's TensorBoard, and tbparse with the pandas it
@@ -146,4 +146,53 @@ fn check(
         "{script}: a resumed run does not read as the uninterrupted one ({status})"
     );
     Ok(())
+}
+
+/// What a TensorBoard reads a store with (its S3 reader; fsspec's gcsfs and adlfs): its Python
+/// (a venv with TensorBoard and the store's reader), and the environment that points the
+/// reader at the store.
+pub(crate) struct StoreReader<'a> {
+    pub(crate) cloud: &'a str,
+    pub(crate) python: &'a Path,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+impl StoreReader<'_> {
+    /// `program` with the reader's environment.
+    pub(crate) fn command(&self, program: &Path) -> Command {
+        let mut command = Command::new(program);
+        command
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("TF_CPP_MIN_LOG_LEVEL", "3");
+        command
+    }
+
+    /// TensorBoard's loader on `url` shows every value of every kind of the local run `local`,
+    /// each step once, and the store holds the local run's other files as written; the line
+    /// that says so.
+    pub(crate) fn loads(
+        &self,
+        root: &Path,
+        url: &str,
+        local: &Path,
+        log: &Path,
+    ) -> anyhow::Result<String> {
+        let mut compare = self.command(self.python);
+        compare
+            .arg(root.join("xtask/objects/check_s3.py"))
+            .args(["compare", url])
+            .arg(local);
+        let ran = run_limited(compare, "TensorBoard's loader on the store", log)?;
+        expect_success(
+            &ran,
+            &format!("TensorBoard's loader on {url} against the local run"),
+        )?;
+        Ok(ran
+            .output
+            .trim()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned())
+    }
 }

@@ -5,8 +5,6 @@
 use std::path::Path;
 use std::process::{Child, Command};
 
-use anyhow::ensure;
-
 use super::launch::Cluster;
 use super::net::Network;
 use crate::process::{Ran, expect_success, run_limited};
@@ -67,20 +65,12 @@ impl Check<'_> {
     /// TensorBoard's own S3 reader shows every value of the run at `url` as of the local run
     /// `local`, and the bucket holds only whole records.
     pub(super) fn tensorboard_same(&self, url: &str, local: &Path) -> anyhow::Result<()> {
-        let mut command = Command::new(self.python);
-        command
-            .arg(self.root.join("xtask/objects/check_s3.py"))
-            .args(["compare", url])
-            .arg(local);
-        self.cluster.s3(&mut command);
-        let out = crate::scenario::output_within(command, "check_s3.py compare")?;
-        ensure!(
-            out.status.success(),
-            "TensorBoard's S3 reader does not show {url} as {}:\n{}{}",
-            local.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let reader = crate::readers::StoreReader {
+            cloud: "s3",
+            python: self.python,
+            env: crate::scenario::env_of(|command| self.cluster.s3(command)),
+        };
+        reader.loads(self.root, url, local, &self.log(url, "loader"))?;
         Ok(())
     }
 }

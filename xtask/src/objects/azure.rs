@@ -26,9 +26,10 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects::clouds::{Part, Reader};
+use crate::objects::clouds::Part;
 use crate::objects::scenarios::TRAIN_ARGS;
 use crate::process::{run_limited, skip_or_fail};
+use crate::readers::StoreReader;
 use crate::scenario::{Env, Expected, Store};
 use crate::server::{Server, free_port, wait_for_port};
 
@@ -68,7 +69,7 @@ pub(crate) fn run(
         "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};\
          BlobEndpoint={endpoint}/{ACCOUNT};"
     );
-    let reader = Reader {
+    let reader = StoreReader {
         cloud: "az",
         python: &python,
         env: vec![("AZURE_STORAGE_CONNECTION_STRING".into(), connection)],

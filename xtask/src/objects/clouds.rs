@@ -14,12 +14,12 @@
 //!    them, a point a step; a screenshot per cloud under `objects-check/screenshots`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, ensure};
 
 use crate::pins::COMPAT_REQUIREMENTS;
 use crate::process::{expect_success, run_limited, skip_or_fail, target_dir};
+use crate::readers::StoreReader;
 use crate::venv::{VenvError, ensure_venv};
 
 /// The readers TensorBoard 2.21 uses for `gs://` and `az://` (fsspec's), the fake-gcs-server
@@ -57,91 +57,44 @@ pub(crate) struct Part<'a> {
     pub(crate) store: crate::scenario::Store,
 }
 
-/// What a TensorBoard reads a cloud with: its Python (a venv with TensorBoard and the cloud's
-/// reader), and the environment that points the reader at the store.
-pub(crate) struct Reader<'a> {
-    pub(crate) cloud: &'a str,
-    pub(crate) python: &'a Path,
-    pub(crate) env: Vec<(String, String)>,
-}
-
-impl Reader<'_> {
-    fn command(&self, program: &Path) -> Command {
-        let mut command = Command::new(program);
-        command
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("TF_CPP_MIN_LOG_LEVEL", "3");
-        command
-    }
-
-    /// TensorBoard's loader on `url` shows every value of every kind of the local run `local`,
-    /// each step once, and the store holds the local run's other files as written; the line
-    /// that says so.
-    pub(crate) fn loads(
-        &self,
-        root: &Path,
-        url: &str,
-        local: &Path,
-        log: &Path,
-    ) -> anyhow::Result<String> {
-        let mut compare = self.command(self.python);
-        compare
-            .arg(root.join("xtask/objects/check_s3.py"))
-            .args(["compare", url])
-            .arg(local);
-        let ran = run_limited(compare, "TensorBoard's loader on the store", log)?;
-        expect_success(
-            &ran,
-            &format!("TensorBoard's loader on {url} against the local run"),
-        )?;
-        Ok(ran
-            .output
-            .trim()
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_owned())
-    }
-
-    /// TensorBoard's web page over `url`, in headless Chromium: the scalars dashboard draws the
-    /// local run's `train/loss` (`ember` inspects `local`), each step once with its value.
-    pub(crate) fn page_shows(
-        &self,
-        root: &Path,
-        ember: &Path,
-        url: &str,
-        local: &Path,
-    ) -> anyhow::Result<()> {
-        let target = target_dir(root);
-        let Some((chromium, playwright)) = crate::chromium::chromium_and_driver(&target)? else {
-            return Ok(());
-        };
-        let work = target.join("objects-check");
-        let expected = work.join(format!("{}-page-expected.json", self.cloud));
-        std::fs::write(&expected, serde_json::to_vec(&loss_points(ember, local)?)?)?;
-        let mut page = self.command(&playwright);
-        page.arg(root.join("xtask/objects/check_cloud_page.py"))
-            .arg("--chromium")
-            .arg(chromium)
-            .arg("--shots")
-            .arg(work.join("screenshots"))
-            .args(["--cloud", self.cloud, "--tensorboard"])
-            .arg(self.python)
-            .args(["--logdir", url, "--expect"])
-            .arg(&expected);
-        let ran = run_limited(
-            page,
-            "TensorBoard's page over the store",
-            &work.join(format!("{}-page.log", self.cloud)),
-        )?;
-        expect_success(&ran, &format!("TensorBoard's page over {url}"))?;
-        eprintln!(
-            "objects ({}): {}",
-            self.cloud,
-            ran.output.trim().lines().last().unwrap_or_default()
-        );
-        Ok(())
-    }
+/// TensorBoard's web page over `url`, in headless Chromium: the scalars dashboard draws the
+/// local run's `train/loss` (`ember` inspects `local`), each step once with its value.
+pub(crate) fn page_shows(
+    reader: &StoreReader,
+    root: &Path,
+    ember: &Path,
+    url: &str,
+    local: &Path,
+) -> anyhow::Result<()> {
+    let target = target_dir(root);
+    let Some((chromium, playwright)) = crate::chromium::chromium_and_driver(&target)? else {
+        return Ok(());
+    };
+    let work = target.join("objects-check");
+    let expected = work.join(format!("{}-page-expected.json", reader.cloud));
+    std::fs::write(&expected, serde_json::to_vec(&loss_points(ember, local)?)?)?;
+    let mut page = reader.command(&playwright);
+    page.arg(root.join("xtask/objects/check_cloud_page.py"))
+        .arg("--chromium")
+        .arg(chromium)
+        .arg("--shots")
+        .arg(work.join("screenshots"))
+        .args(["--cloud", reader.cloud, "--tensorboard"])
+        .arg(reader.python)
+        .args(["--logdir", url, "--expect"])
+        .arg(&expected);
+    let ran = run_limited(
+        page,
+        "TensorBoard's page over the store",
+        &work.join(format!("{}-page.log", reader.cloud)),
+    )?;
+    expect_success(&ran, &format!("TensorBoard's page over {url}"))?;
+    eprintln!(
+        "objects ({}): {}",
+        reader.cloud,
+        ran.output.trim().lines().last().unwrap_or_default()
+    );
+    Ok(())
 }
 
 /// The `train/loss` points (step, value) of the local run `local`, as `ember inspect` reads

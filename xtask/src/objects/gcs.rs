@@ -28,8 +28,9 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use crate::objects::clouds::{Part, Reader};
+use crate::objects::clouds::Part;
 use crate::objects::scenarios::{resumed_from_the_bucket, succeeded};
+use crate::readers::StoreReader;
 use crate::scenario::{Env, Expected, Store};
 use crate::server::{Server, free_port, wait_for_port};
 
@@ -68,7 +69,7 @@ pub(crate) fn run(
     // TensorBoard reads the emulator with gcsfs on its JSON API, anonymous (never the metadata
     // server), without gcsfs's check for a hierarchical bucket, which asks the emulator over
     // gRPC with TLS and waits 60 s for it to fail before it reads.
-    let reader = Reader {
+    let reader = StoreReader {
         cloud: "gs",
         python: &python,
         env: crate::scenario::env_of(|command| {

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::objects::clouds::{Part, Reader};
+use crate::objects::clouds::Part;
 use crate::process::{Ran, expect_success, kill_after, run_limited};
+use crate::readers::StoreReader;
 use crate::scenario::{Env, Expected, KillAndResume, Program, Store, Walked, points};
 
 /// Every scenario of this module against `store`.
@@ -29,7 +30,7 @@ pub(crate) fn against(store: &Store, task: &str) -> anyhow::Result<()> {
 /// the local run's, and its page the run's `train/loss`.
 pub(crate) fn every_value(
     part: &Part,
-    reader: &Reader,
+    reader: &StoreReader,
     url: &str,
     local: &Expected,
 ) -> anyhow::Result<()> {
@@ -43,7 +44,7 @@ pub(crate) fn every_value(
     );
     let said = reader.loads(part.root, url, &local.place(), &store.log(url, "loader"))?;
     eprintln!("{task}: {said}");
-    reader.page_shows(part.root, &store.binary, url, &local.place())
+    crate::objects::clouds::page_shows(reader, part.root, &store.binary, url, &local.place())
 }
 
 /// The run every store's write-and-read scenario trains: about five seconds in a debug build,
