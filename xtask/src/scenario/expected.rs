@@ -89,23 +89,12 @@ impl Expected {
     /// inspect`, the expected values, each step once.
     pub(crate) fn check(&self, env: &dyn Env, place: &str) -> anyhow::Result<()> {
         let values = env.inspect(&self.layout.log(place))?;
-        self.check_parts(&env.on_disk(place)?, &values, place)
-    }
-
-    /// [`Expected::check`] of a run already on the disk in `dir` and inspected as `values`;
-    /// `place` names it.
-    pub(crate) fn check_parts(
-        &self,
-        dir: &Path,
-        values: &serde_json::Value,
-        place: &str,
-    ) -> anyhow::Result<()> {
         ensure!(
-            self.layout.model(dir)? == self.model,
+            self.layout.model(&env.on_disk(place)?)? == self.model,
             "{place}: the parameters differ from those of the uninterrupted run ({})",
             self.of
         );
-        same_values(&self.values, values, Path::new(place))
+        same_values(&self.values, &values, Path::new(place))
     }
 
     /// `ember train --resume place` launched in `env` (its output in the place's `resume`
