@@ -10,17 +10,18 @@
 //! or file fails the export writer with [`FileError::NotADirectory`]; nothing
 //! is written outside the log directory.
 
-use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ember_pack::FileKind;
 
 use crate::batch_context::{BatchContext, Fate};
+use crate::dir::Dir;
 use crate::error::FileError;
 use crate::event_file::{FileSettings, io_err, seal};
 use crate::journal::Journal;
 use crate::naming;
+use crate::projector::refused;
 use crate::options::Durability;
 use crate::stats::WriterStats;
 
@@ -28,7 +29,7 @@ use crate::stats::WriterStats;
 #[derive(Debug)]
 pub(crate) struct ExportWriter {
     settings: FileSettings,
-    dir: Option<ExportDir>,
+    dir: Option<Dir>,
     pub(crate) stats: WriterStats,
 }
 
@@ -53,11 +54,11 @@ impl ExportWriter {
     /// Creates the export directory on the first tensor.
     fn open_dir(&mut self) -> Result<(), FileError> {
         if self.dir.is_none() {
-            let dir = ExportDir::create(
-                &self.settings.log_dir,
-                self.settings.start_secs,
-                self.settings.journal.as_ref(),
-            )?;
+            let mut dir = Dir::open_root(self.settings.log_dir.clone())?;
+            let journal = self.settings.journal.as_ref();
+            for part in naming::export_dir(self.settings.start_secs).iter() {
+                dir = dir.make_listed_dir(&part.to_string_lossy(), journal)?;
+            }
             self.stats.path = Some(dir.path.clone());
             self.dir = Some(dir);
         }
@@ -151,118 +152,6 @@ impl ExportWriter {
             dir.sync().map_err(io_err("fsync", &dir.path))?;
             ctx.fsyncs += 1;
         }
-        Ok(())
-    }
-}
-
-/// Counts a tensor refused for its name (too long, or taken).
-fn refused(stats: &mut WriterStats, idx: usize, ctx: &mut BatchContext) {
-    stats.records_dropped += 1;
-    ctx.record_fates.mark(idx, Fate::Dropped);
-}
-
-/// The open `export_<secs>/tensor` directory.
-#[derive(Debug)]
-struct ExportDir {
-    path: PathBuf,
-    #[cfg(unix)]
-    fd: rustix::fd::OwnedFd,
-}
-
-impl ExportDir {
-    #[cfg(unix)]
-    fn create(log_dir: &Path, secs: u64, journal: Option<&Journal>) -> Result<Self, FileError> {
-        use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
-        let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let base = openat(CWD, log_dir, dir_flags, Mode::empty())
-            .map_err(|e| io_err("open directory", log_dir)(e.into()))?;
-        let relative = naming::export_dir(secs);
-        let mut fd = base;
-        let mut path = log_dir.to_path_buf();
-        for part in relative.iter() {
-            path.push(part);
-            let mkdir = || mkdirat(&fd, part, Mode::RWXU).map_err(io::Error::from);
-            // A name that exists already (the run's own directory, or a planted one) is not
-            // listed: opening it below tells which.
-            let made = match std::fs::symlink_metadata(&path) {
-                Err(_) => Journal::made(journal, &path, true, mkdir),
-                Ok(_) => mkdir(),
-            };
-            match made {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err("create directory", &path)(e)),
-            }
-            fd = match openat(&fd, part, dir_flags | OFlags::NOFOLLOW, Mode::empty()) {
-                Ok(fd) => fd,
-                Err(e) if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR => {
-                    return Err(FileError::NotADirectory { path });
-                }
-                Err(e) => return Err(io_err("open directory", &path)(e.into())),
-            };
-        }
-        Ok(Self { path, fd })
-    }
-
-    #[cfg(not(unix))]
-    fn create(log_dir: &Path, secs: u64, journal: Option<&Journal>) -> Result<Self, FileError> {
-        let mut path = log_dir.to_path_buf();
-        for part in naming::export_dir(secs).iter() {
-            path.push(part);
-            let mkdir = || std::fs::create_dir(&path);
-            let made = match std::fs::symlink_metadata(&path) {
-                Err(_) => Journal::made(journal, &path, true, mkdir),
-                Ok(_) => mkdir(),
-            };
-            match made {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err("create directory", &path)(e)),
-            }
-            let meta = std::fs::symlink_metadata(&path).map_err(io_err("inspect", &path))?;
-            if !meta.is_dir() {
-                return Err(FileError::NotADirectory { path });
-            }
-        }
-        Ok(Self { path })
-    }
-
-    /// Creates `name` new in the directory, mode 0600.
-    #[cfg(unix)]
-    fn create_file(&self, name: &str) -> io::Result<File> {
-        use rustix::fs::{Mode, OFlags, openat};
-        let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = openat(&self.fd, name, flags, Mode::RUSR | Mode::WUSR)?;
-        Ok(File::from(fd))
-    }
-
-    #[cfg(not(unix))]
-    fn create_file(&self, name: &str) -> io::Result<File> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(self.path.join(name))
-    }
-
-    /// Removes `name` from the directory.
-    #[cfg(unix)]
-    fn remove_file(&self, name: &str) -> io::Result<()> {
-        rustix::fs::unlinkat(&self.fd, name, rustix::fs::AtFlags::empty()).map_err(io::Error::from)
-    }
-
-    #[cfg(not(unix))]
-    fn remove_file(&self, name: &str) -> io::Result<()> {
-        std::fs::remove_file(self.path.join(name))
-    }
-
-    #[cfg(unix)]
-    fn sync(&self) -> io::Result<()> {
-        rustix::fs::fsync(&self.fd).map_err(io::Error::from)
-    }
-
-    #[cfg(not(unix))]
-    fn sync(&self) -> io::Result<()> {
         Ok(())
     }
 }

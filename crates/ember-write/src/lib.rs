@@ -93,6 +93,7 @@
 mod batch;
 mod batch_context;
 mod builder;
+mod dir;
 pub mod durable;
 mod error;
 mod event_file;
@@ -132,10 +133,6 @@ pub use pool::WriterPool;
 pub use reader::{RawRecord, ReadProblem, RecordReader, Scan};
 pub use rollback::{LogSnapshot, Ownership, Restored, RollbackError};
 pub use stats::{WriterPoolStats, WriterStats};
-
-/// The writer pool's statistics under their old name, which read as the device pool's.
-#[deprecated(note = "renamed `WriterPoolStats`: `PoolStats` read as ember-pool's device pool")]
-pub type PoolStats = WriterPoolStats;
 
 /// Whether `log_dir` names an object store (`s3://`, `gs://`, `az://`, `file://`, …) rather
 /// than a local directory: such a log directory needs the `object-store` feature.

@@ -106,15 +106,6 @@ impl ReadProblem {
         matches!(self, ReadProblem::Truncated { .. })
     }
 
-    /// True for damaged bytes (bad CRC or impossible length).
-    pub fn is_corruption(&self) -> bool {
-        matches!(
-            self,
-            ReadProblem::BadLengthCrc { .. }
-                | ReadProblem::ImpossibleLength { .. }
-                | ReadProblem::BadDataCrc { .. }
-        )
-    }
 }
 
 /// Iterates the records of a TFRecord-framed input; see the module docs.
