@@ -575,6 +575,18 @@ pub fn is_clock_tag(tag: &str) -> bool {
     tag.ends_with("_seconds") || tag.ends_with("per_second") || tag.starts_with("system/")
 }
 
+/// The event files directly in `dir` (any name holding `tfevents`), in name order: the order
+/// a run wrote them in.
+pub fn event_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().contains("tfevents"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// Every file under `dir` (relative to it) and its bytes, the writers' lock files aside when
 /// `with_locks` is false (a record opened on a directory writes its pid into its lock file):
 /// what "the run was left as it was" compares.

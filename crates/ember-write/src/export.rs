@@ -21,8 +21,8 @@ use crate::error::FileError;
 use crate::event_file::{FileSettings, io_err, seal};
 use crate::journal::Journal;
 use crate::naming;
-use crate::projector::refused;
 use crate::options::Durability;
+use crate::projector::refused;
 use crate::stats::WriterStats;
 
 /// Writes exported tensors, one `.npy` file each.

@@ -87,12 +87,8 @@ pub(crate) fn write_vectored_all(
 mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+    fn hex(spaced: &str) -> Vec<u8> {
+        hex::decode(spaced.replace(' ', "")).unwrap()
     }
 
     #[test]

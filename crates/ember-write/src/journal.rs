@@ -180,7 +180,7 @@ impl Journal {
     fn append(&self, tag: char, path: &Path) -> io::Result<()> {
         let line = format!(
             "{tag} {}\n",
-            hex(self.relative(path)?.to_string_lossy().as_bytes())
+            hex::encode(self.relative(path)?.to_string_lossy().as_bytes())
         );
         let journal = Self::path_in(&self.root, self.rank);
         let settled = self.settled.load(Ordering::Acquire);
@@ -268,23 +268,9 @@ pub(crate) fn is_plain(relative: &Path) -> bool {
 
 /// A hex-encoded name, when it is a plain relative path.
 pub(crate) fn decode_name(text: &str) -> Option<PathBuf> {
-    let bytes = unhex(text)?;
+    let bytes = hex::decode(text).ok()?;
     let path = PathBuf::from(String::from_utf8(bytes).ok()?);
     is_plain(&path).then_some(path)
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -338,7 +324,7 @@ mod tests {
         fs::create_dir_all(root.join("log").join(RUN_DIR)).unwrap();
         fs::write(
             Journal::path_in(&root.join("log"), 0),
-            format!("f {}\n", hex(b"../elsewhere")),
+            format!("f {}\n", hex::encode(b"../elsewhere")),
         )
         .unwrap();
         assert!(matches!(

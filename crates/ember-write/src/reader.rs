@@ -105,7 +105,6 @@ impl ReadProblem {
     pub fn is_truncated_tail(&self) -> bool {
         matches!(self, ReadProblem::Truncated { .. })
     }
-
 }
 
 /// Iterates the records of a TFRecord-framed input; see the module docs.

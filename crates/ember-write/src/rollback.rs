@@ -32,7 +32,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::journal::{Journal, Made, decode_name, hex, unhex};
+use crate::journal::{Journal, Made, decode_name};
 
 /// The projector config, rewritten whole at each embedding: its text is kept, not its length.
 const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
@@ -450,16 +450,19 @@ impl LogSnapshot {
     pub fn encode(&self) -> String {
         let mut out = format!("{VERSION_LINE}\n");
         for dir in &self.dirs {
-            out.push_str(&format!("d {}\n", hex(dir.to_string_lossy().as_bytes())));
+            out.push_str(&format!(
+                "d {}\n",
+                hex::encode(dir.to_string_lossy().as_bytes())
+            ));
         }
         for (file, len) in &self.files {
             out.push_str(&format!(
                 "f {len} {}\n",
-                hex(file.to_string_lossy().as_bytes())
+                hex::encode(file.to_string_lossy().as_bytes())
             ));
         }
         if let Some(config) = &self.projector_config {
-            out.push_str(&format!("p {}\n", hex(config)));
+            out.push_str(&format!("p {}\n", hex::encode(config)));
         }
         out
     }
@@ -492,7 +495,8 @@ impl LogSnapshot {
                     snapshot.files.insert(file, len);
                 }
                 ["p", config] => {
-                    snapshot.projector_config = Some(unhex(config).ok_or_else(|| bad(line))?)
+                    snapshot.projector_config =
+                        Some(hex::decode(config).ok().ok_or_else(|| bad(line))?)
                 }
                 _ => return Err(bad(line)),
             }

@@ -14,7 +14,6 @@ use super::claim::{Claim, Unfenced, put_fenced};
 use super::markers::{marked_file, marked_files};
 use super::staged::PROJECTOR_CONFIG;
 use super::store::{RemoteError, in_short, open_store, outside_any_runtime};
-use crate::journal::{hex, unhex};
 
 /// A prefix of an object store (`s3://bucket/run/checkpoints`), its objects read and written
 /// whole; see the module docs.
@@ -340,10 +339,10 @@ impl BucketSnapshot {
         };
         let mut lines = vec![version.to_owned()];
         for (name, size) in &self.objects {
-            lines.push(format!("o {} {size}", hex(name.as_bytes())));
+            lines.push(format!("o {} {size}", hex::encode(name.as_bytes())));
         }
         if let Some(text) = &self.projector_config {
-            lines.push(format!("p {}", hex(text)));
+            lines.push(format!("p {}", hex::encode(text)));
         }
         lines.join("\n") + "\n"
     }
@@ -372,10 +371,10 @@ impl BucketSnapshot {
             let fields: Vec<&str> = line.split(' ').collect();
             match fields.as_slice() {
                 ["o", name, size] => {
-                    let name = String::from_utf8(unhex(name)?).ok()?;
+                    let name = String::from_utf8(hex::decode(name).ok()?).ok()?;
                     snapshot.objects.insert(name, size.parse().ok()?);
                 }
-                ["p", text] => snapshot.projector_config = Some(unhex(text)?),
+                ["p", text] => snapshot.projector_config = Some(hex::decode(text).ok()?),
                 _ => return None,
             }
         }
@@ -540,10 +539,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("run")).unwrap();
         let bucket = Bucket::open(&format!("file://{}/run", dir.path().display())).unwrap();
         let tb = "events.out.tfevents.0000000001.h.7.0";
-        let hex: String = format!("{tb}.00000001")
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex = hex::encode(format!("{tb}.00000001"));
         let snapshot = BucketSnapshot::decode(&format!("bucket-snapshot 1\no {hex} 3\n")).unwrap();
         bucket
             .put(&format!("{tb}.00000001"), b"one".to_vec())

@@ -15,7 +15,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::store::RemoteError;
-use crate::journal::hex;
 
 /// The file of a staging directory that says where it ships and how far it got.
 pub(crate) const STATE_FILE: &str = ".ember-mirror";
@@ -108,18 +107,18 @@ pub(crate) struct ShipState {
 impl ShipState {
     /// One line a fact, names hex-encoded (any name survives).
     pub(super) fn encode(&self) -> String {
-        let mut lines = vec![format!("url {}", hex(self.url.as_bytes()))];
+        let mut lines = vec![format!("url {}", hex::encode(self.url.as_bytes()))];
         for (file, (bytes, segments)) in &self.shipped {
             lines.push(format!(
                 "shipped {} {bytes} {segments}",
-                hex(file.as_bytes())
+                hex::encode(file.as_bytes())
             ));
         }
         for (staged, name) in &self.claimed {
             lines.push(format!(
                 "claimed {} {}",
-                hex(staged.as_bytes()),
-                hex(name.as_bytes())
+                hex::encode(staged.as_bytes()),
+                hex::encode(name.as_bytes())
             ));
         }
         lines.join("\n") + "\n"
@@ -157,7 +156,7 @@ impl ShipState {
 }
 
 fn unhex(text: &str) -> Option<String> {
-    String::from_utf8(crate::journal::unhex(text)?).ok()
+    String::from_utf8(hex::decode(text).ok()?).ok()
 }
 
 #[cfg(test)]

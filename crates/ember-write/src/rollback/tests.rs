@@ -173,7 +173,11 @@ fn a_snapshot_from_before_journals_cuts_back_and_removes_nothing() {
     write(&root.join(EVENTS), b"0123456789");
     let later = root.join("events.out.tfevents.0000000002.h.1.0");
     write(&later, b"made since");
-    let legacy = format!("d {}\nf 4 {}\n", hex(b"eval"), hex(EVENTS.as_bytes()));
+    let legacy = format!(
+        "d {}\nf 4 {}\n",
+        hex::encode(b"eval"),
+        hex::encode(EVENTS.as_bytes())
+    );
     let snapshot = LogSnapshot::decode(&legacy).unwrap();
     assert!(snapshot.is_legacy());
     let restored = snapshot.restore(root, &[], &[], Ownership::ALONE).unwrap();
@@ -268,7 +272,7 @@ fn a_malformed_snapshot_is_an_error() {
     assert!(LogSnapshot::decode("f 1 0\n").is_err());
     assert!(LogSnapshot::decode("v 2\nv 2\n").is_err());
     for name in ["../x", "/etc/passwd", "a/../../b", ""] {
-        let text = format!("v 2\nf 1 {}\n", hex(name.as_bytes()));
+        let text = format!("v 2\nf 1 {}\n", hex::encode(name.as_bytes()));
         assert!(LogSnapshot::decode(&text).is_err(), "{name}");
     }
 }

@@ -232,17 +232,9 @@ fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use ember_tests::event_files;
 
-    fn event_files(dir: &Path) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().contains("tfevents"))
-            .collect();
-        files.sort();
-        files
-    }
+    use super::*;
 
     /// Issue 41: a checkpoint taken with no summary record, resumed with one, used to roll the
     /// log back to nothing and remove the run's event file.

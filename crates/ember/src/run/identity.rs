@@ -73,9 +73,9 @@ impl Settings {
 
     /// Each setting as a checkpoint's meta line holds it: `setting=<name, hex> <value>`.
     pub(crate) fn meta_lines(&self) -> impl Iterator<Item = String> + '_ {
-        self.0
-            .iter()
-            .map(|(name, value)| format!("setting={} {}", hex(name.as_bytes()), encode(value)))
+        self.0.iter().map(|(name, value)| {
+            format!("setting={} {}", hex::encode(name.as_bytes()), encode(value))
+        })
     }
 
     /// The settings a checkpoint's `setting=` meta lines hold; `Err` names a malformed one.
@@ -84,7 +84,9 @@ impl Settings {
             .map(|line| {
                 let bad = || format!("`setting={line}`");
                 let (name, value) = line.split_once(' ').ok_or_else(bad)?;
-                let name = unhex(name).and_then(|n| String::from_utf8(n).ok());
+                let name = hex::decode(name)
+                    .ok()
+                    .and_then(|n| String::from_utf8(n).ok());
                 Ok((name.ok_or_else(bad)?, decode(value).ok_or_else(bad)?))
             })
             .collect::<Result<_, _>>()
@@ -139,7 +141,7 @@ fn encode(value: &HParamValue) -> String {
         HParamValue::Bool(b) => format!("b{}", u8::from(*b)),
         HParamValue::Int(i) => format!("i{i}"),
         HParamValue::Number(x) => format!("f{:016x}", x.to_bits()),
-        HParamValue::Str(s) => format!("s{}", hex(s.as_bytes())),
+        HParamValue::Str(s) => format!("s{}", hex::encode(s.as_bytes())),
     }
 }
 
@@ -153,23 +155,9 @@ fn decode(word: &str) -> Option<HParamValue> {
         }),
         "i" => HParamValue::Int(rest.parse().ok()?),
         "f" => HParamValue::Number(f64::from_bits(u64::from_str_radix(rest, 16).ok()?)),
-        "s" => HParamValue::Str(String::from_utf8(unhex(rest)?).ok()?),
+        "s" => HParamValue::Str(String::from_utf8(hex::decode(rest).ok()?).ok()?),
         _ => return None,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -63,14 +63,8 @@ mod tests {
     /// The step of every event of the files under `dir` (not below), `None` for a session
     /// start's: in file order, after each file's version event.
     fn steps(dir: &Path) -> Vec<(Option<i64>, i64)> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.to_string_lossy().contains("tfevents"))
-            .collect();
-        files.sort();
         let mut out = Vec::new();
-        for file in files {
+        for file in ember_tests::event_files(dir) {
             for record in RecordReader::open(&file).unwrap() {
                 let event = Event::decode(record.unwrap().data.as_slice()).unwrap();
                 match event.what {

@@ -1,13 +1,12 @@
 //! The Trainer against what a user's own environment does to a run: its directory deleted and
 //! made again, a crafted checkpoint, a caller still saving the model; and its first CPU sample.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use burn::optim::SgdConfig;
 use burn::tensor::Device;
-use ember_tests::{Mlp, regression_loader};
+use ember_tests::{Mlp, files_under, regression_loader};
 use ember_write::{DirLock, LockError};
 
 use super::*;
@@ -28,23 +27,6 @@ fn checkpointing(epochs: usize, dir: &Path) -> TrainerConfig {
 
 fn trainer(config: TrainerConfig, device: &Device) -> Trainer<Mlp> {
     Trainer::new(vec![device.clone()], SgdConfig::new().init(), 0.05, config)
-}
-
-/// Every file under `dir`, with its bytes.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                files.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
 }
 
 #[test]
@@ -147,7 +129,7 @@ fn a_checkpoint_past_the_data_is_refused_leaving_every_file_of_the_run_as_it_was
     let checkpoint = newest.checkpoint.clone().with("meta", crafted.into_bytes());
     write_durably(&checkpoints, name, &checkpoint).unwrap();
 
-    let before = tree(dir.path());
+    let before = files_under(dir.path(), true);
     // The record opens its event file with its first record: none comes before the refusal.
     let mut summary = SummaryRecord::new(&log).unwrap();
     let refused = trainer(checkpointing(2, &checkpoints), &device)
@@ -165,7 +147,7 @@ fn a_checkpoint_past_the_data_is_refused_leaving_every_file_of_the_run_as_it_was
         other => panic!("the crafted resume got {:?}", other.map(|r| r.1)),
     }
     assert_eq!(
-        tree(dir.path()),
+        files_under(dir.path(), true),
         before,
         "the refused resume changed the run"
     );

@@ -29,13 +29,7 @@ struct LiveLoader {
 
 impl LiveLoader {
     fn reload(&mut self, dir: &Path) {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.to_string_lossy().contains("tfevents"))
-            .collect();
-        files.sort();
-        for path in files {
+        for path in ember_tests::event_files(dir) {
             let bytes = std::fs::read(&path).unwrap();
             let offset = self.offsets.get(&path).copied().unwrap_or(0);
             // A file cut back below what was read gives nothing more, as a reader at its end.
@@ -131,14 +125,9 @@ fn checkpoints_of(dir: &Path) -> Vec<(u64, PathBuf, usize, bool)> {
     let mut out = Vec::new();
     for (seq, path) in Checkpoints::new(dir, 1).list().unwrap() {
         let taken = checkpoint::read(&path).unwrap();
-        let meta = String::from_utf8(taken.section("meta").unwrap().to_vec()).unwrap();
-        let field = |name: &str| {
-            meta.lines()
-                .find_map(|line| line.strip_prefix(&format!("{name}=")).map(str::to_owned))
-                .unwrap()
-        };
-        let steps = field("steps").parse().unwrap();
-        out.push((seq, path, steps, field("epoch_done") == "true"));
+        let meta = checkpoint::meta::Fields::of(&taken);
+        let steps = meta.usize("steps").unwrap();
+        out.push((seq, path, steps, meta.text("epoch_done").unwrap() == "true"));
     }
     out.reverse();
     out

@@ -123,15 +123,7 @@ fn rank(
     result.map(|(model, report)| (parameters(&model), report))
 }
 
-fn job(
-    root: PathBuf,
-    trouble: Trouble,
-    resume: bool,
-) -> Vec<Result<(Vec<f32>, TrainReport), TrainError>> {
-    job_of(2, root, trouble, resume)
-}
-
-/// [`job`] of `ranks` ranks.
+/// A job of `ranks` ranks, each a thread, training into the bucket under `root`.
 fn job_of(
     ranks: usize,
     root: PathBuf,
@@ -170,7 +162,7 @@ fn a_checkpoint_one_rank_s_store_did_not_take_is_passed_over_on_every_rank() {
     let root = tempfile::tempdir().unwrap();
     let whole = root.path().join("whole");
     fs::create_dir_all(whole.join("log")).unwrap();
-    let results = job(whole.clone(), Trouble::default(), false);
+    let results = job_of(2, whole.clone(), Trouble::default(), false);
     let (expected, report) = results[0].as_ref().unwrap().clone();
     assert_eq!(report.checkpoints_written, EPOCHS, "{report:?}");
     let expected_series = series(&whole);
@@ -183,7 +175,7 @@ fn a_checkpoint_one_rank_s_store_did_not_take_is_passed_over_on_every_rank() {
         fail_in: Some(4),
         ..Trouble::default()
     };
-    let results = job(failed.clone(), trouble, false);
+    let results = job_of(2, failed.clone(), trouble, false);
     assert!(results.iter().all(Result::is_err), "the job must fail");
     let mut names: Vec<String> = fs::read_dir(failed.join("checkpoints"))
         .unwrap()
@@ -218,7 +210,7 @@ fn resumes_as_never_stopped(
     expected: &[f32],
     expected_series: &BTreeMap<String, Vec<(i64, f64)>>,
 ) {
-    let results = job(root.to_path_buf(), Trouble::default(), true);
+    let results = job_of(2, root.to_path_buf(), Trouble::default(), true);
     for (rank, result) in results.iter().enumerate() {
         let (params, report) = result.as_ref().unwrap();
         let from = report.resumed_from.as_ref().expect("resumed");
@@ -246,7 +238,7 @@ fn a_job_stopped_mid_epoch_in_a_bucket_resumes_from_the_stop_as_never_stopped() 
     let root = tempfile::tempdir().unwrap();
     let whole = root.path().join("whole");
     fs::create_dir_all(whole.join("log")).unwrap();
-    let results = job(whole.clone(), Trouble::default(), false);
+    let results = job_of(2, whole.clone(), Trouble::default(), false);
     let (expected, _) = results[0].as_ref().unwrap().clone();
     let expected_series = series(&whole);
 
@@ -256,7 +248,10 @@ fn a_job_stopped_mid_epoch_in_a_bucket_resumes_from_the_stop_as_never_stopped() 
         stop_after: Some((2, 2)),
         ..Trouble::default()
     };
-    for (rank, result) in job(stopped.clone(), trouble, false).iter().enumerate() {
+    for (rank, result) in job_of(2, stopped.clone(), trouble, false)
+        .iter()
+        .enumerate()
+    {
         let (_, report) = result.as_ref().unwrap();
         assert!(report.interrupted, "rank {rank} went on");
         // 4 steps an epoch: stopped after the round of epoch 2's third step.
