@@ -86,8 +86,8 @@ pub(crate) fn run(root: &Path, release: bool) -> anyhow::Result<()> {
     one_rank_per_host(&check)?;
     let (one_host, equal_seconds) = equivalence::equivalence(&check)?;
     let worst = equivalence::against_one_process(&check)?;
-    let cut = cut::cut(&check, &endpoint, &one_host)?;
-    terminated::terminated(&check, &endpoint, &one_host, equal_seconds)?;
+    let cut = cut::cut(&check, &one_host)?;
+    terminated::terminated(&check, &one_host, equal_seconds)?;
     let rates = slow::slow(&check)?;
     let md = report::write(
         &target.join("bench"),

@@ -21,7 +21,9 @@
 mod env;
 mod expected;
 mod kills;
+mod stop;
 
 pub(crate) use env::{Env, Local, Store, env_of, inspect_json, output_within};
 pub(crate) use expected::{Expected, interrupted_after, points};
 pub(crate) use kills::{KillAndResume, Program, Walked};
+pub(crate) use stop::{Running, Signalled, StopAndResume, Stopped};

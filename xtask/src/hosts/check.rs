@@ -3,7 +3,7 @@
 //! and TensorBoard's S3 reader through `xtask/objects/check_s3.py`.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 
 use super::launch::Cluster;
 use super::net::Network;
@@ -105,15 +105,9 @@ impl Env for Check<'_> {
     fn on_disk(&self, place: &str) -> anyhow::Result<std::path::PathBuf> {
         self.store.on_disk(place)
     }
-}
 
-/// A job started in the background (`mpirun`), killed when dropped: when a check fails while it
-/// runs, what it started inside the hosts goes with the network.
-pub(super) struct Running(pub(super) Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+    fn checkpoint_names(&self, place: &str) -> anyhow::Result<Vec<String>> {
+        let run = place.trim_start_matches("s3://ember/");
+        super::store::keys(&self.cluster.endpoint, &format!("{run}/checkpoints/"))
     }
 }

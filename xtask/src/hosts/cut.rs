@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
-use super::check::{Check, Running};
+use super::check::Check;
 use super::equivalence::TRAIN;
 use super::launch::TASK;
-use super::store::keys;
-use crate::scenario::{Env, Expected};
+use crate::scenario::{Env, Expected, Running};
 
 /// The run in the bucket whose host loses its link.
 const URL: &str = "s3://ember/cut";
@@ -43,9 +42,10 @@ pub(super) struct CutFigures {
     pub(super) cut_host: (usize, usize),
 }
 
-pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Result<CutFigures> {
+pub(super) fn cut(check: &Check, reference: &Path) -> anyhow::Result<CutFigures> {
     let log_path = check.work.join("cut.log");
-    let mut running = until_checkpoint(check, endpoint, URL, &log_path)?;
+    let args: Vec<&str> = TRAIN.iter().copied().chain(["--logdir", URL]).collect();
+    let mut running = Running::until_first_checkpoint(check, &args, URL, &log_path)?;
     check.network.link(1, false)?;
     let gone_after = all_gone(check, &mut running)?;
     ensure!(
@@ -68,7 +68,8 @@ pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Re
     check.network.reachable()?;
 
     let (loss, cut_host) = pushed(check)?;
-    resumed(check, URL, reference)?;
+    Expected::of_dir(check.ember, reference)?.resumed_to_the_end(check, URL)?;
+    check.tensorboard_same(URL, reference)?;
     eprintln!(
         "{TASK}: (b) host 1's link cut mid-run: every process of the job gone {:.1} s after the \
          cut (bound {:.0} s), the output naming the lost host (`{named}`); after ember push on \
@@ -89,36 +90,6 @@ pub(super) fn cut(check: &Check, endpoint: &str, reference: &Path) -> anyhow::Re
         loss,
         cut_host,
     })
-}
-
-/// Starts the job into `url` (`s3://ember/<run>`), its output into `log`, and waits (bounded)
-/// until its first whole checkpoint (rank 0's, written after every rank's part) is in the
-/// bucket.
-pub(super) fn until_checkpoint(
-    check: &Check,
-    endpoint: &str,
-    url: &str,
-    log: &Path,
-) -> anyhow::Result<Running> {
-    let mut job = check.launch(TRAIN);
-    job.args(["--logdir", url]);
-    let file = std::fs::File::create(log)?;
-    let mut running = Running(
-        job.stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .context("starting mpirun")?,
-    );
-    let started = Instant::now();
-    while newest_checkpoint(endpoint, url)?.is_none() {
-        ensure!(
-            running.0.try_wait()?.is_none() && started.elapsed() < Duration::from_secs(90),
-            "the job ended or hung before its first checkpoint was in the bucket:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(running)
 }
 
 /// Waits (at most [`BOUND`]) until `mpirun`, the hosts' processes and every process of the
@@ -204,23 +175,6 @@ fn pushed(check: &Check) -> anyhow::Result<((usize, usize), (usize, usize))> {
         after.0
     );
     Ok(((before.0, after.0), (before.1, after.1)))
-}
-
-/// The key of rank 0's newest checkpoint of the run at `url` in the bucket, if any.
-pub(super) fn newest_checkpoint(endpoint: &str, url: &str) -> anyhow::Result<Option<String>> {
-    let run = url.trim_start_matches("s3://ember/");
-    Ok(crate::runs::newest_checkpoint(keys(
-        endpoint,
-        &format!("{run}/checkpoints/"),
-    )?))
-}
-
-/// `ember train --resume` of the run at `url` on the hosts: the uninterrupted run's model and
-/// values. Returns what it printed.
-pub(super) fn resumed(check: &Check, url: &str, reference: &Path) -> anyhow::Result<String> {
-    let ran = Expected::of_dir(check.ember, reference)?.resumed_to_the_end(check, url)?;
-    check.tensorboard_same(url, reference)?;
-    Ok(ran.output)
 }
 
 /// The number of steps of `tag` in an `ember inspect --json --values` report, which must be

@@ -45,7 +45,7 @@ const S3_VARS: &[&str] = &[
 pub(super) struct Cluster {
     agent: PathBuf,
     hostfile: PathBuf,
-    endpoint: String,
+    pub(super) endpoint: String,
     /// Each host's own `TMPDIR` (where its writers stage what they ship), by host.
     pub(super) tmp: Vec<PathBuf>,
     /// The hosts' addresses, by host.

@@ -10,12 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use super::scenarios::{
-    EPOCHS, Signalled, newest_checkpoint, stop, terminate_after_first_checkpoint,
-};
+use super::scenarios::{EPOCHS, job_args, ranks, stopped_cleanly};
 use crate::mpirun::{RankExits, TASK, Transport, mpirun};
 use crate::process::{expect_success, run_limited};
-use crate::scenario::inspect_json;
+use crate::scenario::{Env, Running, Signalled, StopAndResume, inspect_json};
 
 /// The scenario, in `out/fewer-ranks`, against the uninterrupted job in `out/reference` (from
 /// [`resume`](super::scenarios::resume)), which took `reference_took`.
@@ -25,15 +23,21 @@ pub(super) fn fewer_ranks(
     reference_took: Duration,
 ) -> anyhow::Result<()> {
     let reference = out.join("reference");
-    let run = out.join("fewer-ranks");
-    std::fs::remove_dir_all(&run).ok();
     let both = Signalled::Ranks(&[0, 1]);
-    let at = reference_took / 8;
-    let stopped =
-        terminate_after_first_checkpoint((ember, exits), (&run, EPOCHS), both, at, out)?.step;
-    let stopped_alone = one_rank_until_stopped((ember, exits), &run, out)?;
+    let epochs = EPOCHS.to_string();
+    let stopped = StopAndResume {
+        name: "fewer-ranks",
+        args: &job_args(&epochs, ""),
+        whom: both,
+        after: &[reference_took / 8],
+        periods: &[],
+    }
+    .stop(&ranks(exits.program(), out))?;
+    stopped_cleanly(&stopped, both, 2, (ember, exits))?;
+    let run = Path::new(&stopped.place);
+    let stopped_alone = one_rank_until_stopped((ember, exits), run, out)?;
     let mut again = mpirun(2, Transport::SharedMemory);
-    again.arg(ember).args(["train", "--resume"]).arg(&run);
+    again.arg(ember).args(["train", "--resume"]).arg(run);
     let ran = run_limited(
         again,
         "mpirun -n 2 ember train --resume",
@@ -46,11 +50,12 @@ pub(super) fn fewer_ranks(
         "the job that went on with 1 rank and then 2 ended with other parameters than the \
          uninterrupted job's"
     );
-    each_step_once(ember, &run, &reference)?;
+    each_step_once(ember, run, &reference)?;
     eprintln!(
-        "{TASK}: a job of 2 ranks SIGTERMed at step {stopped}, resumed by 1 rank running both \
+        "{TASK}: a job of 2 ranks SIGTERMed at step {}, resumed by 1 rank running both \
          ranks' data and SIGTERMed at step {stopped_alone}, then resumed by 2 ranks: the \
-         uninterrupted job's parameters, byte for byte, each step once in ember inspect"
+         uninterrupted job's parameters, byte for byte, each step once in ember inspect",
+        stopped.step
     );
     Ok(())
 }
@@ -62,23 +67,24 @@ fn one_rank_until_stopped(
     run: &Path,
     out: &Path,
 ) -> anyhow::Result<u64> {
-    let checkpoints = run.join("checkpoints");
-    let before = newest_checkpoint(&checkpoints)?;
+    let env = ranks(ember, out);
+    let place = run.to_string_lossy();
+    let before = env.newest_checkpoint(&place)?;
     let log_path = out.join("fewer-ranks-1.log");
     let log = std::fs::File::create(&log_path)?;
     let mut one = mpirun(1, Transport::SharedMemory);
     one.arg(exits.program())
         .args(["train", "--resume"])
         .arg(run);
-    let mut child = one
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting mpirun -n 1")?;
+    let mut job = Running(
+        one.stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting mpirun -n 1")?,
+    );
     let started = Instant::now();
-    while newest_checkpoint(&checkpoints)? == before {
-        if child.try_wait()?.is_some() || started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
+    while env.newest_checkpoint(&place)? == before {
+        if job.0.try_wait()?.is_some() || started.elapsed() > Duration::from_secs(120) {
             bail!(
                 "the job resumed by 1 rank ended or hung before a checkpoint of its own:\n{}",
                 std::fs::read_to_string(&log_path)?
@@ -86,13 +92,9 @@ fn one_rank_until_stopped(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let stopped = stop(
-        &mut child,
-        (run, 1),
-        Signalled::Ranks(&[0]),
-        (ember, exits),
-        &log_path,
-    )?;
+    let alone = Signalled::Ranks(&[0]);
+    let stopped = job.stopped(&env, alone, &place, &log_path)?;
+    stopped_cleanly(&stopped, alone, 1, (ember, exits))?;
     ensure!(
         !stopped.output.contains("warning:"),
         "the job resumed by 1 rank warned:\n{}",

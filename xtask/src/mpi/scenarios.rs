@@ -4,13 +4,15 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 
 use crate::mpirun::{RankExits, TASK, Transport, mpirun};
 use crate::process::{Ran, collect_tags, expect_success, run_limited};
-use crate::scenario::{Env, Expected, Local, inspect_json};
+use crate::scenario::{
+    Env, Expected, Local, Running, Signalled, StopAndResume, Stopped, inspect_json,
+};
 
 /// The wait of the hang scenario: rank 0 must end the job soon after it.
 const HANG_TIMEOUT_SECS: u64 = 5;
@@ -221,36 +223,34 @@ pub(super) fn train(ember: &Path, out: &Path) -> anyhow::Result<()> {
 pub(super) fn resume(ember: &Path, out: &Path) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(out)?;
     let reference = out.join("reference");
+    let epochs = EPOCHS.to_string();
     let ran = run_limited(
-        job(ember, &reference, EPOCHS),
+        ranks(ember, out).launch(&job_args(&epochs, &reference.to_string_lossy())),
         "mpirun -n 2 ember train",
         &out.join("reference.log"),
     )?;
     expect_success(&ran, "mpirun -n 2 ember train")?;
     let reference_took = ran.elapsed;
 
-    let run = out.join("killed");
-    let log = std::fs::File::create(out.join("killed.log"))?;
-    let mut child = job(ember, &run, EPOCHS)
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting mpirun")?;
-    let first = wait_for_first_checkpoint(&mut child, &run)?;
-    ensure!(first, "the job ended or hung before its first checkpoint");
-    let victim =
-        crate::runs::rank_process(&run.to_string_lossy(), 1).context("finding rank 1's process")?;
+    let env = ranks(ember, out);
+    let run = env.place("killed");
+    let mut job = Running::until_first_checkpoint(
+        &env,
+        &job_args(&epochs, &run),
+        &run,
+        &out.join("killed.log"),
+    )?;
+    let victim = crate::runs::rank_process(&run, 1).context("finding rank 1's process")?;
     let killed = Command::new("kill")
         .args(["-KILL", &victim.to_string()])
         .status()?;
     ensure!(killed.success(), "kill -KILL {victim} failed");
-    let status = child.wait()?;
     ensure!(
-        !status.success(),
+        !job.0.wait()?.success(),
         "the job succeeded although rank 1 was killed"
     );
 
-    let ran = resume_like(ember, &run, &reference)?;
+    let ran = Expected::of_dir(ember, &reference)?.resumed_to_the_end(&env, &run)?;
     eprintln!(
         "{TASK}: a job whose rank 1 was killed with SIGKILL after its first checkpoint, started \
          again with --resume: every rank went on from the same checkpoint, and the job ended \
@@ -269,129 +269,80 @@ pub(super) const EPOCHS: u32 = 4;
 /// after it got its own reaches the ranks mid-run.
 const STOPPED_EPOCHS: u32 = 60;
 
-/// The job the scenarios of `ember train` under mpirun run: 2 ranks of 2 workers, each rank
-/// `program` (`ember`, or a script running it).
-fn job(program: &Path, logdir: &Path, epochs: u32) -> Command {
-    let logdir = logdir.to_string_lossy();
-    let epochs = epochs.to_string();
-    let args = [
-        "train",
-        "--epochs",
-        &epochs,
-        "--devices",
-        "2",
-        "--logdir",
-        &logdir,
-    ];
-    ranks(program).launch(&args)
-}
-
-/// Runs of `program` (`ember`, or a script running it) as 2 ranks on this machine, over shared
-/// memory.
-fn ranks(program: &Path) -> Local {
-    Local::new(program, Path::new(".")).under(&mpirun(2, Transport::SharedMemory))
-}
-
-/// Resumes the job of `run` with `--resume` (as 2 ranks) and checks that it ends as the
-/// uninterrupted job in `reference` did: its model byte for byte, its values in ember inspect,
-/// each step once.
-fn resume_like(ember: &Path, run: &Path, reference: &Path) -> anyhow::Result<Ran> {
-    Expected::of_dir(ember, reference)?.resumed_to_the_end(&ranks(ember), &run.to_string_lossy())
-}
-
-/// Whom a scenario sends SIGTERM.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Signalled<'a> {
-    /// `mpirun`, as the Slurm batch script and `timeout` do: Open MPI passes it on to every
-    /// rank a second later and SIGKILLs them a second after that, or as soon as one has exited
-    /// (`odls_base_sigkill_timeout`).
-    Mpirun,
-    /// These ranks themselves.
-    Ranks(&'a [usize]),
-}
-
-impl std::fmt::Display for Signalled<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Signalled::Mpirun => write!(f, "mpirun"),
-            Signalled::Ranks(ranks) => write!(f, "ranks {ranks:?}"),
-        }
+/// `ember train`'s arguments of the scenarios' job of `epochs` (2 workers a rank), into
+/// `logdir` where one is given.
+pub(super) fn job_args<'a>(epochs: &'a str, logdir: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["train", "--epochs", epochs, "--devices", "2"];
+    if !logdir.is_empty() {
+        args.extend(["--logdir", logdir]);
     }
+    args
+}
+
+/// Runs under `out` of `program` (`ember`, or [`RankExits`]' script running it) as 2 ranks on
+/// this machine, over shared memory.
+pub(super) fn ranks(program: &Path, out: &Path) -> Local {
+    Local::new(program, out).under(&mpirun(2, Transport::SharedMemory))
 }
 
 /// `ember train` under `mpirun -n 2` sent SIGTERM mid-run, mid-epoch: through `mpirun`, on
 /// every rank at once (as Slurm stops a job), then on rank 1 alone. Every rank stops at the
-/// same optimizer step and checkpoints there, closes its log and exits with 143 ([`stop`]);
-/// `--resume` goes on from that checkpoint (the newest) and the job ends as the uninterrupted
-/// one, run first into `out/long-reference`, did. The resumed jobs are then read by
-/// TensorBoard's loaders, tbparse and rustboard as the uninterrupted one is, each step once.
+/// same optimizer step and checkpoints there, closes its log and exits with 143
+/// ([`stopped_cleanly`]); `--resume` goes on from that checkpoint (the newest) and the job ends
+/// as the uninterrupted one, run first into `out/long-reference`, did. The resumed jobs are
+/// then read by TensorBoard's loaders, tbparse and rustboard as the uninterrupted one is, each
+/// step once.
 pub(super) fn terminated(
     (ember, exits): (&Path, &RankExits),
     out: &Path,
     (root, target): (&Path, &Path),
 ) -> anyhow::Result<()> {
     let reference = out.join("long-reference");
+    let epochs = STOPPED_EPOCHS.to_string();
     let ran = run_limited(
-        job(ember, &reference, STOPPED_EPOCHS),
+        ranks(ember, out).launch(&job_args(&epochs, &reference.to_string_lossy())),
         "mpirun -n 2 ember train",
         &out.join("long-reference.log"),
     )?;
     expect_success(&ran, "mpirun -n 2 ember train")?;
-    let reference_took = ran.elapsed;
-    let epoch_steps = epoch_steps(ember, &reference)?;
-    let cases = [
-        ("terminated-mpirun", Signalled::Mpirun),
+    let expected = Expected::of_dir(ember, &reference)?;
+    // A signal that lands at an epoch's end stops the job there, which is not the case at
+    // stake: the next moment is tried.
+    let epoch_steps = [epoch_steps(ember, &reference)?];
+    let after = [1, 2, 3].map(|sixteenths| ran.elapsed * sixteenths / 16);
+    let mut resumed = Vec::new();
+    for (name, whom) in [
+        ("terminated-mpirun", Signalled::Launcher),
         ("terminated-2", Signalled::Ranks(&[0, 1])),
         ("terminated-1", Signalled::Ranks(&[1])),
-    ];
-    for (name, whom) in cases {
-        let run = out.join(name);
-        // A signal that lands at an epoch's end stops the job there, which is not the case at
-        // stake: the next moment is tried.
-        let mut mid_epoch = None;
-        for eighths in [1, 2, 3] {
-            std::fs::remove_dir_all(&run).ok();
-            let at = reference_took * eighths / 16;
-            let stopped = terminate_after_first_checkpoint(
-                (ember, exits),
-                (&run, STOPPED_EPOCHS),
-                whom,
-                at,
-                out,
-            )?;
-            if !stopped.step.is_multiple_of(epoch_steps) {
-                mid_epoch = Some(stopped);
-                break;
-            }
+    ] {
+        let stopped = StopAndResume {
+            name,
+            args: &job_args(&epochs, ""),
+            whom,
+            after: &after,
+            periods: &epoch_steps,
         }
-        let stopped = mid_epoch.with_context(|| {
-            format!("SIGTERM to {whom} never stopped the job in the middle of an epoch")
-        })?;
-        let newest = newest_checkpoint(&run.join("checkpoints"))?;
-        let ran = resume_like(ember, &run, &reference)?;
-        ensure!(
-            ran.output.contains(&newest),
-            "SIGTERM to {whom} stopped the job at step {}: it did not go on from the stop's \
-             checkpoint {newest}:\n{}",
-            stopped.step,
-            ran.output
-        );
+        .stop(&ranks(exits.program(), out))?;
+        let took = stopped_cleanly(&stopped, whom, 2, (ember, exits))?;
+        stopped.resumed(&ranks(ember, out), &expected)?;
         eprintln!(
             "{TASK}: SIGTERM to {whom} mid-epoch: every rank stopped at step {}, checkpointed \
              there, closed its log and exited with 143, the last {:.2} s after the signal; the \
              job resumed from the checkpoint ended with the uninterrupted job's parameters, byte \
              for byte, and its values in ember inspect",
             stopped.step,
-            stopped.took.as_secs_f64()
+            took.as_secs_f64()
+        );
+        resumed.push(
+            Path::new(&stopped.place)
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default(),
         );
     }
-    crate::readers::tensorboard_reads_as(
-        TASK,
-        (root, target),
-        out,
-        "long-reference",
-        &["terminated-mpirun", "terminated-2", "terminated-1"],
-    )?;
+    let resumed: Vec<&str> = resumed.iter().map(String::as_str).collect();
+    crate::readers::tensorboard_reads_as(TASK, (root, target), out, "long-reference", &resumed)?;
     Ok(())
 }
 
@@ -409,70 +360,25 @@ fn epoch_steps(ember: &Path, logdir: &Path) -> anyhow::Result<u64> {
         .with_context(|| format!("{} has no `epoch` series", logdir.display()))
 }
 
-/// Starts the job of 2 ranks and `epochs` into `run`, `exits`'s script running `ember` as each
-/// rank, sends SIGTERM to `whom` `at` after its first checkpoint, and checks how it stopped
-/// ([`stop`]).
-pub(super) fn terminate_after_first_checkpoint(
-    (ember, exits): (&Path, &RankExits),
-    (run, epochs): (&Path, u32),
+/// What only `mpirun` on this machine shows of a job of `ranks` ranks stopped by SIGTERM
+/// (`exits` recorded how each ended): every rank exited with 143, having closed its log, and
+/// rank 0's log holds `run/interrupted` at the step the job says it stopped after; `mpirun`
+/// exits with 143 where ranks alone were signalled (signalled itself, Open MPI's `mpirun` ends
+/// with a status of its own, 1). Returns the time from the signal to the last rank's exit.
+pub(super) fn stopped_cleanly(
+    stopped: &Stopped,
     whom: Signalled<'_>,
-    at: Duration,
-    out: &Path,
-) -> anyhow::Result<Stopped> {
-    let log_path = out.join("terminated.log");
-    let log = std::fs::File::create(&log_path)?;
-    let mut child = job(exits.program(), run, epochs)
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting mpirun")?;
-    let first = wait_for_first_checkpoint(&mut child, run)?;
-    ensure!(first, "the job ended or hung before its first checkpoint");
-    std::thread::sleep(at);
-    stop(&mut child, (run, 2), whom, (ember, exits), &log_path)
-}
-
-/// How a job sent SIGTERM ended.
-pub(super) struct Stopped {
-    /// The step it says it was interrupted after.
-    pub(super) step: u64,
-    pub(super) output: String,
-    /// From the signal to the last rank's exit.
-    pub(super) took: Duration,
-}
-
-/// Sends SIGTERM to `whom` of the job of `ranks` ranks writing `run` (`child` is its `mpirun`,
-/// started with `exits`'s script, its output in `log_path`) and waits for it. Every rank must
-/// exit with 143, having closed its log, and rank 0's log must hold `run/interrupted` at the
-/// step the job says it stopped after; `mpirun` must exit with 143 where ranks alone were
-/// signalled (signalled itself, Open MPI's `mpirun` ends with a status of its own, 1).
-pub(super) fn stop(
-    child: &mut std::process::Child,
-    (run, ranks): (&Path, usize),
-    whom: Signalled<'_>,
+    ranks: usize,
     (ember, exits): (&Path, &RankExits),
-    log_path: &Path,
-) -> anyhow::Result<Stopped> {
-    let signal = |pid: u32| -> anyhow::Result<()> {
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()?;
-        ensure!(sent.success(), "kill -TERM {pid} failed");
-        Ok(())
-    };
-    let sent = SystemTime::now();
-    match whom {
-        Signalled::Mpirun => signal(child.id())?,
-        Signalled::Ranks(signalled) => {
-            for rank in signalled {
-                let pid = crate::runs::rank_process(&run.to_string_lossy(), *rank)
-                    .with_context(|| format!("finding rank {rank}"))?;
-                signal(pid)?;
-            }
-        }
-    }
-    let status = child.wait()?;
-    let output = std::fs::read_to_string(log_path)?;
+) -> anyhow::Result<Duration> {
+    let Stopped {
+        place,
+        step,
+        output,
+        status,
+        sent,
+        ..
+    } = stopped;
     let exited = exits.take(ranks)?;
     let statuses: Vec<Vec<i32>> = exited
         .iter()
@@ -483,30 +389,18 @@ pub(super) fn stop(
         "SIGTERM to {whom}: the ranks exited with {statuses:?} (137: SIGKILL), not 143 each; \
          mpirun {status}:\n{output}"
     );
-    let took = exited
-        .iter()
-        .flatten()
-        .map(|exit| exit.at.duration_since(sent).unwrap_or_default())
-        .max()
-        .unwrap_or_default();
-    match whom {
-        Signalled::Mpirun => ensure!(
-            !status.success(),
-            "mpirun ended as a finished job after SIGTERM:\n{output}"
-        ),
-        Signalled::Ranks(_) => ensure!(
+    if let Signalled::Ranks(_) = whom {
+        ensure!(
             status.code() == Some(143),
             "SIGTERM to {whom}: mpirun {status}, not 143:\n{output}"
-        ),
+        );
     }
-    let step = crate::scenario::interrupted_after(&output)
-        .with_context(|| format!("the stopped job did not say where it stopped:\n{output}"))?;
-    let unsealed = crate::runs::unsealed_event_files(run)?;
+    let unsealed = crate::runs::unsealed_event_files(Path::new(place))?;
     ensure!(
         unsealed.is_empty(),
         "SIGTERM to {whom}: event files no rank closed: {unsealed:?}"
     );
-    let report = inspect_json(ember, run)?;
+    let report = inspect_json(ember, Path::new(place))?;
     let interrupted = report["runs"]
         .as_array()
         .into_iter()
@@ -514,40 +408,14 @@ pub(super) fn stop(
         .flat_map(|run| run["tags"].as_array().into_iter().flatten())
         .find(|tag| tag["tag"] == "run/interrupted");
     ensure!(
-        interrupted.is_some_and(|tag| tag["count"] == 1 && tag["step_max"] == step),
+        interrupted.is_some_and(|tag| tag["count"] == 1 && tag["step_max"] == *step),
         "SIGTERM to {whom} stopped the job at step {step}; its log's run/interrupted: \
          {interrupted:?}"
     );
-    Ok(Stopped { step, output, took })
-}
-
-/// The file name of the newest checkpoint of rank 0 in `dir`.
-pub(super) fn newest_checkpoint(dir: &Path) -> anyhow::Result<String> {
-    crate::runs::newest_checkpoint(crate::runs::file_names(dir))
-        .with_context(|| format!("no checkpoint in {}", dir.display()))
-}
-
-/// Waits until rank 0's first checkpoint of the job writing `run` is there (`true`), or the
-/// job has ended or two minutes have passed (`false`).
-fn wait_for_first_checkpoint(child: &mut std::process::Child, run: &Path) -> anyhow::Result<bool> {
-    let started = std::time::Instant::now();
-    let checkpoints = run.join("checkpoints");
-    Ok(loop {
-        let found = std::fs::read_dir(&checkpoints)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                // Rank 0's checkpoint, written after every rank's part.
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.ends_with(".ember") && !name.contains(".rank")
-            });
-        if found {
-            break true;
-        }
-        if child.try_wait()?.is_some() || started.elapsed() > std::time::Duration::from_secs(120) {
-            break false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    })
+    Ok(exited
+        .iter()
+        .flatten()
+        .map(|exit| exit.at.duration_since(*sent).unwrap_or_default())
+        .max()
+        .unwrap_or_default())
 }

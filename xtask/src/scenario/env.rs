@@ -25,6 +25,21 @@ pub(crate) trait Env {
     fn dir(&self, place: &str) -> Option<PathBuf>;
     /// The run at `place` on this disk: itself, or a copy `ember pull` brought back.
     fn on_disk(&self, place: &str) -> anyhow::Result<PathBuf>;
+    /// The names in the run's `checkpoints/` (file names or object keys), as they are now.
+    fn checkpoint_names(&self, place: &str) -> anyhow::Result<Vec<String>> {
+        match self.dir(place) {
+            Some(dir) => Ok(crate::runs::file_names(&dir.join("checkpoints"))),
+            None => anyhow::bail!(
+                "{}: this env cannot list a bucket's checkpoints",
+                self.name()
+            ),
+        }
+    }
+    /// The file name of the run's newest whole checkpoint ([`crate::runs::newest_checkpoint`]).
+    fn newest_checkpoint(&self, place: &str) -> anyhow::Result<Option<String>> {
+        let newest = crate::runs::newest_checkpoint(self.checkpoint_names(place)?);
+        Ok(newest.map(|name| name.rsplit('/').next().unwrap_or_default().to_owned()))
+    }
     /// A log file under the work directory for `what` of the run at `place`.
     fn log(&self, place: &str, what: &str) -> PathBuf {
         let name = place.rsplit('/').next().unwrap_or(place);
