@@ -15,6 +15,7 @@ pub(crate) const STEPS: &[&str] = &[
     "cargo xtask compat",
     "cargo xtask resume",
     "cargo xtask live",
+    "cargo xtask mlflow",
     "cargo xtask scaling --quick",
     "cargo xtask docs",
     "cargo clippy -p ember-write -p ember -p ember-cli --all-targets --features ember-write/object-store,ember/object-store,ember-cli/object-store -- -D warnings",

@@ -16,6 +16,7 @@ mod features;
 mod gpu;
 mod hosts;
 mod layers;
+mod mlflow;
 mod module_cycles;
 mod mpi;
 mod mpirun;
@@ -100,6 +101,10 @@ enum Task {
     /// Checks the crate layering against docs/architecture.md, that no crate's modules import
     /// each other in circles, and the doc's paths.
     Layers,
+    /// ember train --mlflow against a real MLflow tracking server (SQLite store, loopback), read
+    /// back with MLflow's Python client: once, refused before training, killed and resumed,
+    /// through a server outage.
+    Mlflow,
     /// Trains 2 ranks under mpirun and checks equivalence and fault handling.
     Mpi {
         /// Measures the all-reduce's cost instead.
@@ -159,6 +164,7 @@ fn main() -> anyhow::Result<()> {
         Task::Hosts { release } => hosts::run(&root, release),
         Task::Layers => layers::run(&root),
         Task::Live => resume::live::run(&root),
+        Task::Mlflow => mlflow::run(&root),
         Task::Mpi { bench, rounds } => mpi::run(&root, bench.then_some(rounds.get())),
         Task::Objects { bench: false, .. } => objects::run(&root),
         Task::Objects {

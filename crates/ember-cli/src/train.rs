@@ -241,11 +241,30 @@ fn open_summary(plan: &Plan, run: &Run, stop: &Arc<AtomicBool>) -> anyhow::Resul
     if let Some(id) = run.id() {
         builder = builder.run_id(id.as_str());
     }
-    builder.build().with_context(|| {
-        format!(
+    if let Some(config) = ember::track::MlflowConfig::from_env(plan.args.mlflow.as_deref())? {
+        let continuing = match run.begin() {
+            ember::run::Begin::Resume => ember::track::Continue::Yes,
+            _ => ember::track::Continue::No,
+        };
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let run_id = run
+            .id()
+            .map(|id| id.as_str().to_owned())
+            .unwrap_or_default();
+        let tags = [
+            ("ember.version", env!("CARGO_PKG_VERSION")),
+            ("ember.run_id", run_id.as_str()),
+            ("ember.command", command.as_str()),
+        ];
+        builder = builder.mlflow(config, continuing, &tags);
+    }
+    builder.build().map_err(|error| match error {
+        // Its own message says what is wrong with the server, and where.
+        ember::SummaryError::Tracker(_) => anyhow::Error::new(error),
+        error => anyhow::Error::new(error).context(format!(
             "cannot create log dir {}",
             crate::output::shown(&plan.logdir)
-        )
+        )),
     })
 }
 

@@ -29,6 +29,12 @@ pub enum SummaryError {
     /// Another writer (a live run, another record) holds the log directory.
     #[error(transparent)]
     Locked(#[from] ember_write::LockError),
+    /// The MLflow tracking server or the sink's spool.
+    #[error(transparent)]
+    Tracker(#[from] ember_track::TrackError),
+    /// A tracking server beside a log directory in an object store (the spool is local).
+    #[error("sending to MLflow needs a local log directory; this one is in an object store")]
+    TrackerInBucket,
     /// The log directory path is empty.
     #[error("the log directory path is empty")]
     EmptyLogDir,

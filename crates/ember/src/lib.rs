@@ -117,6 +117,9 @@ pub use ember_pool::step::{BatchSource, DeviceFailures, FailureKind, IterSource,
 #[cfg(feature = "burn")]
 #[doc(inline)]
 pub use ember_pool::{DevicePool, PoolOptions, SpawnError, StepError};
+/// Experiment trackers: an MLflow tracking server beside the event files
+/// ([`SummaryRecordBuilder::mlflow`]).
+pub use ember_track as track;
 /// Replacing a file atomically and durably (ember-write's helper, for the files a caller
 /// rewrites whole beside a run: a command line, a model).
 pub use ember_write::durable;

@@ -107,6 +107,28 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "resume")]
     #[allow(clippy::option_option)]
     pub(super) restart: Option<Option<PathBuf>>,
+    /// Also send the run's scalars (as metrics), hyper-parameters (as params) and its command,
+    /// ember's version and the run's id (as tags) to the MLflow tracking server at URI
+    /// [default: MLFLOW_TRACKING_URI, when set], into the experiment MLFLOW_EXPERIMENT_NAME or
+    /// MLFLOW_EXPERIMENT_ID [default: Default], with MLFLOW_TRACKING_USERNAME and
+    /// MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN; off the training thread, through a
+    /// spool in the run's directory, each step once across resumes.
+    #[arg(long, value_name = "URI", value_parser = parse_tracking_uri)]
+    pub(crate) mlflow: Option<String>,
+}
+
+/// A tracking URI without credentials in it: the command is recorded with the run.
+fn parse_tracking_uri(text: &str) -> Result<String, String> {
+    let authority = text.split_once("://").map_or(text, |(_, rest)| rest);
+    let authority = authority.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(
+            "give the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or \
+             MLFLOW_TRACKING_TOKEN), not in the URI, which the run's command records"
+                .into(),
+        );
+    }
+    Ok(text.to_owned())
 }
 
 /// A positive, finite number of seconds.

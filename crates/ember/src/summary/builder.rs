@@ -45,6 +45,44 @@ pub struct SummaryRecordBuilder {
     remote_wait: Option<(Duration, Option<Arc<AtomicBool>>)>,
     /// The id of the run the record logs, named in a bucket run's lease.
     run_id: Option<String>,
+    /// The MLflow tracking server the record also sends to, and the run's tags there.
+    mlflow: Option<Tracking>,
+}
+
+/// What [`SummaryRecordBuilder::mlflow`] asked for.
+#[derive(Debug, Clone)]
+struct Tracking {
+    config: ember_track::MlflowConfig,
+    continuing: ember_track::Continue,
+    tags: Vec<(String, String)>,
+}
+
+impl Tracking {
+    /// The sink of the record writing `log_dir` (a bucket's staging when `in_bucket`).
+    fn start(
+        self,
+        log_dir: &std::path::Path,
+        in_bucket: bool,
+    ) -> Result<ember_track::MlflowSink, SummaryError> {
+        if in_bucket {
+            return Err(SummaryError::TrackerInBucket);
+        }
+        std::fs::create_dir_all(log_dir).map_err(|source| ember_track::TrackError::Spool {
+            path: log_dir.to_path_buf(),
+            source,
+        })?;
+        let tags: Vec<(&str, &str)> = self
+            .tags
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Ok(ember_track::MlflowSink::start(
+            &self.config,
+            log_dir,
+            self.continuing,
+            &tags,
+        )?)
+    }
 }
 
 impl SummaryRecordBuilder {
@@ -58,7 +96,32 @@ impl SummaryRecordBuilder {
             remote_budget: None,
             remote_wait: None,
             run_id: None,
+            mlflow: None,
         }
+    }
+
+    /// Also sends the record's scalars (as metrics) and hyper-parameters (as params) to an
+    /// MLflow tracking server ([`ember_track`]), off the training thread through a spool in
+    /// the log directory, the run's `tags` with them; rank 0's record alone sends. `continuing`
+    /// says whether this start goes on with the MLflow run an earlier start of the same log
+    /// directory began (a resume), each step then sent once. `build` fails with a typed error
+    /// where the server does not answer or has no such experiment.
+    pub fn mlflow(
+        mut self,
+        config: ember_track::MlflowConfig,
+        continuing: ember_track::Continue,
+        tags: &[(&str, &str)],
+    ) -> Self {
+        let tags = tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.mlflow = Some(Tracking {
+            config,
+            continuing,
+            tags,
+        });
+        self
     }
 
     /// When the log directory is an object-store URL: how many bytes written may wait for the
@@ -231,6 +294,12 @@ impl SummaryRecordBuilder {
         let packer = Arc::new(Packer::new(options.pack.clone()));
         let active = !(self.rank_zero_only && rank != 0);
         let own_directory = world_size <= 1 || self.rank_layout == RankLayout::Directory;
+        let mlflow = match self.mlflow {
+            Some(tracking) if active && rank == 0 => {
+                Some(tracking.start(&log_dir, remote.is_some())?)
+            }
+            _ => None,
+        };
         let (lock, journal, pool) = match active {
             true => start_writers(options, &log_dir, rank, own_directory)?,
             false => (None, None, None),
@@ -256,6 +325,7 @@ impl SummaryRecordBuilder {
             child_options,
             session_start: None,
             remote,
+            mlflow,
         })
     }
 

@@ -67,6 +67,8 @@ pub struct SummaryRecord {
     pub(super) session_start: Option<i64>,
     /// The object store the log directory is in, when it is a URL.
     pub(crate) remote: Option<crate::bucket::Mirror>,
+    /// The MLflow tracking server the record also sends to.
+    pub(super) mlflow: Option<ember_track::MlflowSink>,
 }
 
 impl SummaryRecord {
@@ -211,10 +213,18 @@ impl SummaryRecord {
         {
             return Ok(());
         }
+        if let Some(mlflow) = &self.mlflow {
+            mlflow.send(&record);
+        }
         match &self.pool {
             Some(pool) => pool.write(record).map_err(SummaryError::from),
             None => Ok(()),
         }
+    }
+
+    /// MLflow's id of the run this record sends to, when it sends to a tracking server.
+    pub fn mlflow_run_id(&self) -> Option<&str> {
+        self.mlflow.as_ref().map(ember_track::MlflowSink::run_id)
     }
 
     fn write_now(&mut self, step: i64, tag: &str, value: Value) -> Result<(), SummaryError> {
@@ -543,6 +553,13 @@ impl SummaryRecord {
         {
             first_error.get_or_insert(SummaryError::from(error));
         }
+        // What a checkpoint taken now covers must be in the tracker's spool: a resume does not
+        // train it again.
+        if let Some(mlflow) = &self.mlflow
+            && let Err(error) = mlflow.sync()
+        {
+            first_error.get_or_insert(SummaryError::from(error));
+        }
         first_error.map_or(Ok(()), Err)
     }
 
@@ -587,6 +604,9 @@ impl SummaryRecord {
             }
         }
         self.lock = None;
+        if let Some(mlflow) = self.mlflow.take() {
+            report_tracker(mlflow.close(), &self.log_dir);
+        }
         if let Some(remote) = self.remote.as_mut() {
             // The files are closed: what the mirror ships now is everything.
             let shipped = remote.close();
@@ -615,6 +635,30 @@ impl Drop for SummaryRecord {
                 self.log_dir.display()
             );
         }
+    }
+}
+
+/// Logs what a closed tracker sink could not do: nothing of it fails the record, whose files
+/// are whole; what is left in the spool goes with the run's next start.
+fn report_tracker(report: ember_track::SinkReport, log_dir: &std::path::Path) {
+    if !report.dropped.is_empty() {
+        log::warn!(
+            "mlflow: points dropped (queue or spool full), by tag: {:?}",
+            report.dropped
+        );
+    }
+    if report.left > 0 || report.refused > 0 {
+        log::warn!(
+            "mlflow: {} entities left in the spool of {} for the run's next start, {} refused by \
+             the server{}",
+            report.left,
+            log_dir.display(),
+            report.refused,
+            report
+                .last_failure
+                .map(|why| format!(" (last: {why})"))
+                .unwrap_or_default()
+        );
     }
 }
 

@@ -1,0 +1,227 @@
+//! MLflow's REST API (`/api/2.0/mlflow/...`): the few calls the sink makes.
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::TrackError;
+use crate::config::{Auth, Experiment, MlflowConfig};
+
+/// A request that did not go through, for the sink's thread to decide on.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Worth trying again: no answer, a timeout, a 5xx, a 429.
+    Transient(String),
+    /// The server refused this request as it is: sending it again changes nothing.
+    Refused(String),
+}
+
+/// The server, as one agent (its connections kept) with the run's credentials.
+pub(crate) struct Client {
+    base: String,
+    shown: String,
+    authorization: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    pub(crate) fn new(config: &MlflowConfig) -> Self {
+        let agent = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .timeout_global(Some(config.timeout))
+                .http_status_as_error(false)
+                .build(),
+        );
+        let authorization = match &config.auth {
+            Auth::None => None,
+            Auth::Basic { username, password } => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
+            )),
+            Auth::Token(token) => Some(format!("Bearer {token}")),
+        };
+        Self {
+            base: format!("{}/api/2.0/mlflow", config.uri),
+            shown: config.shown_uri(),
+            authorization,
+            agent,
+        }
+    }
+
+    /// The URI as messages show it.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// `GET path?query` or `POST path` with `body`: the status and the body, or why no answer
+    /// came.
+    fn call(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<(u16, String), String> {
+        let url = format!("{}/{path}", self.base);
+        let answer = match body {
+            None => {
+                let mut request = self.agent.get(&url);
+                for (name, value) in query {
+                    request = request.query(*name, *value);
+                }
+                if let Some(auth) = &self.authorization {
+                    request = request.header("Authorization", auth);
+                }
+                request.call()
+            }
+            Some(body) => {
+                let mut request = self.agent.post(&url).content_type("application/json");
+                if let Some(auth) = &self.authorization {
+                    request = request.header("Authorization", auth);
+                }
+                request.send(body.to_string())
+            }
+        };
+        let mut response = answer.map_err(|error| error.to_string())?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|error| error.to_string())?;
+        Ok((status, text))
+    }
+
+    /// The call, its failures sorted: no answer is [`TrackError::Unreachable`], 401 and 403
+    /// [`TrackError::Unauthorized`]; other statuses are the caller's to read.
+    fn answered(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), TrackError> {
+        let (status, text) =
+            self.call(path, query, body)
+                .map_err(|reason| TrackError::Unreachable {
+                    uri: self.shown.clone(),
+                    reason,
+                })?;
+        if status == 401 || status == 403 {
+            return Err(TrackError::Unauthorized {
+                uri: self.shown.clone(),
+                status,
+            });
+        }
+        Ok((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        ))
+    }
+
+    fn rejected(&self, what: &'static str, status: u16, answer: &Value) -> TrackError {
+        TrackError::Rejected {
+            uri: self.shown.clone(),
+            what,
+            status,
+            message: message_of(answer),
+        }
+    }
+
+    /// The id of `experiment`, which must exist.
+    pub(crate) fn experiment_id(&self, experiment: &Experiment) -> Result<String, TrackError> {
+        let (path, query, asked) = match experiment {
+            Experiment::Default => (
+                "experiments/get",
+                ("experiment_id", "0"),
+                "0 (Default)".to_owned(),
+            ),
+            Experiment::Id(id) => (
+                "experiments/get",
+                ("experiment_id", id.as_str()),
+                id.clone(),
+            ),
+            Experiment::Name(name) => (
+                "experiments/get-by-name",
+                ("experiment_name", name.as_str()),
+                format!("`{name}`"),
+            ),
+        };
+        let (status, answer) = self.answered(path, &[query], None)?;
+        let id = answer["experiment"]["experiment_id"].as_str();
+        match (status, id) {
+            (200, Some(id)) => Ok(id.to_owned()),
+            (200, None) => Err(self.rejected("the experiment lookup", status, &answer)),
+            (400 | 404, _) => Err(TrackError::UnknownExperiment {
+                uri: self.shown.clone(),
+                experiment: asked,
+            }),
+            _ => Err(self.rejected("the experiment lookup", status, &answer)),
+        }
+    }
+
+    /// Makes a run in `experiment_id`; its id.
+    pub(crate) fn create_run(
+        &self,
+        experiment_id: &str,
+        run_name: Option<&str>,
+        start_ms: i64,
+    ) -> Result<String, TrackError> {
+        let mut body = json!({"experiment_id": experiment_id, "start_time": start_ms});
+        if let Some(name) = run_name {
+            body["run_name"] = json!(name);
+        }
+        let (status, answer) = self.answered("runs/create", &[], Some(&body))?;
+        match answer["run"]["info"]["run_id"].as_str() {
+            Some(id) if status == 200 => Ok(id.to_owned()),
+            _ => Err(self.rejected("runs/create", status, &answer)),
+        }
+    }
+
+    /// Whether the run `run_id` is on the server.
+    pub(crate) fn run_exists(&self, run_id: &str) -> Result<bool, TrackError> {
+        let (status, answer) = self.answered("runs/get", &[("run_id", run_id)], None)?;
+        match status {
+            200 => Ok(true),
+            400 | 404 => Ok(false),
+            _ => Err(self.rejected("runs/get", status, &answer)),
+        }
+    }
+
+    /// `runs/log-batch` of `metrics`, `params` and `tags` (MLflow's entities, as spooled).
+    pub(crate) fn log_batch(
+        &self,
+        run_id: &str,
+        metrics: &[&Value],
+        params: &[&Value],
+        tags: &[&Value],
+    ) -> Result<(), Failure> {
+        let body = json!({"run_id": run_id, "metrics": metrics, "params": params, "tags": tags});
+        self.post_sorted("runs/log-batch", &body)
+    }
+
+    /// Marks the run ended with `status` (`FINISHED`, `FAILED`, `KILLED`).
+    pub(crate) fn end_run(&self, run_id: &str, status: &str, end_ms: i64) -> Result<(), Failure> {
+        let body = json!({"run_id": run_id, "status": status, "end_time": end_ms});
+        self.post_sorted("runs/update", &body)
+    }
+
+    fn post_sorted(&self, path: &str, body: &Value) -> Result<(), Failure> {
+        match self.call(path, &[], Some(body)) {
+            Err(reason) => Err(Failure::Transient(reason)),
+            Ok((200, _)) => Ok(()),
+            Ok((status, text)) => {
+                let answer = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                let why = format!("HTTP {status}: {}", message_of(&answer));
+                match status {
+                    429 | 500.. => Err(Failure::Transient(why)),
+                    _ => Err(Failure::Refused(why)),
+                }
+            }
+        }
+    }
+}
+
+/// MLflow's error message in an answer (`{"error_code": …, "message": …}`), or the answer.
+fn message_of(answer: &Value) -> String {
+    match &answer["message"] {
+        Value::String(message) => message.clone(),
+        _ => answer.to_string().chars().take(300).collect(),
+    }
+}

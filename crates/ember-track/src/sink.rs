@@ -1,0 +1,435 @@
+//! The sink: a handle the facade sends records to, and the thread that spools and sends them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use ember_pack::{HParamValue, Record, Value};
+use serde_json::json;
+
+use crate::client::{Client, Failure};
+use crate::spool::{Entity, RunIds, Spool};
+use crate::{MlflowConfig, TrackError};
+
+/// Whether a sink continues the MLflow run an earlier start of the run began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continue {
+    /// It does, where the run's directory holds its spool: a resume from a checkpoint. What
+    /// the earlier starts spooled and the server did not acknowledge is sent; a tag's points at
+    /// steps they spooled are passed over, so that each step is in MLflow once.
+    Yes,
+    /// It begins a new MLflow run (a fresh run, or one restarted from its first step).
+    No,
+}
+
+/// What a sink did, as it closed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SinkReport {
+    /// Entities (metrics, params, tags) the server acknowledged.
+    pub sent: u64,
+    /// Points passed over: an earlier start of the run had spooled their tag at their step.
+    pub passed_over: u64,
+    /// Points dropped, by tag: the queue or the spool was full.
+    pub dropped: BTreeMap<String, u64>,
+    /// Entities refused by the server as they were (sending them again changes nothing).
+    pub refused: u64,
+    /// Entities left in the spool unacknowledged (the server did not answer in time): the
+    /// next start of the run sends them.
+    pub left: u64,
+    /// The last failure met, if any.
+    pub last_failure: Option<String>,
+}
+
+enum Message {
+    Entities(Vec<Entity>),
+    Sync(Sender<Result<(), String>>),
+}
+
+/// The handle: [`send`](Self::send) is one channel send; the sink's thread does the rest.
+pub struct MlflowSink {
+    to_thread: Option<Sender<Message>>,
+    thread: Option<JoinHandle<SinkReport>>,
+    run_id: String,
+    shown_uri: String,
+    dropped: std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
+}
+
+impl std::fmt::Debug for MlflowSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MlflowSink")
+            .field("run_id", &self.run_id)
+            .field("uri", &self.shown_uri)
+            .finish()
+    }
+}
+
+/// Records queued for the sink's thread, at most.
+const QUEUE: usize = 16_384;
+/// How often the thread sends what has gathered.
+const PERIOD: Duration = Duration::from_secs(1);
+/// The longest wait between tries against a server that does not answer.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+impl MlflowSink {
+    /// Connects to the server (a typed error where it does not answer, refuses the
+    /// credentials or has no such experiment), begins or continues the MLflow run of the run
+    /// in `run_dir`, spools `tags` for it, and starts the sink's thread.
+    pub fn start(
+        config: &MlflowConfig,
+        run_dir: &Path,
+        continuing: Continue,
+        tags: &[(&str, &str)],
+    ) -> Result<Self, TrackError> {
+        let client = Client::new(config);
+        let experiment_id = client.experiment_id(&config.experiment)?;
+        let reopened = match continuing {
+            Continue::Yes => Spool::reopen(run_dir)?,
+            Continue::No => None,
+        };
+        let (mut spool, ids) = match reopened {
+            Some((spool, ids)) => {
+                if !client.run_exists(&ids.run_id)? {
+                    return Err(TrackError::RunGone {
+                        uri: client.shown().to_owned(),
+                        run_id: ids.run_id,
+                    });
+                }
+                (spool, ids)
+            }
+            None => {
+                let run_id =
+                    client.create_run(&experiment_id, config.run_name.as_deref(), now_ms())?;
+                let ids = RunIds {
+                    run_id,
+                    experiment_id,
+                };
+                (Spool::create(run_dir, &ids)?, ids)
+            }
+        };
+        for (key, value) in tags {
+            spool.push(Entity::Tag(json!({"key": key, "value": value})));
+        }
+        let (to_thread, from_handle) = crossbeam_channel::bounded(QUEUE);
+        let dropped = std::sync::Arc::default();
+        let run_id = ids.run_id.clone();
+        let shown_uri = client.shown().to_owned();
+        let mut worker = Worker {
+            client,
+            spool,
+            run_id: ids.run_id,
+            report: SinkReport::default(),
+            dropped: std::sync::Arc::clone(&dropped),
+            close_wait: config.close_wait,
+            spool_cap: config.spool_cap,
+        };
+        let thread = std::thread::Builder::new()
+            .name("ember-mlflow".into())
+            .spawn(move || worker.run(&from_handle))
+            .map_err(|e| TrackError::Thread(e.to_string()))?;
+        Ok(Self {
+            to_thread: Some(to_thread),
+            thread: Some(thread),
+            run_id,
+            shown_uri,
+            dropped,
+        })
+    }
+
+    /// MLflow's id of the run.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The server's URI, without credentials.
+    pub fn uri(&self) -> &str {
+        &self.shown_uri
+    }
+
+    /// Queues `record`'s scalars (at the f32 an event file holds) as metrics and its
+    /// hyper-parameters as params. Never waits: a full queue drops the record, counted by tag.
+    pub fn send(&self, record: &Record) {
+        let timestamp = (record.wall_time() * 1000.0).round() as i64;
+        let mut entities = Vec::new();
+        for (tag, value) in record.values() {
+            match value {
+                Value::Scalar(x) => entities.push(Entity::Metric(json!({
+                    "key": tag.as_str(),
+                    "value": number(f64::from(*x as f32)),
+                    "timestamp": timestamp,
+                    "step": record.step(),
+                }))),
+                Value::HParams(hparams) => {
+                    for (name, value) in &hparams.hparams {
+                        let value = match value {
+                            HParamValue::Bool(b) => b.to_string(),
+                            HParamValue::Int(i) => i.to_string(),
+                            HParamValue::Number(x) => x.to_string(),
+                            HParamValue::Str(s) => s.clone(),
+                        };
+                        entities.push(Entity::Param(json!({"key": name, "value": value})));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if entities.is_empty() {
+            return;
+        }
+        let Some(to_thread) = &self.to_thread else {
+            return;
+        };
+        if let Err(
+            TrySendError::Full(Message::Entities(entities))
+            | TrySendError::Disconnected(Message::Entities(entities)),
+        ) = to_thread.try_send(Message::Entities(entities))
+        {
+            count_dropped(&self.dropped, &entities);
+        }
+    }
+
+    /// Waits until everything sent so far is in the spool, synced: what a checkpoint taken
+    /// now covers survives a crash (a resume does not train it again, so it must not be lost).
+    pub fn sync(&self) -> Result<(), TrackError> {
+        let (ack, done) = crossbeam_channel::bounded(1);
+        let gone = || TrackError::Thread("it has ended".into());
+        self.to_thread
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(Message::Sync(ack))
+            .map_err(|_| gone())?;
+        done.recv().map_err(|_| gone())?.map_err(TrackError::Thread)
+    }
+
+    /// Sends what is spooled (waiting at most the config's `close_wait` for the server), ends
+    /// the MLflow run as finished when everything was acknowledged, and reports.
+    pub fn close(mut self) -> SinkReport {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> SinkReport {
+        drop(self.to_thread.take());
+        let mut report = match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(report)) => report,
+            Some(Err(_)) => SinkReport {
+                last_failure: Some("the sink's thread panicked".into()),
+                ..SinkReport::default()
+            },
+            None => SinkReport::default(),
+        };
+        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|p| p.into_inner()));
+        for (tag, count) in dropped {
+            *report.dropped.entry(tag).or_default() += count;
+        }
+        report
+    }
+}
+
+impl Drop for MlflowSink {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let report = self.finish();
+            if report.left > 0 {
+                log::warn!(
+                    "mlflow: {} entities of run {} left in the spool for the next start",
+                    report.left,
+                    self.run_id
+                );
+            }
+        }
+    }
+}
+
+fn count_dropped(dropped: &std::sync::Mutex<BTreeMap<String, u64>>, entities: &[Entity]) {
+    let mut dropped = dropped.lock().unwrap_or_else(|p| p.into_inner());
+    for entity in entities {
+        if let Entity::Metric(metric) | Entity::Param(metric) = entity {
+            let key = metric["key"].as_str().unwrap_or_default().to_owned();
+            *dropped.entry(key).or_default() += 1;
+        }
+    }
+}
+
+/// A double as MLflow's JSON takes it: a number, or `"NaN"`, `"Infinity"`, `"-Infinity"`.
+fn number(x: f64) -> serde_json::Value {
+    match x {
+        x if x.is_nan() => json!("NaN"),
+        x if x == f64::INFINITY => json!("Infinity"),
+        x if x == f64::NEG_INFINITY => json!("-Infinity"),
+        x => json!(x),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The sink's thread.
+struct Worker {
+    client: Client,
+    spool: Spool,
+    run_id: String,
+    report: SinkReport,
+    dropped: std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
+    close_wait: Duration,
+    spool_cap: u64,
+}
+
+impl Worker {
+    fn run(&mut self, from_handle: &Receiver<Message>) -> SinkReport {
+        let mut next_send = Instant::now();
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            match from_handle.recv_timeout(
+                next_send
+                    .saturating_duration_since(Instant::now())
+                    .min(PERIOD),
+            ) {
+                Ok(Message::Entities(entities)) => self.spool_all(entities),
+                Ok(Message::Sync(ack)) => {
+                    let synced = self.spool.sync().map_err(|e| e.to_string());
+                    let _ = ack.send(synced);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if Instant::now() >= next_send {
+                match self.send_spooled() {
+                    Ok(()) => {
+                        backoff = Duration::from_millis(500);
+                        next_send = Instant::now() + PERIOD;
+                    }
+                    Err(why) => {
+                        self.report.last_failure = Some(why);
+                        next_send = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            }
+        }
+        self.close(backoff)
+    }
+
+    fn spool_all(&mut self, entities: Vec<Entity>) {
+        let mut over_cap = Vec::new();
+        for entity in entities {
+            if let Entity::Metric(metric) = &entity
+                && let (Some(key), Some(step)) = (metric["key"].as_str(), metric["step"].as_i64())
+                && self.spool.spooled_before(key, step)
+            {
+                self.report.passed_over += 1;
+                continue;
+            }
+            if self.spool.unacknowledged() + entity.size() as u64 > self.spool_cap {
+                over_cap.push(entity);
+                continue;
+            }
+            self.spool.push(entity);
+        }
+        if !over_cap.is_empty() {
+            count_dropped(&self.dropped, &over_cap);
+        }
+    }
+
+    /// Syncs the spool and sends what it holds, batch after batch, until it is drained or a
+    /// request fails: a failure worth trying again is the caller's to wait on; a refusal is
+    /// counted, its batch passed over.
+    fn send_spooled(&mut self) -> Result<(), String> {
+        self.spool.sync().map_err(|e| e.to_string())?;
+        loop {
+            let (end, count, sent) = {
+                let batch = Batch::of(self.spool.sendable());
+                if batch.count == 0 {
+                    return Ok(());
+                }
+                let sent =
+                    self.client
+                        .log_batch(&self.run_id, &batch.metrics, &batch.params, &batch.tags);
+                (batch.end, batch.count, sent)
+            };
+            match sent {
+                Ok(()) => self.report.sent += count,
+                Err(Failure::Transient(why)) => return Err(why),
+                Err(Failure::Refused(why)) => {
+                    log::warn!(
+                        "mlflow: the server refused {count} entities of run {}: {why}",
+                        self.run_id
+                    );
+                    self.report.refused += count;
+                    self.report.last_failure = Some(why);
+                }
+            }
+            self.spool.acknowledged(end).map_err(|e| e.to_string())?;
+        }
+    }
+
+    fn close(&mut self, mut backoff: Duration) -> SinkReport {
+        let deadline = Instant::now() + self.close_wait;
+        loop {
+            match self.send_spooled() {
+                Ok(()) => break,
+                Err(why) => {
+                    self.report.last_failure = Some(why);
+                    if Instant::now() + backoff > deadline {
+                        break;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        if self.spool.is_drained() {
+            if let Err(Failure::Transient(why) | Failure::Refused(why)) =
+                self.client.end_run(&self.run_id, "FINISHED", now_ms())
+            {
+                self.report.last_failure = Some(why);
+            }
+        } else {
+            self.report.left = self.spool.sendable().count() as u64;
+        }
+        std::mem::take(&mut self.report)
+    }
+}
+
+/// The entities of one `runs/log-batch`: MLflow's limits (1,000 metrics, 100 params, 100 tags,
+/// 1,000 in all) and under 1 MB.
+struct Batch<'a> {
+    metrics: Vec<&'a serde_json::Value>,
+    params: Vec<&'a serde_json::Value>,
+    tags: Vec<&'a serde_json::Value>,
+    count: u64,
+    /// The spool's length after the batch's last entity.
+    end: u64,
+}
+
+impl<'a> Batch<'a> {
+    fn of(entities: impl Iterator<Item = &'a (u64, Entity)>) -> Self {
+        const BYTES: usize = 900 * 1024;
+        let mut batch = Batch {
+            metrics: Vec::new(),
+            params: Vec::new(),
+            tags: Vec::new(),
+            count: 0,
+            end: 0,
+        };
+        let mut bytes = 0;
+        for (end, entity) in entities {
+            let (list, limit, value) = match entity {
+                Entity::Metric(v) => (&mut batch.metrics, 1000, v),
+                Entity::Param(v) => (&mut batch.params, 100, v),
+                Entity::Tag(v) => (&mut batch.tags, 100, v),
+            };
+            if list.len() == limit || batch.count == 1000 || bytes + entity.size() > BYTES {
+                break;
+            }
+            list.push(value);
+            bytes += entity.size();
+            batch.count += 1;
+            batch.end = *end;
+        }
+        batch
+    }
+}

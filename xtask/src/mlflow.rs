@@ -1,0 +1,324 @@
+//! `cargo xtask mlflow`: ember's runs read back from a real MLflow tracking server.
+//!
+//! Starts `mlflow server` (pinned: `pins::MLFLOW_REQUIREMENTS`, in a venv under the target
+//! directory) on loopback with a SQLite store, then:
+//!
+//! 1. `ember train --mlflow URI` into a named experiment (`MLFLOW_EXPERIMENT_NAME`): MLflow's
+//!    own Python client (`xtask/mlflow/check_mlflow.py`) returns every scalar of the log as a
+//!    metric, each step once with the log's value, the run's hyper-parameters as params;
+//! 2. a URI that does not answer and an experiment that does not exist: each a clear error
+//!    before training, no event file written;
+//! 3. [`KILLS`] seeded SIGKILLs, each run resumed (the harness's [`KillAndResume`]): every run's
+//!    MLflow metrics hold each step once, the log's values;
+//! 4. the server killed mid-run and started again [`OUTAGE`] later: the run goes on meanwhile,
+//!    and MLflow holds every step once when it ends.
+//!
+//! Without Python or PyPI it skips in one line (a failure under `CI=true`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use serde_json::json;
+
+use crate::pins::MLFLOW_REQUIREMENTS;
+use crate::process::{build, expect_success, run_limited, skip_or_fail, target_dir};
+use crate::scenario::{Env, KillAndResume, Local, Program};
+use crate::server::{LOOPBACK, Server, free_port, wait_for_port};
+use crate::venv::{VenvError, ensure_venv};
+
+const TASK: &str = "mlflow";
+
+/// Kills of the kill-and-resume scenario.
+const KILLS: usize = 10;
+/// The kill moments' seed.
+const SEED: u64 = 20_261_207;
+/// How long the server is away in the outage scenario.
+const OUTAGE: Duration = Duration::from_secs(30);
+/// The runs of scenarios 1 and 3: 20 epochs of 400 digits on 2 workers (120 steps), a
+/// checkpoint every 5 steps; about 2 s in a debug build.
+const TRAIN: &[&str] = &[
+    "--epochs",
+    "20",
+    "--subset",
+    "400",
+    "--devices",
+    "2",
+    "--checkpoint-every",
+    "5",
+];
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    let target = target_dir(root);
+    let python = match ensure_venv(&target.join("mlflow-venv"), MLFLOW_REQUIREMENTS) {
+        Ok(python) => python,
+        Err(VenvError::Unavailable(why)) => return skip_or_fail(TASK, &why),
+        Err(VenvError::Failed(error)) => return Err(error),
+    };
+    build(root, &["build", "-p", "ember-cli"])?;
+    let ember = target.join("debug").join("ember");
+    let work = target.join("mlflow-check");
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    }
+    std::fs::create_dir_all(&work)?;
+    let checker = root.join("xtask").join("mlflow").join("check_mlflow.py");
+    let mut mlflow = Mlflow::start(&python, &checker, &work)?;
+    let local = Local::new(&ember, &work);
+
+    one_run(&mlflow, &local)?;
+    refused_before_training(&mlflow, &local)?;
+    killed_and_resumed(&mlflow, &local)?;
+    outage(&mut mlflow, &local)?;
+    eprintln!("{TASK}: all scenarios passed");
+    Ok(())
+}
+
+/// The tracking server (stopped when dropped) and MLflow's Python client.
+struct Mlflow {
+    python: PathBuf,
+    checker: PathBuf,
+    work: PathBuf,
+    port: u16,
+    server: Option<Server>,
+}
+
+impl Mlflow {
+    fn start(python: &Path, checker: &Path, work: &Path) -> anyhow::Result<Self> {
+        let mut mlflow = Self {
+            python: python.to_path_buf(),
+            checker: checker.to_path_buf(),
+            work: work.to_path_buf(),
+            port: free_port()?,
+            server: None,
+        };
+        mlflow.serve()?;
+        Ok(mlflow)
+    }
+
+    fn uri(&self) -> String {
+        format!("http://{LOOPBACK}:{}", self.port)
+    }
+
+    /// `mlflow server` on the task's port and SQLite store (the same across restarts).
+    fn serve(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.work.join("server.log"))?;
+        let store = format!("sqlite:///{}", self.work.join("mlflow.db").display());
+        let mut command = Command::new(&self.python);
+        command
+            .args(["-m", "mlflow", "server", "--backend-store-uri", &store])
+            .arg("--default-artifact-root")
+            .arg(self.work.join("artifacts"))
+            .args([
+                "--host",
+                LOOPBACK,
+                "--port",
+                &self.port.to_string(),
+                "--workers",
+                "1",
+            ])
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        self.server = Some(Server(command.spawn().context("starting mlflow server")?));
+        wait_for_port(self.port, "mlflow server")
+    }
+
+    /// `check_mlflow.py URI VERB ARG`: what it printed.
+    fn client(&self, verb: &str, arg: &str) -> anyhow::Result<String> {
+        let out = Command::new(&self.python)
+            .arg(&self.checker)
+            .args([&self.uri(), verb, arg])
+            .output()
+            .context("starting check_mlflow.py")?;
+        ensure!(
+            out.status.success(),
+            "MLflow's client: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// MLflow's client finds every scalar of each run at `places` of `env` as a metric, each
+    /// step once with the log's value; `params` among the first's params.
+    fn holds(
+        &self,
+        env: &dyn Env,
+        places: &[String],
+        params: serde_json::Value,
+    ) -> anyhow::Result<String> {
+        let mut spec = Vec::new();
+        for (index, place) in places.iter().enumerate() {
+            let spooled = Path::new(place).join(".ember-mlflow").join("run");
+            let ids: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(&spooled)
+                    .with_context(|| format!("reading {}", spooled.display()))?,
+            )?;
+            let inspected = self.work.join(format!("inspect-{index}.json"));
+            std::fs::write(&inspected, env.inspect(place)?.to_string())?;
+            spec.push(json!({
+                "run_id": ids["run_id"],
+                "inspect": inspected,
+                "params": if index == 0 { params.clone() } else { json!({}) },
+            }));
+        }
+        let path = self.work.join("spec.json");
+        std::fs::write(&path, serde_json::Value::Array(spec).to_string())?;
+        self.client("check", &path.to_string_lossy())
+    }
+}
+
+impl Drop for Mlflow {
+    fn drop(&mut self) {
+        self.server.take();
+    }
+}
+
+/// `args` of `ember train`, each run's `--logdir` after them, with `--mlflow URI`.
+fn train(mlflow: &Mlflow, args: &[&str]) -> Vec<String> {
+    let mut all: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    all.extend(["--mlflow".to_owned(), mlflow.uri()]);
+    all
+}
+
+/// Scenario 1: one run into a named experiment.
+fn one_run(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
+    mlflow.client("experiment", "ember")?;
+    let place = local.place("one");
+    let args = train(mlflow, TRAIN);
+    let mut command = local.ember(&["train"]);
+    command
+        .args(&args)
+        .args(["--logdir", &place])
+        .env("MLFLOW_EXPERIMENT_NAME", "ember");
+    let ran = run_limited(command, "ember train --mlflow", &local.log(&place, "train"))?;
+    expect_success(&ran, "ember train --mlflow")?;
+    let params = json!({"learning_rate": "0.01", "batch_size": "32", "hidden": "64"});
+    let read = mlflow.holds(local, &[place], params)?;
+    eprintln!(
+        "{TASK}: ember train --mlflow into experiment `ember` ({:.1} s): MLflow's Python client \
+         returns every scalar of the log as a metric, each step once with its value, and the \
+         run's hyper-parameters as params: {read}",
+        ran.elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Scenario 2: a URI that does not answer and an experiment that does not exist are errors
+/// before training: nothing trained, no event file.
+fn refused_before_training(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
+    let silent = format!("http://{LOOPBACK}:{}", free_port()?);
+    let cases = [
+        ("unanswered", silent.as_str(), "ember", "does not answer"),
+        (
+            "unknown",
+            &mlflow.uri(),
+            "no-such-experiment",
+            "has no experiment `no-such-experiment`",
+        ),
+    ];
+    for (name, uri, experiment, says) in cases {
+        let place = local.place(name);
+        let mut command = local.ember(&["train"]);
+        command
+            .args(TRAIN)
+            .args(["--mlflow", uri, "--logdir", &place])
+            .env("MLFLOW_EXPERIMENT_NAME", experiment);
+        let ran = run_limited(command, "ember train --mlflow", &local.log(&place, "train"))?;
+        ensure!(
+            !ran.success && ran.output.contains(says) && !ran.output.contains("test accuracy"),
+            "{name}: ember train --mlflow {uri} did not fail before training saying `{says}`:\n{}",
+            ran.output
+        );
+        let events = crate::runs::file_names(Path::new(&place))
+            .into_iter()
+            .filter(|file| file.contains("tfevents"))
+            .count();
+        ensure!(
+            events == 0,
+            "{name}: {events} event files written before the refusal"
+        );
+        let line = ran
+            .output
+            .lines()
+            .find(|l| l.contains(says))
+            .unwrap_or_default();
+        eprintln!("{TASK}: refused before training: {}", line.trim());
+    }
+    Ok(())
+}
+
+/// Scenario 3: seeded kills, each run resumed.
+fn killed_and_resumed(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
+    let args = train(mlflow, TRAIN);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let walked = KillAndResume {
+        program: Program::cli(&args),
+        prefix: "k-",
+        kills: KILLS,
+        seed: SEED,
+        expected: None,
+    }
+    .walk(local)?;
+    let read = mlflow.holds(local, &walked.places, json!({}))?;
+    eprintln!(
+        "{TASK}: {KILLS} runs killed with SIGKILL and resumed ({walked}): each MLflow run holds \
+         every step once with the uninterrupted run's values: {read}"
+    );
+    Ok(())
+}
+
+/// Scenario 4: the server killed a moment into a run and started again [`OUTAGE`] later.
+fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
+    let place = local.place("outage");
+    // Long enough to train on through the outage: over a minute in a debug build.
+    let args = train(
+        mlflow,
+        &["--epochs", "1000", "--subset", "400", "--devices", "2"],
+    );
+    let log = local.log(&place, "train");
+    let file = std::fs::File::create(&log)?;
+    let mut command = local.ember(&["train"]);
+    command.args(&args).args(["--logdir", &place]);
+    let mut job = crate::scenario::Running(
+        command
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("starting ember train")?,
+    );
+    let sent = Path::new(&place).join(".ember-mlflow").join("sent");
+    let started = Instant::now();
+    while !sent.exists() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(60) && job.0.try_wait()?.is_none(),
+            "the run sent nothing to MLflow:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    mlflow.server.take();
+    let down = Instant::now();
+    std::thread::sleep(OUTAGE);
+    ensure!(
+        job.0.try_wait()?.is_none(),
+        "the run ended during the outage; give it more epochs"
+    );
+    mlflow.serve()?;
+    let back = down.elapsed();
+    let status = job.0.wait()?;
+    let output = std::fs::read_to_string(&log)?;
+    ensure!(status.success(), "the run failed:\n{output}");
+    let read = mlflow.holds(local, &[place], json!({}))?;
+    eprintln!(
+        "{TASK}: the server killed mid-run and started again {:.0} s later: the run trained on \
+         (its end {:.0} s after the outage's), and MLflow holds every step once: {read}",
+        back.as_secs_f64(),
+        started.elapsed().as_secs_f64() - back.as_secs_f64()
+    );
+    Ok(())
+}
