@@ -9,7 +9,7 @@ SPEC is a list of {"run_id", "inspect", "params"}: `inspect` the path of `ember 
 run, every scalar tag of the log is a metric whose history (`MlflowClient.get_metric_history`)
 holds each of the log's steps once, with the log's value (the f32 the event file holds; of a
 series of durations, which a resumed run measures anew for the steps it trains again, any value),
-and no other step; the params are as given; the run's `ember.run_id` tag is set. Exit status 0 when all
+and no other step; the params are as given; the run's `ember.version` tag is set. Exit status 0 when all
 match, 1 with every mismatch listed.
 """
 
@@ -50,8 +50,8 @@ def scalars(report):
 def check(client, run_id, report, params):
     failures = []
     run = client.get_run(run_id)
-    if "ember.run_id" not in run.data.tags:
-        failures.append(f"{run_id}: no ember.run_id tag: {run.data.tags}")
+    if "ember.version" not in run.data.tags:
+        failures.append(f"{run_id}: no ember.version tag: {run.data.tags}")
     for key, value in params.items():
         if run.data.params.get(key) != value:
             failures.append(f"{run_id}: param {key} is {run.data.params.get(key)!r}, not {value!r}")

@@ -10,7 +10,9 @@
 //!    before training, no event file written;
 //! 3. [`KILLS`] seeded SIGKILLs, each run resumed (the harness's [`KillAndResume`]): every run's
 //!    MLflow metrics hold each step once, the log's values;
-//! 4. the server killed mid-run and started again [`OUTAGE`] later: the run goes on meanwhile,
+//! 4. a library user's one call (`SummaryRecordBuilder::mlflow_from_env`): the logging example
+//!    built without Burn, and burn-train's `SummaryLogger`, each read back the same way;
+//! 5. the server killed mid-run and started again [`OUTAGE`] later: the run goes on meanwhile,
 //!    and MLflow holds every step once when it ends.
 //!
 //! Without Python or PyPI it skips in one line (a failure under `CI=true`).
@@ -70,6 +72,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     one_run(&mlflow, &local)?;
     refused_before_training(&mlflow, &local)?;
     killed_and_resumed(&mlflow, &local)?;
+    library(root, &mlflow, &local)?;
     outage(&mut mlflow, &local)?;
     eprintln!("{TASK}: all scenarios passed");
     Ok(())
@@ -143,16 +146,11 @@ impl Mlflow {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
-    /// MLflow's client finds every scalar of each run at `places` of `env` as a metric, each
-    /// step once with the log's value; `params` among the first's params.
-    fn holds(
-        &self,
-        env: &dyn Env,
-        places: &[String],
-        params: serde_json::Value,
-    ) -> anyhow::Result<String> {
+    /// MLflow's client finds every scalar of each run at a place of `env` as a metric, each
+    /// step once with the log's value, and the params given with it among its params.
+    fn holds(&self, env: &dyn Env, runs: &[(&str, serde_json::Value)]) -> anyhow::Result<String> {
         let mut spec = Vec::new();
-        for (index, place) in places.iter().enumerate() {
+        for (index, (place, params)) in runs.iter().enumerate() {
             let spooled = Path::new(place).join(".ember-mlflow").join("run");
             let ids: serde_json::Value = serde_json::from_str(
                 &std::fs::read_to_string(&spooled)
@@ -160,11 +158,7 @@ impl Mlflow {
             )?;
             let inspected = self.work.join(format!("inspect-{index}.json"));
             std::fs::write(&inspected, env.inspect(place)?.to_string())?;
-            spec.push(json!({
-                "run_id": ids["run_id"],
-                "inspect": inspected,
-                "params": if index == 0 { params.clone() } else { json!({}) },
-            }));
+            spec.push(json!({"run_id": ids["run_id"], "inspect": inspected, "params": params}));
         }
         let path = self.work.join("spec.json");
         std::fs::write(&path, serde_json::Value::Array(spec).to_string())?;
@@ -198,7 +192,7 @@ fn one_run(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
     let ran = run_limited(command, "ember train --mlflow", &local.log(&place, "train"))?;
     expect_success(&ran, "ember train --mlflow")?;
     let params = json!({"learning_rate": "0.01", "batch_size": "32", "hidden": "64"});
-    let read = mlflow.holds(local, &[place], params)?;
+    let read = mlflow.holds(local, &[(place.as_str(), params)])?;
     eprintln!(
         "{TASK}: ember train --mlflow into experiment `ember` ({:.1} s): MLflow's Python client \
          returns every scalar of the log as a metric, each step once with its value, and the \
@@ -264,7 +258,14 @@ fn killed_and_resumed(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
         expected: None,
     }
     .walk(local)?;
-    let read = mlflow.holds(local, &walked.places, json!({}))?;
+    let read = mlflow.holds(
+        local,
+        &walked
+            .places
+            .iter()
+            .map(|place| (place.as_str(), json!({})))
+            .collect::<Vec<_>>(),
+    )?;
     eprintln!(
         "{TASK}: {KILLS} runs killed with SIGKILL and resumed ({walked}): each MLflow run holds \
          every step once with the uninterrupted run's values: {read}"
@@ -272,7 +273,55 @@ fn killed_and_resumed(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario 4: the server killed a moment into a run and started again [`OUTAGE`] later.
+/// Scenario 4: a library user's one call, `SummaryRecordBuilder::mlflow_from_env`, with
+/// `MLFLOW_TRACKING_URI` set: the logging example built without Burn, and burn-train's logger
+/// (`SummaryLogger`) in the burn_train example.
+fn library(root: &Path, mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
+    build(
+        root,
+        &[
+            "build",
+            "-p",
+            "ember",
+            "--no-default-features",
+            "--example",
+            "logging",
+        ],
+    )?;
+    let examples = target_dir(root).join("debug").join("examples");
+    let logging = local.place("logging");
+    run_example(mlflow, &examples.join("logging"), &logging)?;
+    build(root, &["build", "-p", "ember", "--example", "burn_train"])?;
+    let burn_train = local.place("burn-train");
+    run_example(mlflow, &examples.join("burn_train"), &burn_train)?;
+    let burn_train = format!("{burn_train}/tensorboard");
+    let read = mlflow.holds(
+        local,
+        &[
+            (logging.as_str(), json!({"optimizer": "sgd", "lr": "0.1"})),
+            (burn_train.as_str(), json!({})),
+        ],
+    )?;
+    eprintln!(
+        "{TASK}: a library user's one call (mlflow_from_env), built without Burn and under \
+         burn-train's SummaryLogger: MLflow holds every scalar each step once: {read}"
+    );
+    Ok(())
+}
+
+/// Runs `example` with its log directory `place`, MLflow's environment set.
+fn run_example(mlflow: &Mlflow, example: &Path, place: &str) -> anyhow::Result<()> {
+    let mut command = Command::new(example);
+    command
+        .arg(place)
+        .env("MLFLOW_TRACKING_URI", mlflow.uri())
+        .env("MLFLOW_EXPERIMENT_NAME", "ember");
+    let what = example.file_name().unwrap_or_default().to_string_lossy();
+    let ran = run_limited(command, &what, &mlflow.work.join(format!("{what}.log")))?;
+    expect_success(&ran, &what)
+}
+
+/// Scenario 5: the server killed a moment into a run and started again [`OUTAGE`] later.
 fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
     let place = local.place("outage");
     // Long enough to train on through the outage: over a minute in a debug build.
@@ -313,7 +362,7 @@ fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
     let status = job.0.wait()?;
     let output = std::fs::read_to_string(&log)?;
     ensure!(status.success(), "the run failed:\n{output}");
-    let read = mlflow.holds(local, &[place], json!({}))?;
+    let read = mlflow.holds(local, &[(place.as_str(), json!({}))])?;
     eprintln!(
         "{TASK}: the server killed mid-run and started again {:.0} s later: the run trained on \
          (its end {:.0} s after the outage's), and MLflow holds every step once: {read}",

@@ -36,7 +36,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         vec![device.clone(), device.clone()],
         Reduction::Mean,
     ));
-    let logger = SummaryLogger::new(SummaryRecord::new(&tensorboard_dir)?);
+    // With MLFLOW_TRACKING_URI set, every metric goes to MLflow as well.
+    let record = SummaryRecord::builder(&tensorboard_dir)
+        .mlflow_from_env()?
+        .build()?;
+    let logger = SummaryLogger::new(record);
     let logger_errors = logger.errors();
 
     let result = SupervisedTraining::new(

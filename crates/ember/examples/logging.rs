@@ -10,7 +10,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log_dir = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "runs/logging-example".into());
-    let mut summary = SummaryRecord::new(&log_dir)?;
+    // With MLFLOW_TRACKING_URI set, the scalars and hyper-parameters go to MLflow as well.
+    let mut summary = SummaryRecord::builder(&log_dir)
+        .mlflow_from_env()?
+        .build()?;
 
     // MindSpore's way: add values, then record them together at a step.
     for step in 0..100i64 {

@@ -100,6 +100,22 @@ impl SummaryRecordBuilder {
         }
     }
 
+    /// [`mlflow`](Self::mlflow) as MLflow's own clients are configured: where
+    /// `MLFLOW_TRACKING_URI` is set, the record also sends to that server, into
+    /// `MLFLOW_EXPERIMENT_NAME` or `MLFLOW_EXPERIMENT_ID` (`Default` without either), as a new
+    /// MLflow run tagged with ember's version; without it, nothing changes. A URI that is not
+    /// a tracking server's is an error here, one that does not answer at `build`.
+    pub fn mlflow_from_env(self) -> Result<Self, SummaryError> {
+        Ok(match ember_track::MlflowConfig::from_env(None)? {
+            Some(config) => self.mlflow(
+                config,
+                ember_track::Continue::No,
+                &[("ember.version", env!("CARGO_PKG_VERSION"))],
+            ),
+            None => self,
+        })
+    }
+
     /// Also sends the record's scalars (as metrics) and hyper-parameters (as params) to an
     /// MLflow tracking server ([`ember_track`]), off the training thread through a spool in
     /// the log directory, the run's `tags` with them; rank 0's record alone sends. `continuing`
