@@ -104,7 +104,15 @@ enum Task {
     /// ember train --mlflow against a real MLflow tracking server (SQLite store, loopback), read
     /// back with MLflow's Python client: once, refused before training, killed and resumed,
     /// through a server outage.
-    Mlflow,
+    Mlflow {
+        /// Measures metrics a second from ember and MLflow's Python client instead, into
+        /// target/bench/mlflow.md.
+        #[arg(long)]
+        bench: bool,
+        /// Rounds of --bench.
+        #[arg(long, default_value = "3")]
+        rounds: NonZeroUsize,
+    },
     /// Trains 2 ranks under mpirun and checks equivalence and fault handling.
     Mpi {
         /// Measures the all-reduce's cost instead.
@@ -164,7 +172,7 @@ fn main() -> anyhow::Result<()> {
         Task::Hosts { release } => hosts::run(&root, release),
         Task::Layers => layers::run(&root),
         Task::Live => resume::live::run(&root),
-        Task::Mlflow => mlflow::run(&root),
+        Task::Mlflow { bench, rounds } => mlflow::run(&root, bench.then_some(rounds.get())),
         Task::Mpi { bench, rounds } => mpi::run(&root, bench.then_some(rounds.get())),
         Task::Objects { bench: false, .. } => objects::run(&root),
         Task::Objects {

@@ -27,7 +27,7 @@ use serde_json::json;
 use crate::pins::MLFLOW_REQUIREMENTS;
 use crate::process::{build, expect_success, run_limited, skip_or_fail, target_dir};
 use crate::scenario::{Env, KillAndResume, Local, Program};
-use crate::server::{LOOPBACK, Server, free_port, wait_for_port};
+use crate::server::{LOOPBACK, ServerGroup, free_port, wait_for_port};
 use crate::venv::{VenvError, ensure_venv};
 
 const TASK: &str = "mlflow";
@@ -51,15 +51,26 @@ const TRAIN: &[&str] = &[
     "5",
 ];
 
-pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+mod bench;
+
+/// The scenarios, or with `bench_rounds` the side-by-side benchmark.
+pub(crate) fn run(root: &Path, bench_rounds: Option<usize>) -> anyhow::Result<()> {
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("mlflow-venv"), MLFLOW_REQUIREMENTS) {
         Ok(python) => python,
         Err(VenvError::Unavailable(why)) => return skip_or_fail(TASK, &why),
         Err(VenvError::Failed(error)) => return Err(error),
     };
-    build(root, &["build", "-p", "ember-cli"])?;
-    let ember = target.join("debug").join("ember");
+    let profile = match bench_rounds {
+        Some(_) => "release",
+        None => "debug",
+    };
+    let mut cargo = vec!["build", "-p", "ember-cli"];
+    if bench_rounds.is_some() {
+        cargo.push("--release");
+    }
+    build(root, &cargo)?;
+    let ember = target.join(profile).join("ember");
     let work = target.join("mlflow-check");
     if work.exists() {
         std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
@@ -68,6 +79,19 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let checker = root.join("xtask").join("mlflow").join("check_mlflow.py");
     let mut mlflow = Mlflow::start(&python, &checker, &work)?;
     let local = Local::new(&ember, &work);
+    if let Some(rounds) = bench_rounds {
+        let script = root.join("xtask").join("mlflow").join("bench_mlflow.py");
+        let md = bench::run(&mlflow, &ember, &script, rounds)?;
+        let path = target.join("bench").join("mlflow.md");
+        std::fs::create_dir_all(target.join("bench"))?;
+        std::fs::write(&path, &md)?;
+        eprintln!(
+            "{md}
+{TASK}: written to {}",
+            path.display()
+        );
+        return Ok(());
+    }
 
     one_run(&mlflow, &local)?;
     refused_before_training(&mlflow, &local)?;
@@ -84,7 +108,7 @@ struct Mlflow {
     checker: PathBuf,
     work: PathBuf,
     port: u16,
-    server: Option<Server>,
+    server: Option<ServerGroup>,
 }
 
 impl Mlflow {
@@ -126,7 +150,7 @@ impl Mlflow {
             ])
             .stdout(log.try_clone()?)
             .stderr(log);
-        self.server = Some(Server(command.spawn().context("starting mlflow server")?));
+        self.server = Some(ServerGroup::spawn(command, "mlflow server")?);
         wait_for_port(self.port, "mlflow server")
     }
 
@@ -352,7 +376,19 @@ fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
     }
     mlflow.server.take();
     let down = Instant::now();
+    let refused = || std::net::TcpStream::connect((LOOPBACK, mlflow.port)).is_err();
+    while !refused() {
+        ensure!(
+            down.elapsed() < Duration::from_secs(10),
+            "the server still answers"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::thread::sleep(OUTAGE);
+    ensure!(
+        refused(),
+        "something answered on the server's port during the outage"
+    );
     ensure!(
         job.0.try_wait()?.is_none(),
         "the run ended during the outage; give it more epochs"

@@ -29,6 +29,29 @@ impl Drop for Server {
     }
 }
 
+/// A server that starts processes of its own (`mlflow server` runs uvicorn's), stopped with all
+/// of them when dropped: it leads a process group of its own, which the drop kills whole.
+pub(crate) struct ServerGroup(Child);
+
+impl ServerGroup {
+    pub(crate) fn spawn(mut command: Command, what: &str) -> anyhow::Result<Self> {
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        Ok(Self(
+            command
+                .spawn()
+                .with_context(|| format!("starting {what}"))?,
+        ))
+    }
+}
+
+impl Drop for ServerGroup {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.0.wait();
+    }
+}
+
 pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -43,8 +43,46 @@ pub struct SinkReport {
 }
 
 enum Message {
-    Entities(Vec<Entity>),
+    Values(Values),
     Sync(Sender<Result<(), String>>),
+}
+
+/// A record's values the sink sends, as the caller's thread hands them over: copied out of the
+/// record, nothing built yet (the sink's thread makes MLflow's entities).
+struct Values {
+    step: i64,
+    /// Milliseconds since the Unix epoch.
+    timestamp: i64,
+    scalars: Vec<(String, f32)>,
+    params: Vec<(String, String)>,
+}
+
+impl Values {
+    fn entities(self) -> impl Iterator<Item = Entity> {
+        let Values {
+            step,
+            timestamp,
+            scalars,
+            params,
+        } = self;
+        let metrics = scalars.into_iter().map(move |(key, value)| {
+            Entity::Metric(json!({
+                "key": key,
+                "value": number(f64::from(value)),
+                "timestamp": timestamp,
+                "step": step,
+            }))
+        });
+        let params = params
+            .into_iter()
+            .map(|(key, value)| Entity::Param(json!({"key": key, "value": value})));
+        metrics.chain(params)
+    }
+
+    fn names(&self) -> impl Iterator<Item = &str> {
+        let scalars = self.scalars.iter().map(|(key, _)| key.as_str());
+        scalars.chain(self.params.iter().map(|(key, _)| key.as_str()))
+    }
 }
 
 /// The handle: [`send`](Self::send) is one channel send; the sink's thread does the rest.
@@ -150,16 +188,15 @@ impl MlflowSink {
     /// Queues `record`'s scalars (at the f32 an event file holds) as metrics and its
     /// hyper-parameters as params. Never waits: a full queue drops the record, counted by tag.
     pub fn send(&self, record: &Record) {
-        let timestamp = (record.wall_time() * 1000.0).round() as i64;
-        let mut entities = Vec::new();
+        let mut values = Values {
+            step: record.step(),
+            timestamp: (record.wall_time() * 1000.0).round() as i64,
+            scalars: Vec::new(),
+            params: Vec::new(),
+        };
         for (tag, value) in record.values() {
             match value {
-                Value::Scalar(x) => entities.push(Entity::Metric(json!({
-                    "key": tag.as_str(),
-                    "value": number(f64::from(*x as f32)),
-                    "timestamp": timestamp,
-                    "step": record.step(),
-                }))),
+                Value::Scalar(x) => values.scalars.push((tag.as_str().to_owned(), *x as f32)),
                 Value::HParams(hparams) => {
                     for (name, value) in &hparams.hparams {
                         let value = match value {
@@ -168,24 +205,24 @@ impl MlflowSink {
                             HParamValue::Number(x) => x.to_string(),
                             HParamValue::Str(s) => s.clone(),
                         };
-                        entities.push(Entity::Param(json!({"key": name, "value": value})));
+                        values.params.push((name.clone(), value));
                     }
                 }
                 _ => {}
             }
         }
-        if entities.is_empty() {
+        if values.scalars.is_empty() && values.params.is_empty() {
             return;
         }
         let Some(to_thread) = &self.to_thread else {
             return;
         };
         if let Err(
-            TrySendError::Full(Message::Entities(entities))
-            | TrySendError::Disconnected(Message::Entities(entities)),
-        ) = to_thread.try_send(Message::Entities(entities))
+            TrySendError::Full(Message::Values(values))
+            | TrySendError::Disconnected(Message::Values(values)),
+        ) = to_thread.try_send(Message::Values(values))
         {
-            count_dropped(&self.dropped, &entities);
+            count_dropped(&self.dropped, values.names());
         }
     }
 
@@ -241,13 +278,13 @@ impl Drop for MlflowSink {
     }
 }
 
-fn count_dropped(dropped: &std::sync::Mutex<BTreeMap<String, u64>>, entities: &[Entity]) {
+fn count_dropped<'a>(
+    dropped: &std::sync::Mutex<BTreeMap<String, u64>>,
+    names: impl Iterator<Item = &'a str>,
+) {
     let mut dropped = dropped.lock().unwrap_or_else(|p| p.into_inner());
-    for entity in entities {
-        if let Entity::Metric(metric) | Entity::Param(metric) = entity {
-            let key = metric["key"].as_str().unwrap_or_default().to_owned();
-            *dropped.entry(key).or_default() += 1;
-        }
+    for name in names {
+        *dropped.entry(name.to_owned()).or_default() += 1;
     }
 }
 
@@ -288,7 +325,7 @@ impl Worker {
                     .saturating_duration_since(Instant::now())
                     .min(PERIOD),
             ) {
-                Ok(Message::Entities(entities)) => self.spool_all(entities),
+                Ok(Message::Values(values)) => self.spool_all(values.entities()),
                 Ok(Message::Sync(ack)) => {
                     let synced = self.spool.sync().map_err(|e| e.to_string());
                     let _ = ack.send(synced);
@@ -313,7 +350,7 @@ impl Worker {
         self.close(backoff)
     }
 
-    fn spool_all(&mut self, entities: Vec<Entity>) {
+    fn spool_all(&mut self, entities: impl Iterator<Item = Entity>) {
         let mut over_cap = Vec::new();
         for entity in entities {
             if let Entity::Metric(metric) = &entity
@@ -329,9 +366,10 @@ impl Worker {
             }
             self.spool.push(entity);
         }
-        if !over_cap.is_empty() {
-            count_dropped(&self.dropped, &over_cap);
-        }
+        let names = over_cap.iter().filter_map(|entity| match entity {
+            Entity::Metric(v) | Entity::Param(v) | Entity::Tag(v) => v["key"].as_str(),
+        });
+        count_dropped(&self.dropped, names);
     }
 
     /// Syncs the spool and sends what it holds, batch after batch, until it is drained or a
