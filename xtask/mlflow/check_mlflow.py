@@ -3,6 +3,7 @@
 
 Usage: check_mlflow.py URI experiment NAME        creates experiment NAME, prints its id
        check_mlflow.py URI check SPEC.json          checks every run SPEC lists
+       check_mlflow.py URI count RUN_ID             prints how many points the run's metrics hold
 
 SPEC is a list of {"run_id", "inspect", "params"}: `inspect` the path of `ember inspect --json
 --values` of the run's log directory, `params` what MLflow must hold as the run's params. For each
@@ -84,6 +85,10 @@ def main():
     client = MlflowClient(uri)
     if verb == "experiment":
         print(client.create_experiment(arg))
+        return 0
+    if verb == "count":
+        run = client.get_run(arg)
+        print(sum(len(client.get_metric_history(arg, key)) for key in run.data.metrics))
         return 0
     spec = json.load(open(arg))
     failures = []

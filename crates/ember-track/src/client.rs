@@ -188,9 +188,9 @@ impl Client {
     pub(crate) fn log_batch(
         &self,
         run_id: &str,
-        metrics: &[&Value],
-        params: &[&Value],
-        tags: &[&Value],
+        metrics: &[Value],
+        params: &[Value],
+        tags: &[Value],
     ) -> Result<(), Failure> {
         let body = json!({"run_id": run_id, "metrics": metrics, "params": params, "tags": tags});
         self.post_sorted("runs/log-batch", &body)

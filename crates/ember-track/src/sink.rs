@@ -5,7 +5,7 @@ use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{Receiver, SendError, Sender};
 use ember_pack::{HParamValue, Record, Value};
 use serde_json::json;
 
@@ -31,7 +31,7 @@ pub struct SinkReport {
     pub sent: u64,
     /// Points passed over: an earlier start of the run had spooled their tag at their step.
     pub passed_over: u64,
-    /// Points dropped, by tag: the queue or the spool was full.
+    /// Points dropped, by tag: the spool was at its cap (or the sink's thread had gone).
     pub dropped: BTreeMap<String, u64>,
     /// Entities refused by the server as they were (sending them again changes nothing).
     pub refused: u64,
@@ -154,7 +154,7 @@ impl MlflowSink {
         let run_id = ids.run_id.clone();
         let shown_uri = client.shown().to_owned();
         let mut worker = Worker {
-            client,
+            client: Some(client),
             spool,
             run_id: ids.run_id,
             report: SinkReport::default(),
@@ -186,7 +186,8 @@ impl MlflowSink {
     }
 
     /// Queues `record`'s scalars (at the f32 an event file holds) as metrics and its
-    /// hyper-parameters as params. Never waits: a full queue drops the record, counted by tag.
+    /// hyper-parameters as params. It waits only while the queue is full, for the sink's
+    /// thread to spool (never for the server).
     pub fn send(&self, record: &Record) {
         let mut values = Values {
             step: record.step(),
@@ -217,11 +218,9 @@ impl MlflowSink {
         let Some(to_thread) = &self.to_thread else {
             return;
         };
-        if let Err(
-            TrySendError::Full(Message::Values(values))
-            | TrySendError::Disconnected(Message::Values(values)),
-        ) = to_thread.try_send(Message::Values(values))
-        {
+        // A full queue waits for the sink's thread to spool (local work: it never waits on the
+        // server itself), as the writer pool's queue does: nothing is dropped for speed.
+        if let Err(SendError(Message::Values(values))) = to_thread.send(Message::Values(values)) {
             count_dropped(&self.dropped, values.names());
         }
     }
@@ -304,9 +303,11 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The sink's thread.
+/// The sink's thread: it spools what the handle sends and hands batches to a sender's thread
+/// of its own, so that a request the server is slow to answer never holds up the spooling,
+/// nor so the caller's queue.
 struct Worker {
-    client: Client,
+    client: Option<Client>,
     spool: Spool,
     run_id: String,
     report: SinkReport,
@@ -315,39 +316,132 @@ struct Worker {
     spool_cap: u64,
 }
 
+/// To the sender's thread.
+enum Request {
+    Batch(Batch),
+    End,
+}
+
+/// From the sender's thread: how a request went.
+enum Answer {
+    Batch(Batch, Result<(), Failure>),
+    End(Result<(), Failure>),
+}
+
 impl Worker {
     fn run(&mut self, from_handle: &Receiver<Message>) -> SinkReport {
+        let (requests, for_sender) = crossbeam_channel::bounded::<Request>(1);
+        let (to_worker, answers) = crossbeam_channel::bounded::<Answer>(1);
+        let Some(client) = self.client.take() else {
+            return SinkReport::default();
+        };
+        let run_id = self.run_id.clone();
+        let sender = std::thread::spawn(move || {
+            for request in for_sender {
+                let answer = match request {
+                    Request::Batch(batch) => {
+                        let sent =
+                            client.log_batch(&run_id, &batch.metrics, &batch.params, &batch.tags);
+                        Answer::Batch(batch, sent)
+                    }
+                    Request::End => Answer::End(client.end_run(&run_id, "FINISHED", now_ms())),
+                };
+                if to_worker.send(answer).is_err() {
+                    break;
+                }
+            }
+        });
         let mut next_send = Instant::now();
         let mut backoff = Duration::from_millis(500);
+        let mut in_flight = false;
+        let mut closing: Option<Instant> = None;
         loop {
-            match from_handle.recv_timeout(
-                next_send
-                    .saturating_duration_since(Instant::now())
-                    .min(PERIOD),
-            ) {
-                Ok(Message::Values(values)) => self.spool_all(values.entities()),
-                Ok(Message::Sync(ack)) => {
-                    let synced = self.spool.sync().map_err(|e| e.to_string());
-                    let _ = ack.send(synced);
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-            if Instant::now() >= next_send {
-                match self.send_spooled() {
-                    Ok(()) => {
-                        backoff = Duration::from_millis(500);
-                        next_send = Instant::now() + PERIOD;
+            let wait = next_send
+                .saturating_duration_since(Instant::now())
+                .min(PERIOD);
+            let answer = match closing {
+                None => crossbeam_channel::select! {
+                    recv(from_handle) -> message => {
+                        match message {
+                            Ok(Message::Values(values)) => self.spool_all(values.entities()),
+                            Ok(Message::Sync(ack)) => {
+                                let _ = ack.send(self.spool.sync().map_err(|e| e.to_string()));
+                            }
+                            Err(_) => closing = Some(Instant::now() + self.close_wait),
+                        }
+                        None
                     }
-                    Err(why) => {
+                    recv(answers) -> answer => answer.ok(),
+                    default(wait) => None,
+                },
+                Some(_) => answers.recv_timeout(wait).ok(),
+            };
+            if let Some(Answer::Batch(batch, sent)) = answer {
+                in_flight = false;
+                match sent {
+                    Err(Failure::Transient(why)) => {
                         self.report.last_failure = Some(why);
                         next_send = Instant::now() + backoff;
                         backoff = (backoff * 2).min(MAX_BACKOFF);
                     }
+                    sent => {
+                        self.settled(&batch, sent);
+                        backoff = Duration::from_millis(500);
+                        // More may wait: no pause before the next batch.
+                        next_send = Instant::now();
+                    }
                 }
             }
+            if !in_flight && Instant::now() >= next_send {
+                if let Err(why) = self.spool.sync() {
+                    self.report.last_failure = Some(why.to_string());
+                }
+                let batch = Batch::of(self.spool.sendable());
+                if batch.count == 0 {
+                    if closing.is_some() {
+                        break;
+                    }
+                    next_send = Instant::now() + PERIOD;
+                } else if requests.send(Request::Batch(batch)).is_ok() {
+                    in_flight = true;
+                }
+            }
+            if closing.is_some_and(|deadline| Instant::now() >= deadline) && !in_flight {
+                break;
+            }
         }
-        self.close(backoff)
+        if self.spool.is_drained() && requests.send(Request::End).is_ok() {
+            if let Ok(Answer::End(Err(Failure::Transient(why) | Failure::Refused(why)))) =
+                answers.recv()
+            {
+                self.report.last_failure = Some(why);
+            }
+        } else {
+            self.report.left = self.spool.sendable().count() as u64;
+        }
+        drop(requests);
+        let _ = sender.join();
+        std::mem::take(&mut self.report)
+    }
+
+    /// A batch the server answered: taken, or refused as it is (sending it again changes
+    /// nothing); either way it is not sent again.
+    fn settled(&mut self, batch: &Batch, sent: Result<(), Failure>) {
+        match sent {
+            Ok(()) => self.report.sent += batch.count,
+            Err(Failure::Transient(why) | Failure::Refused(why)) => {
+                log::warn!(
+                    "mlflow: the server refused {} entities of run {}: {why}",
+                    batch.count,
+                    self.run_id
+                );
+                self.report.refused += batch.count;
+                self.report.last_failure = Some(why);
+            }
+        }
+        if let Err(error) = self.spool.acknowledged(batch.end) {
+            self.report.last_failure = Some(error.to_string());
+        }
     }
 
     fn spool_all(&mut self, entities: impl Iterator<Item = Entity>) {
@@ -371,80 +465,21 @@ impl Worker {
         });
         count_dropped(&self.dropped, names);
     }
-
-    /// Syncs the spool and sends what it holds, batch after batch, until it is drained or a
-    /// request fails: a failure worth trying again is the caller's to wait on; a refusal is
-    /// counted, its batch passed over.
-    fn send_spooled(&mut self) -> Result<(), String> {
-        self.spool.sync().map_err(|e| e.to_string())?;
-        loop {
-            let (end, count, sent) = {
-                let batch = Batch::of(self.spool.sendable());
-                if batch.count == 0 {
-                    return Ok(());
-                }
-                let sent =
-                    self.client
-                        .log_batch(&self.run_id, &batch.metrics, &batch.params, &batch.tags);
-                (batch.end, batch.count, sent)
-            };
-            match sent {
-                Ok(()) => self.report.sent += count,
-                Err(Failure::Transient(why)) => return Err(why),
-                Err(Failure::Refused(why)) => {
-                    log::warn!(
-                        "mlflow: the server refused {count} entities of run {}: {why}",
-                        self.run_id
-                    );
-                    self.report.refused += count;
-                    self.report.last_failure = Some(why);
-                }
-            }
-            self.spool.acknowledged(end).map_err(|e| e.to_string())?;
-        }
-    }
-
-    fn close(&mut self, mut backoff: Duration) -> SinkReport {
-        let deadline = Instant::now() + self.close_wait;
-        loop {
-            match self.send_spooled() {
-                Ok(()) => break,
-                Err(why) => {
-                    self.report.last_failure = Some(why);
-                    if Instant::now() + backoff > deadline {
-                        break;
-                    }
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-        if self.spool.is_drained() {
-            if let Err(Failure::Transient(why) | Failure::Refused(why)) =
-                self.client.end_run(&self.run_id, "FINISHED", now_ms())
-            {
-                self.report.last_failure = Some(why);
-            }
-        } else {
-            self.report.left = self.spool.sendable().count() as u64;
-        }
-        std::mem::take(&mut self.report)
-    }
 }
 
 /// The entities of one `runs/log-batch`: MLflow's limits (1,000 metrics, 100 params, 100 tags,
 /// 1,000 in all) and under 1 MB.
-struct Batch<'a> {
-    metrics: Vec<&'a serde_json::Value>,
-    params: Vec<&'a serde_json::Value>,
-    tags: Vec<&'a serde_json::Value>,
+struct Batch {
+    metrics: Vec<serde_json::Value>,
+    params: Vec<serde_json::Value>,
+    tags: Vec<serde_json::Value>,
     count: u64,
     /// The spool's length after the batch's last entity.
     end: u64,
 }
 
-impl<'a> Batch<'a> {
-    fn of(entities: impl Iterator<Item = &'a (u64, Entity)>) -> Self {
+impl Batch {
+    fn of<'a>(entities: impl Iterator<Item = &'a (u64, Entity)>) -> Self {
         const BYTES: usize = 900 * 1024;
         let mut batch = Batch {
             metrics: Vec::new(),
@@ -463,7 +498,7 @@ impl<'a> Batch<'a> {
             if list.len() == limit || batch.count == 1000 || bytes + entity.size() > BYTES {
                 break;
             }
-            list.push(value);
+            list.push(value.clone());
             bytes += entity.size();
             batch.count += 1;
             batch.end = *end;

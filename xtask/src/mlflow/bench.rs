@@ -15,7 +15,7 @@ use super::Mlflow;
 use crate::stats::Spread;
 
 /// Steps of each round (ten metrics a step).
-const STEPS: u64 = 20_000;
+const STEPS: u64 = 10_000;
 
 /// One figure of one round.
 struct Timed {
@@ -138,6 +138,15 @@ fn ember_write(mlflow: &Mlflow, ember: &Path, round: usize, sink: bool) -> anyho
         ensure!(
             sent == spooled,
             "ember's sink had {sent} of {spooled} bytes acknowledged when its record closed"
+        );
+        let ids: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(spool.join("run"))?)?;
+        let run_id = ids["run_id"].as_str().context("no run id in the spool")?;
+        let points: u64 = mlflow.client("count", run_id)?.parse()?;
+        ensure!(
+            points == STEPS * 10,
+            "MLflow holds {points} of ember's {} points",
+            STEPS * 10
         );
     }
     Ok(Timed {
