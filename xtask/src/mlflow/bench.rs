@@ -11,7 +11,7 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 
-use super::Mlflow;
+use super::server::Mlflow;
 use crate::stats::Spread;
 
 /// Steps of each round (ten metrics a step).
