@@ -367,7 +367,12 @@ impl Worker {
                             Ok(Message::Sync(ack)) => {
                                 let _ = ack.send(self.spool.sync().map_err(|e| e.to_string()));
                             }
-                            Err(_) => closing = Some(Instant::now() + self.close_wait),
+                            Err(_) => {
+                                closing = Some(Instant::now() + self.close_wait);
+                                // A backoff grown while training must not outlast the close
+                                // wait: a server back in time gets what is spooled.
+                                next_send = next_send.min(Instant::now() + PERIOD);
+                            }
                         }
                         None
                     }
@@ -381,7 +386,12 @@ impl Worker {
                 match sent {
                     Err(Failure::Transient(why)) => {
                         self.report.last_failure = Some(why);
-                        next_send = Instant::now() + backoff;
+                        let longest = if closing.is_some() {
+                            PERIOD
+                        } else {
+                            MAX_BACKOFF
+                        };
+                        next_send = Instant::now() + backoff.min(longest);
                         backoff = (backoff * 2).min(MAX_BACKOFF);
                     }
                     sent => {
