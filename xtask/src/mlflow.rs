@@ -5,7 +5,9 @@
 //!
 //! 1. `ember train --mlflow URI` into a named experiment (`MLFLOW_EXPERIMENT_NAME`): MLflow's
 //!    own Python client (`xtask/mlflow/check_mlflow.py`) returns every scalar of the log as a
-//!    metric, each step once with the log's value, the run's hyper-parameters as params;
+//!    metric, each step once with the log's value, the run's hyper-parameters as params; the
+//!    run's page in headless Chromium (`xtask/mlflow/check_mlflow_page.py`) draws the loss
+//!    chart, each step once with the log's value (a screenshot under `mlflow-check/screenshots`);
 //! 2. a URI that does not answer and an experiment that does not exist: each a clear error
 //!    before training, no event file written;
 //! 3. [`KILLS`] seeded SIGKILLs, each run resumed (the harness's [`KillAndResume`]): every run's
@@ -26,7 +28,7 @@ use serde_json::json;
 
 use crate::pins::MLFLOW_REQUIREMENTS;
 use crate::process::{build, expect_success, run_limited, skip_or_fail, target_dir};
-use crate::scenario::{Env, KillAndResume, Local, Program};
+use crate::scenario::{AfterKill, Env, KillAndResume, Local, Program};
 use crate::server::{LOOPBACK, free_port};
 use crate::venv::{VenvError, ensure_venv};
 
@@ -96,9 +98,9 @@ pub(crate) fn run(root: &Path, bench_rounds: Option<usize>) -> anyhow::Result<()
         return Ok(());
     }
 
-    one_run(&mlflow, &local)?;
+    one_run(root, &mlflow, &local)?;
     refused_before_training(&mlflow, &local)?;
-    killed_and_resumed(&mlflow, &local)?;
+    killed_and_resumed(root, &mlflow, &local)?;
     library(root, &mlflow, &local)?;
     outage(&mut mlflow, &local)?;
     eprintln!("{TASK}: all scenarios passed");
@@ -113,7 +115,7 @@ fn train(mlflow: &Mlflow, args: &[&str]) -> Vec<String> {
 }
 
 /// Scenario 1: one run into a named experiment.
-fn one_run(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
+fn one_run(root: &Path, mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
     mlflow.client("experiment", "ember")?;
     let place = local.place("one");
     let args = train(mlflow, TRAIN);
@@ -132,6 +134,9 @@ fn one_run(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
          run's hyper-parameters as params: {read}",
         ran.elapsed.as_secs_f64()
     );
+    if let Some(drawn) = mlflow.page_draws(root, local, &place)? {
+        eprintln!("{TASK}: {drawn}");
+    }
     Ok(())
 }
 
@@ -180,7 +185,7 @@ fn refused_before_training(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()>
 }
 
 /// Scenario 3: seeded kills, each run resumed.
-fn killed_and_resumed(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
+fn killed_and_resumed(root: &Path, mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
     let args = train(mlflow, TRAIN);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let walked = KillAndResume {
@@ -203,6 +208,16 @@ fn killed_and_resumed(mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
         "{TASK}: {KILLS} runs killed with SIGKILL and resumed ({walked}): each MLflow run holds \
          every step once with the uninterrupted run's values: {read}"
     );
+    // `places` begins with the uninterrupted run's; `after` tells of the others.
+    let resumed = walked.places[1..]
+        .iter()
+        .zip(&walked.after)
+        .find(|(_, after)| **after == AfterKill::Resumed);
+    if let Some((place, _)) = resumed
+        && let Some(drawn) = mlflow.page_draws(root, local, place)?
+    {
+        eprintln!("{TASK}: a resumed run: {drawn}");
+    }
     Ok(())
 }
 

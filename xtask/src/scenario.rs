@@ -24,6 +24,6 @@ mod kills;
 mod stop;
 
 pub(crate) use env::{Env, Local, Store, env_of, inspect_json, output_within};
-pub(crate) use expected::{Expected, interrupted_after, points};
-pub(crate) use kills::{KillAndResume, Program, Walked};
+pub(crate) use expected::{Expected, interrupted_after, loss_points, points};
+pub(crate) use kills::{AfterKill, KillAndResume, Program, Walked};
 pub(crate) use stop::{Running, Signalled, StopAndResume, Stopped};

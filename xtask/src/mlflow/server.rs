@@ -1,5 +1,6 @@
-//! The tracking server of `cargo xtask mlflow` (its process group stopped when dropped) and
-//! MLflow's Python client, `xtask/mlflow/check_mlflow.py`.
+//! The tracking server of `cargo xtask mlflow` (its process group stopped when dropped),
+//! MLflow's Python client (`xtask/mlflow/check_mlflow.py`) and its web page in headless
+//! Chromium (`xtask/mlflow/check_mlflow_page.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -7,6 +8,7 @@ use std::process::Command;
 use anyhow::{Context, ensure};
 use serde_json::json;
 
+use crate::process::{expect_success, run_limited};
 use crate::scenario::Env;
 use crate::server::{LOOPBACK, ServerGroup, free_port, wait_for_port};
 
@@ -87,11 +89,7 @@ impl Mlflow {
     ) -> anyhow::Result<String> {
         let mut spec = Vec::new();
         for (index, (place, params)) in runs.iter().enumerate() {
-            let spooled = Path::new(place).join(".ember-mlflow").join("run");
-            let ids: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(&spooled)
-                    .with_context(|| format!("reading {}", spooled.display()))?,
-            )?;
+            let ids = run_ids(place)?;
             let inspected = self.work.join(format!("inspect-{index}.json"));
             std::fs::write(&inspected, env.inspect(place)?.to_string())?;
             spec.push(json!({"run_id": ids["run_id"], "inspect": inspected, "params": params}));
@@ -100,10 +98,73 @@ impl Mlflow {
         std::fs::write(&path, serde_json::Value::Array(spec).to_string())?;
         self.client("check", &path.to_string_lossy())
     }
+
+    /// MLflow's page of the run at `place` of `env`, in headless Chromium: its chart of
+    /// `train/loss` draws the log's points; what the page check printed. `None` (said in one
+    /// line, a failure under CI) where Chromium or Playwright cannot be had.
+    pub(super) fn page_draws(
+        &self,
+        root: &Path,
+        env: &dyn Env,
+        place: &str,
+    ) -> anyhow::Result<Option<String>> {
+        let target = crate::process::target_dir(root);
+        let Some((chromium, playwright)) = crate::chromium::chromium_and_driver(&target)? else {
+            return Ok(None);
+        };
+        let ids = run_ids(place)?;
+        let name = Path::new(place)
+            .file_name()
+            .context("a place without a name")?;
+        let expected = self.work.join("page-expected.json");
+        let loss = crate::scenario::loss_points(&env.inspect(place)?)?;
+        std::fs::write(&expected, serde_json::to_vec(&loss)?)?;
+        let mut page = Command::new(playwright);
+        page.arg(root.join("xtask/mlflow/check_mlflow_page.py"))
+            .arg("--chromium")
+            .arg(chromium)
+            .arg("--shots")
+            .arg(self.work.join("screenshots").join(name))
+            .args(["--url", &self.uri()])
+            .args(["--experiment", value_str(&ids, "experiment_id")?])
+            .args(["--run", value_str(&ids, "run_id")?])
+            .arg("--expect")
+            .arg(&expected);
+        std::fs::create_dir_all(self.work.join("screenshots"))?;
+        let log = self
+            .work
+            .join("screenshots")
+            .join(name)
+            .with_extension("log");
+        let ran = run_limited(page, "MLflow's run page", &log)?;
+        expect_success(&ran, "MLflow's run page in Chromium")?;
+        Ok(Some(
+            ran.output
+                .trim()
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .to_owned(),
+        ))
+    }
 }
 
 impl Drop for Mlflow {
     fn drop(&mut self) {
         self.server.take();
     }
+}
+
+/// The MLflow ids (`run_id`, `experiment_id`) the sink spooled in the run at `place`.
+fn run_ids(place: &str) -> anyhow::Result<serde_json::Value> {
+    let spooled = Path::new(place).join(".ember-mlflow").join("run");
+    let text = std::fs::read_to_string(&spooled)
+        .with_context(|| format!("reading {}", spooled.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn value_str<'a>(ids: &'a serde_json::Value, key: &str) -> anyhow::Result<&'a str> {
+    ids[key]
+        .as_str()
+        .with_context(|| format!("no {key} in the spooled run ids {ids}"))
 }

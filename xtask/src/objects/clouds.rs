@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 
 use crate::pins::COMPAT_REQUIREMENTS;
 use crate::process::{expect_success, run_limited, skip_or_fail, target_dir};
@@ -72,7 +72,10 @@ pub(crate) fn page_shows(
     };
     let work = target.join("objects-check");
     let expected = work.join(format!("{}-page-expected.json", reader.cloud));
-    std::fs::write(&expected, serde_json::to_vec(&loss_points(ember, local)?)?)?;
+    let inspected = crate::scenario::inspect_json(ember, local)?;
+    let loss = crate::scenario::loss_points(&inspected)
+        .with_context(|| format!("{}: no train/loss", local.display()))?;
+    std::fs::write(&expected, serde_json::to_vec(&loss)?)?;
     let mut page = reader.command(&playwright);
     page.arg(root.join("xtask/objects/check_cloud_page.py"))
         .arg("--chromium")
@@ -95,21 +98,6 @@ pub(crate) fn page_shows(
         ran.output.trim().lines().last().unwrap_or_default()
     );
     Ok(())
-}
-
-/// The `train/loss` points (step, value) of the local run `local`, as `ember inspect` reads
-/// them.
-fn loss_points(ember: &Path, local: &Path) -> anyhow::Result<Vec<(i64, f64)>> {
-    let inspected = crate::scenario::inspect_json(ember, local)?;
-    let points: Vec<(i64, f64)> = crate::scenario::points(&inspected, "train/loss")
-        .map(|point| {
-            let step = point[0].as_i64().context("a step that is not an integer")?;
-            let value = point[2].as_f64().context("a value that is not a number")?;
-            Ok((step, value))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    ensure!(!points.is_empty(), "{}: no train/loss", local.display());
-    Ok(points)
 }
 
 #[cfg(test)]

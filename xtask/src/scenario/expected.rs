@@ -138,6 +138,20 @@ pub(crate) fn points<'a>(
         .flat_map(|found| found["values"].as_array().into_iter().flatten())
 }
 
+/// The `train/loss` points (step, value) of an `ember inspect --json --values` report: what a
+/// UI's loss chart must draw. An error where a point is malformed or there is none.
+pub(crate) fn loss_points(inspected: &serde_json::Value) -> anyhow::Result<Vec<(i64, f64)>> {
+    let points: Vec<(i64, f64)> = points(inspected, "train/loss")
+        .map(|point| {
+            let step = point[0].as_i64().context("a step that is not an integer")?;
+            let value = point[2].as_f64().context("a value that is not a number")?;
+            Ok((step, value))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(!points.is_empty(), "no train/loss");
+    Ok(points)
+}
+
 /// The step a job stopped by a signal says it was interrupted after (`… interrupted after N
 /// steps …`).
 pub(crate) fn interrupted_after(output: &str) -> Option<u64> {
