@@ -112,6 +112,10 @@ enum Task {
         /// Rounds of --bench.
         #[arg(long, default_value = "3")]
         rounds: NonZeroUsize,
+        /// Runs the Trainer's logging-overhead pairs (`overhead_paired`) with the sink off
+        /// and on instead, this many pairs, into target/bench/mlflow-overhead.txt.
+        #[arg(long, conflicts_with = "bench")]
+        overhead: Option<NonZeroUsize>,
     },
     /// Trains 2 ranks under mpirun and checks equivalence and fault handling.
     Mpi {
@@ -172,7 +176,18 @@ fn main() -> anyhow::Result<()> {
         Task::Hosts { release } => hosts::run(&root, release),
         Task::Layers => layers::run(&root),
         Task::Live => resume::live::run(&root),
-        Task::Mlflow { bench, rounds } => mlflow::run(&root, bench.then_some(rounds.get())),
+        Task::Mlflow {
+            bench,
+            rounds,
+            overhead,
+        } => mlflow::run(
+            &root,
+            match (bench, overhead) {
+                (_, Some(pairs)) => mlflow::Mode::Overhead(pairs.get()),
+                (true, None) => mlflow::Mode::Bench(rounds.get()),
+                (false, None) => mlflow::Mode::Scenarios,
+            },
+        ),
         Task::Mpi { bench, rounds } => mpi::run(&root, bench.then_some(rounds.get())),
         Task::Objects { bench: false, .. } => objects::run(&root),
         Task::Objects {

@@ -58,14 +58,35 @@ mod server;
 
 use server::Mlflow;
 
-/// The scenarios, or with `bench_rounds` the side-by-side benchmark.
-pub(crate) fn run(root: &Path, bench_rounds: Option<usize>) -> anyhow::Result<()> {
+/// What `cargo xtask mlflow` does.
+pub(crate) enum Mode {
+    /// The scenarios.
+    Scenarios,
+    /// The side-by-side benchmark, this many rounds.
+    Bench(usize),
+    /// The Trainer's logging-overhead pairs, sink off and on, this many.
+    Overhead(usize),
+}
+
+/// The scenarios, or a benchmark.
+pub(crate) fn run(root: &Path, mode: Mode) -> anyhow::Result<()> {
+    let bench_rounds = match mode {
+        Mode::Bench(rounds) => Some(rounds),
+        _ => None,
+    };
     let target = target_dir(root);
     let python = match ensure_venv(&target.join("mlflow-venv"), MLFLOW_REQUIREMENTS) {
         Ok(python) => python,
         Err(VenvError::Unavailable(why)) => return skip_or_fail(TASK, &why),
         Err(VenvError::Failed(error)) => return Err(error),
     };
+    if let Mode::Overhead(pairs) = mode {
+        let work = target.join("mlflow-overhead");
+        std::fs::create_dir_all(&work)?;
+        let checker = root.join("xtask").join("mlflow").join("check_mlflow.py");
+        let mlflow = Mlflow::start(&python, &checker, &work)?;
+        return bench::overhead(root, &mlflow, pairs);
+    }
     let profile = match bench_rounds {
         Some(_) => "release",
         None => "debug",

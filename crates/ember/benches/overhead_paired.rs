@@ -6,6 +6,10 @@
 //! ±5%, while the median of 40 paired ratios resolves about 1%.
 //!
 //! `cargo bench -p ember --bench overhead_paired [-- PAIRS]`
+//!
+//! With `mlflow` after the pair count, both sides record summaries, and the pair is the
+//! MLflow sink off and on: the "on" record also sends to the tracking server of
+//! `MLFLOW_TRACKING_URI` (`cargo xtask mlflow --overhead PAIRS` starts one and runs this).
 
 #[path = "support/stats.rs"]
 mod stats;
@@ -24,21 +28,40 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(40);
+    let sink = std::env::args().any(|a| a == "mlflow");
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut summary = SummaryRecord::new(dir.path()).expect("summary record");
+    // "On" records; "off" does not, or (against the sink) records without it.
+    let (mut summary, mut without) = if sink {
+        assert!(
+            std::env::var_os("MLFLOW_TRACKING_URI").is_some(),
+            "`mlflow` compares the sink off and on: set MLFLOW_TRACKING_URI"
+        );
+        let with_sink = SummaryRecord::builder(dir.path().join("sink"))
+            .mlflow_from_env()
+            .and_then(|builder| builder.build())
+            .expect("a record with the MLflow sink");
+        let without = SummaryRecord::new(dir.path().join("off")).expect("summary record");
+        (with_sink, Some(without))
+    } else {
+        (
+            SummaryRecord::new(dir.path()).expect("summary record"),
+            None,
+        )
+    };
+    let mut run_off = || run(without.as_mut());
     for _ in 0..3 {
-        run(None);
+        run_off();
         run(Some(&mut summary));
     }
     let mut ratios = Vec::with_capacity(pairs);
     let (mut off_total, mut on_total) = (Duration::ZERO, Duration::ZERO);
     for pair in 0..pairs {
         let (off, on) = if pair % 2 == 0 {
-            let off = run(None);
+            let off = run_off();
             (off, run(Some(&mut summary)))
         } else {
             let on = run(Some(&mut summary));
-            (run(None), on)
+            (run_off(), on)
         };
         off_total += off;
         on_total += on;
@@ -51,6 +74,10 @@ fn main() {
         ratios.push(ratio);
     }
     summary.close().expect("summaries close");
+    drop(run_off);
+    if let Some(mut without) = without {
+        without.close().expect("summaries close");
+    }
     ratios.sort_by(f64::total_cmp);
     println!(
         "{pairs} pairs: on/off median {:.3} (quartiles {:.3}-{:.3}, min {:.3}, max {:.3}); totals off {:.1} ms, on {:.1} ms",

@@ -5,6 +5,9 @@
 //! `enable_async_logging`), and the server's ceiling (four clients at once); and what the
 //! sink costs the loop that records (`loop_seconds`, the same workload without it beside).
 //! Median (min–max) into `target/bench/mlflow.md`.
+//!
+//! `--overhead PAIRS`: the Trainer's logging-overhead benchmark (`cargo bench -p ember --bench
+//! overhead_paired -- PAIRS mlflow`) against the server: summaries with the sink off and on.
 
 use std::path::Path;
 use std::process::Command;
@@ -180,4 +183,29 @@ fn json_line(mut command: Command, what: &str) -> anyhow::Result<serde_json::Val
     );
     let line = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(line).with_context(|| format!("{what} printed {line:?}"))
+}
+
+/// `overhead_paired`'s pairs with the sink off and on, sending to `mlflow`; its output into
+/// `target/bench/mlflow-overhead.txt`, its summary line printed.
+pub(super) fn overhead(root: &Path, mlflow: &Mlflow, pairs: usize) -> anyhow::Result<()> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args(["bench", "-p", "ember", "--bench", "overhead_paired", "--"])
+        .args([pairs.to_string().as_str(), "mlflow"])
+        .env("MLFLOW_TRACKING_URI", mlflow.uri())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("starting cargo bench")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let dir = crate::process::target_dir(root).join("bench");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("mlflow-overhead.txt");
+    std::fs::write(&path, text.as_bytes())?;
+    ensure!(output.status.success(), "overhead_paired failed:\n{text}");
+    eprintln!(
+        "mlflow: the Trainer with the sink off and on: {}\nmlflow: written to {}",
+        text.trim().lines().last().unwrap_or_default(),
+        path.display()
+    );
+    Ok(())
 }
