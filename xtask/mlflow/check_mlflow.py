@@ -5,8 +5,10 @@ Usage: check_mlflow.py URI experiment NAME        creates experiment NAME, print
        check_mlflow.py URI check SPEC.json          checks every run SPEC lists
        check_mlflow.py URI count RUN_ID             prints how many points the run's metrics hold
 
-SPEC is a list of {"run_id", "inspect", "params"}: `inspect` the path of `ember inspect --json
---values` of the run's log directory, `params` what MLflow must hold as the run's params. For each
+SPEC is a list of {"run_id", "inspect", "params", "artifacts"}: `inspect` the path of `ember
+inspect --json --values` of the run's log directory, `params` what MLflow must hold as the run's
+params, `artifacts` {artifact path: local file} what it must hold as its artifacts, byte for
+byte (downloaded through the server's artifact proxy). For each
 run, every scalar tag of the log is a metric whose history (`MlflowClient.get_metric_history`)
 holds each of the log's steps once, with the log's value (the f32 the event file holds; of a
 series of durations, which a resumed run measures anew for the steps it trains again, any value),
@@ -18,6 +20,8 @@ import json
 import math
 import struct
 import sys
+import tempfile
+from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
@@ -48,7 +52,7 @@ def scalars(report):
     return series
 
 
-def check(client, run_id, report, params):
+def check(client, run_id, report, params, artifacts):
     failures = []
     run = client.get_run(run_id)
     if "ember.version" not in run.data.tags:
@@ -56,6 +60,15 @@ def check(client, run_id, report, params):
     for key, value in params.items():
         if run.data.params.get(key) != value:
             failures.append(f"{run_id}: param {key} is {run.data.params.get(key)!r}, not {value!r}")
+    for name, local in artifacts.items():
+        with tempfile.TemporaryDirectory() as into:
+            try:
+                got = Path(client.download_artifacts(run_id, name, into)).read_bytes()
+            except Exception as error:  # MLflow raises its own kinds; the message says it.
+                failures.append(f"{run_id}: artifact {name} cannot be read back: {error}")
+                continue
+        if got != Path(local).read_bytes():
+            failures.append(f"{run_id}: artifact {name} differs from {local}")
     expected = scalars(report)
     if not expected:
         failures.append(f"{run_id}: the log has no scalars")
@@ -95,13 +108,15 @@ def main():
     points = tags = 0
     for entry in spec:
         report = json.load(open(entry["inspect"]))
-        found, p, t = check(client, entry["run_id"], report, entry.get("params", {}))
+        found, p, t = check(client, entry["run_id"], report, entry.get("params", {}),
+                            entry.get("artifacts", {}))
         failures += found
         points += p
         tags += t
     for failure in failures:
         print(f"mlflow: {failure}", file=sys.stderr)
-    print(f"{len(spec)} runs, {tags} metrics, {points} points")
+    files = sum(len(entry.get("artifacts", {})) for entry in spec)
+    print(f"{len(spec)} runs, {tags} metrics, {points} points, {files} artifacts")
     return 1 if failures else 0
 
 

@@ -144,7 +144,9 @@ fn one_run(root: &Path, mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
     command
         .args(&args)
         .args(["--logdir", &place])
-        .env("MLFLOW_EXPERIMENT_NAME", "ember");
+        .env("MLFLOW_EXPERIMENT_NAME", "ember")
+        // The sink's report at close (what it sent, how far the server was behind) is info.
+        .env("RUST_LOG", "ember=info");
     let ran = run_limited(command, "ember train --mlflow", &local.log(&place, "train"))?;
     expect_success(&ran, "ember train --mlflow")?;
     let params = json!({"learning_rate": "0.01", "batch_size": "32", "hidden": "64"});
@@ -154,6 +156,15 @@ fn one_run(root: &Path, mlflow: &Mlflow, local: &Local) -> anyhow::Result<()> {
          returns every scalar of the log as a metric, each step once with its value, and the \
          run's hyper-parameters as params: {read}",
         ran.elapsed.as_secs_f64()
+    );
+    let lag = ran
+        .output
+        .lines()
+        .find_map(|line| line.split_once("mlflow: ").map(|(_, said)| said))
+        .filter(|said| said.contains("reached the server"));
+    eprintln!(
+        "{TASK}: the sink at close: {}",
+        lag.context("ember train did not report the sink's lag")?
     );
     if let Some(drawn) = mlflow.page_draws(root, local, &place)? {
         eprintln!("{TASK}: {drawn}");

@@ -485,12 +485,15 @@ fn finish(
         }
         let mut run = run.context("the run came back from training without its directory")?;
         let saved = run.save_model(model, report.steps, !report.interrupted);
-        saved.with_context(|| {
+        let saved = saved.with_context(|| {
             format!(
                 "saving the trained model to {}",
                 crate::output::shown(&plan.logdir)
             )
         })?;
+        if let Some(file) = saved.file_name() {
+            summary.log_artifact(&saved, &format!("model/{}", file.to_string_lossy()));
+        }
     }
     let embedded = if lead {
         let (format, step) = (plan.args.format.format(), report.steps as i64);

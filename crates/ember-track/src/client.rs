@@ -17,6 +17,8 @@ pub(crate) enum Failure {
 
 /// The server, as one agent (its connections kept) with the run's credentials.
 pub(crate) struct Client {
+    /// The server's URI, without a trailing `/`.
+    root: String,
     base: String,
     shown: String,
     authorization: Option<String>,
@@ -40,6 +42,7 @@ impl Client {
             Auth::Token(token) => Some(format!("Bearer {token}")),
         };
         Self {
+            root: config.uri.clone(),
             base: format!("{}/api/2.0/mlflow", config.uri),
             shown: config.shown_uri(),
             authorization,
@@ -63,23 +66,31 @@ impl Client {
         let url = format!("{}/{path}", self.base);
         let answer = match body {
             None => {
-                let mut request = self.agent.get(&url);
+                let mut request = self.authorized(self.agent.get(&url));
                 for (name, value) in query {
                     request = request.query(*name, *value);
                 }
-                if let Some(auth) = &self.authorization {
-                    request = request.header("Authorization", auth);
-                }
                 request.call()
             }
-            Some(body) => {
-                let mut request = self.agent.post(&url).content_type("application/json");
-                if let Some(auth) = &self.authorization {
-                    request = request.header("Authorization", auth);
-                }
-                request.send(body.to_string())
-            }
+            Some(body) => self
+                .authorized(self.agent.post(&url))
+                .content_type("application/json")
+                .send(body.to_string()),
         };
+        Self::read(answer)
+    }
+
+    fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.authorization {
+            Some(auth) => request.header("Authorization", auth),
+            None => request,
+        }
+    }
+
+    /// A response's status and body, or why none came.
+    fn read(
+        answer: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<(u16, String), String> {
         let mut response = answer.map_err(|error| error.to_string())?;
         let status = response.status().as_u16();
         let text = response
@@ -156,32 +167,75 @@ impl Client {
         }
     }
 
-    /// Makes a run in `experiment_id`; its id.
+    /// Makes a run in `experiment_id`; its id and where the server keeps its artifacts.
     pub(crate) fn create_run(
         &self,
         experiment_id: &str,
         run_name: Option<&str>,
         start_ms: i64,
-    ) -> Result<String, TrackError> {
+    ) -> Result<(String, String), TrackError> {
         let mut body = json!({"experiment_id": experiment_id, "start_time": start_ms});
         if let Some(name) = run_name {
             body["run_name"] = json!(name);
         }
         let (status, answer) = self.answered("runs/create", &[], Some(&body))?;
-        match answer["run"]["info"]["run_id"].as_str() {
-            Some(id) if status == 200 => Ok(id.to_owned()),
+        let info = &answer["run"]["info"];
+        match (info["run_id"].as_str(), info["artifact_uri"].as_str()) {
+            (Some(id), artifacts) if status == 200 => {
+                Ok((id.to_owned(), artifacts.unwrap_or_default().to_owned()))
+            }
             _ => Err(self.rejected("runs/create", status, &answer)),
         }
     }
 
-    /// Whether the run `run_id` is on the server.
-    pub(crate) fn run_exists(&self, run_id: &str) -> Result<bool, TrackError> {
+    /// Where the server keeps the artifacts of the run `run_id`; `None` where it has no such
+    /// run.
+    pub(crate) fn run_artifact_uri(&self, run_id: &str) -> Result<Option<String>, TrackError> {
         let (status, answer) = self.answered("runs/get", &[("run_id", run_id)], None)?;
         match status {
-            200 => Ok(true),
-            400 | 404 => Ok(false),
+            200 => Ok(Some(
+                answer["run"]["info"]["artifact_uri"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )),
+            400 | 404 => Ok(None),
             _ => Err(self.rejected("runs/get", status, &answer)),
         }
+    }
+
+    /// Uploads `file` (`{"path", "name"}`) into the run's artifacts at `artifact_uri`, through
+    /// the server's artifact proxy (`mlflow-artifacts:` URIs, MLflow's default since 2.0).
+    pub(crate) fn put_artifact(&self, artifact_uri: &str, file: &Value) -> Result<(), Failure> {
+        let (Some(path), Some(name)) = (file["path"].as_str(), file["name"].as_str()) else {
+            return Err(Failure::Refused(format!(
+                "a malformed artifact entry {file}"
+            )));
+        };
+        let Some(rest) = artifact_uri.strip_prefix("mlflow-artifacts:") else {
+            return Err(Failure::Refused(format!(
+                "the server keeps the run's artifacts at `{artifact_uri}`, not behind its \
+                 artifact proxy (mlflow server --serve-artifacts, without \
+                 --default-artifact-root): {name} is not sent"
+            )));
+        };
+        // `mlflow-artifacts://host:port/path` names the server it is on: this one.
+        let rest = match rest.strip_prefix("//") {
+            Some(authority_and_path) => authority_and_path
+                .find('/')
+                .map_or("", |at| &authority_and_path[at..]),
+            None => rest,
+        };
+        let bytes = std::fs::read(path)
+            .map_err(|error| Failure::Refused(format!("reading {path} for {name}: {error}")))?;
+        let url = format!(
+            "{}/api/2.0/mlflow-artifacts/artifacts/{}/{}",
+            self.root,
+            rest.trim_matches('/'),
+            name.trim_start_matches('/')
+        );
+        let answer = self.authorized(self.agent.put(&url)).send(&bytes[..]);
+        Self::sorted(Self::read(answer))
     }
 
     /// `runs/log-batch` of `metrics`, `params` and `tags` (MLflow's entities, as spooled).
@@ -203,7 +257,12 @@ impl Client {
     }
 
     fn post_sorted(&self, path: &str, body: &Value) -> Result<(), Failure> {
-        match self.call(path, &[], Some(body)) {
+        Self::sorted(self.call(path, &[], Some(body)))
+    }
+
+    /// A call's outcome as the sink's thread decides on it.
+    fn sorted(answer: Result<(u16, String), String>) -> Result<(), Failure> {
+        match answer {
             Err(reason) => Err(Failure::Transient(reason)),
             Ok((200, _)) => Ok(()),
             Ok((status, text)) => {

@@ -45,4 +45,4 @@ mod spool;
 
 pub use config::{Auth, Experiment, MlflowConfig};
 pub use error::TrackError;
-pub use sink::{Continue, MlflowSink, SinkReport};
+pub use sink::{Continue, Lag, MlflowSink, SinkReport};

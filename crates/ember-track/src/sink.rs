@@ -40,10 +40,34 @@ pub struct SinkReport {
     pub left: u64,
     /// The last failure met, if any.
     pub last_failure: Option<String>,
+    /// How long after it was recorded each acknowledged batch's oldest point reached the
+    /// server: how far a watcher of MLflow's UI is behind training (its own refresh aside).
+    pub lag: Option<Lag>,
+}
+
+/// The median and the longest of the batches' lags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lag {
+    /// The median over the acknowledged batches.
+    pub median: Duration,
+    /// The longest.
+    pub max: Duration,
+}
+
+impl Lag {
+    fn of(mut lags: Vec<Duration>) -> Option<Lag> {
+        lags.sort();
+        Some(Lag {
+            median: *lags.get(lags.len() / 2)?,
+            max: *lags.last()?,
+        })
+    }
 }
 
 enum Message {
     Values(Values),
+    /// A file to upload: its path and its artifact path.
+    Artifact(std::path::PathBuf, String),
     Sync(Sender<Result<(), String>>),
 }
 
@@ -126,24 +150,24 @@ impl MlflowSink {
             Continue::Yes => Spool::reopen(run_dir)?,
             Continue::No => None,
         };
-        let (mut spool, ids) = match reopened {
-            Some((spool, ids)) => {
-                if !client.run_exists(&ids.run_id)? {
+        let (mut spool, ids, artifact_uri) = match reopened {
+            Some((spool, ids)) => match client.run_artifact_uri(&ids.run_id)? {
+                Some(artifact_uri) => (spool, ids, artifact_uri),
+                None => {
                     return Err(TrackError::RunGone {
                         uri: client.shown().to_owned(),
                         run_id: ids.run_id,
                     });
                 }
-                (spool, ids)
-            }
+            },
             None => {
-                let run_id =
+                let (run_id, artifact_uri) =
                     client.create_run(&experiment_id, config.run_name.as_deref(), now_ms())?;
                 let ids = RunIds {
                     run_id,
                     experiment_id,
                 };
-                (Spool::create(run_dir, &ids)?, ids)
+                (Spool::create(run_dir, &ids)?, ids, artifact_uri)
             }
         };
         for (key, value) in tags {
@@ -161,6 +185,8 @@ impl MlflowSink {
             dropped: std::sync::Arc::clone(&dropped),
             close_wait: config.close_wait,
             spool_cap: config.spool_cap,
+            lags: Vec::new(),
+            artifact_uri,
         };
         let thread = std::thread::Builder::new()
             .name("ember-mlflow".into())
@@ -222,6 +248,19 @@ impl MlflowSink {
         // server itself), as the writer pool's queue does: nothing is dropped for speed.
         if let Err(SendError(Message::Values(values))) = to_thread.send(Message::Values(values)) {
             count_dropped(&self.dropped, values.names());
+        }
+    }
+
+    /// Queues the file at `path` for upload as the run's artifact `name` (a path such as
+    /// `model/model.bpk`) through the server's artifact proxy. The file is read when it is
+    /// sent, after everything queued before it; a server that keeps artifacts elsewhere
+    /// refuses it, counted in [`SinkReport::refused`].
+    pub fn log_artifact(&self, path: &Path, name: &str) {
+        if let Some(to_thread) = &self.to_thread {
+            let message = Message::Artifact(path.to_path_buf(), name.to_owned());
+            if to_thread.send(message).is_err() {
+                count_dropped(&self.dropped, std::iter::once(name));
+            }
         }
     }
 
@@ -314,6 +353,10 @@ struct Worker {
     dropped: std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
     close_wait: Duration,
     spool_cap: u64,
+    /// Each acknowledged batch's lag (see [`SinkReport::lag`]).
+    lags: Vec<Duration>,
+    /// Where the server keeps the run's artifacts.
+    artifact_uri: String,
 }
 
 /// To the sender's thread.
@@ -336,12 +379,20 @@ impl Worker {
             return SinkReport::default();
         };
         let run_id = self.run_id.clone();
+        let artifact_uri = self.artifact_uri.clone();
         let sender = std::thread::spawn(move || {
             for request in for_sender {
                 let answer = match request {
                     Request::Batch(batch) => {
-                        let sent =
-                            client.log_batch(&run_id, &batch.metrics, &batch.params, &batch.tags);
+                        let sent = match &batch.artifact {
+                            Some(file) => client.put_artifact(&artifact_uri, file),
+                            None => client.log_batch(
+                                &run_id,
+                                &batch.metrics,
+                                &batch.params,
+                                &batch.tags,
+                            ),
+                        };
                         Answer::Batch(batch, sent)
                     }
                     Request::End => Answer::End(client.end_run(&run_id, "FINISHED", now_ms())),
@@ -364,6 +415,11 @@ impl Worker {
                     recv(from_handle) -> message => {
                         match message {
                             Ok(Message::Values(values)) => self.spool_all(values.entities()),
+                            Ok(Message::Artifact(path, name)) => {
+                                let path = path.to_string_lossy();
+                                let file = json!({"path": path, "name": name});
+                                self.spool.push(Entity::Artifact(file));
+                            }
                             Ok(Message::Sync(ack)) => {
                                 let _ = ack.send(self.spool.sync().map_err(|e| e.to_string()));
                             }
@@ -420,6 +476,10 @@ impl Worker {
                 break;
             }
         }
+        // What came in since the last try is on disk too: the next start sends it.
+        if let Err(why) = self.spool.sync() {
+            self.report.last_failure = Some(why.to_string());
+        }
         if self.spool.is_drained() && requests.send(Request::End).is_ok() {
             if let Ok(Answer::End(Err(Failure::Transient(why) | Failure::Refused(why)))) =
                 answers.recv()
@@ -431,6 +491,7 @@ impl Worker {
         }
         drop(requests);
         let _ = sender.join();
+        self.report.lag = Lag::of(std::mem::take(&mut self.lags));
         std::mem::take(&mut self.report)
     }
 
@@ -438,7 +499,13 @@ impl Worker {
     /// nothing); either way it is not sent again.
     fn settled(&mut self, batch: &Batch, sent: Result<(), Failure>) {
         match sent {
-            Ok(()) => self.report.sent += batch.count,
+            Ok(()) => {
+                self.report.sent += batch.count;
+                if let Some(oldest) = batch.oldest_ms {
+                    let lag = now_ms().saturating_sub(oldest).max(0) as u64;
+                    self.lags.push(Duration::from_millis(lag));
+                }
+            }
             Err(Failure::Transient(why) | Failure::Refused(why)) => {
                 log::warn!(
                     "mlflow: the server refused {} entities of run {}: {why}",
@@ -472,31 +539,37 @@ impl Worker {
         }
         let names = over_cap.iter().filter_map(|entity| match entity {
             Entity::Metric(v) | Entity::Param(v) | Entity::Tag(v) => v["key"].as_str(),
+            Entity::Artifact(v) => v["name"].as_str(),
         });
         count_dropped(&self.dropped, names);
     }
 }
 
 /// The entities of one `runs/log-batch`: MLflow's limits (1,000 metrics, 100 params, 100 tags,
-/// 1,000 in all) and under 1 MB.
+/// 1,000 in all) and under 1 MB; or one file, uploaded alone.
 struct Batch {
+    artifact: Option<serde_json::Value>,
     metrics: Vec<serde_json::Value>,
     params: Vec<serde_json::Value>,
     tags: Vec<serde_json::Value>,
     count: u64,
     /// The spool's length after the batch's last entity.
     end: u64,
+    /// The earliest wall time (ms since the epoch) of its metrics.
+    oldest_ms: Option<i64>,
 }
 
 impl Batch {
     fn of<'a>(entities: impl Iterator<Item = &'a (u64, Entity)>) -> Self {
         const BYTES: usize = 900 * 1024;
         let mut batch = Batch {
+            artifact: None,
             metrics: Vec::new(),
             params: Vec::new(),
             tags: Vec::new(),
             count: 0,
             end: 0,
+            oldest_ms: None,
         };
         let mut bytes = 0;
         for (end, entity) in entities {
@@ -504,9 +577,19 @@ impl Batch {
                 Entity::Metric(v) => (&mut batch.metrics, 1000, v),
                 Entity::Param(v) => (&mut batch.params, 100, v),
                 Entity::Tag(v) => (&mut batch.tags, 100, v),
+                Entity::Artifact(file) if batch.count == 0 => {
+                    batch.artifact = Some(file.clone());
+                    batch.count = 1;
+                    batch.end = *end;
+                    break;
+                }
+                Entity::Artifact(_) => break,
             };
             if list.len() == limit || batch.count == 1000 || bytes + entity.size() > BYTES {
                 break;
+            }
+            if let (Entity::Metric(_), Some(at)) = (entity, value["timestamp"].as_i64()) {
+                batch.oldest_ms = Some(batch.oldest_ms.map_or(at, |oldest| oldest.min(at)));
             }
             list.push(value.clone());
             bytes += entity.size();

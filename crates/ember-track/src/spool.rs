@@ -2,7 +2,7 @@
 //!
 //! `<run dir>/.ember-mlflow/` holds `run` (the MLflow run and experiment ids), `spool.jsonl`
 //! (one entity a line, as `runs/log-batch` takes it: `{"m": metric}`, `{"p": param}`,
-//! `{"t": tag}`) and `sent` (the length of `spool.jsonl` the server has acknowledged). A line
+//! `{"t": tag}`; or a file to upload, `{"a": {"path", "name"}}`) and `sent` (the length of `spool.jsonl` the server has acknowledged). A line
 //! is sent only once it is synced; `sent` is advice: a line sent again after a crash is one
 //! the server already holds, with the same timestamp, which its primary key makes a no-op.
 
@@ -24,6 +24,8 @@ pub(crate) enum Entity {
     Metric(Value),
     Param(Value),
     Tag(Value),
+    /// A file to upload as an artifact: `{"path": local path, "name": artifact path}`.
+    Artifact(Value),
 }
 
 impl Entity {
@@ -32,6 +34,7 @@ impl Entity {
             Entity::Metric(v) => ("m", v),
             Entity::Param(v) => ("p", v),
             Entity::Tag(v) => ("t", v),
+            Entity::Artifact(v) => ("a", v),
         };
         let mut line = json!({ kind: value }).to_string();
         line.push('\n');
@@ -46,6 +49,7 @@ impl Entity {
             "m" => Entity::Metric(value.clone()),
             "p" => Entity::Param(value.clone()),
             "t" => Entity::Tag(value.clone()),
+            "a" => Entity::Artifact(value.clone()),
             _ => return None,
         })
     }
@@ -53,7 +57,9 @@ impl Entity {
     /// Bytes the entity takes in a request.
     pub(crate) fn size(&self) -> usize {
         match self {
-            Entity::Metric(v) | Entity::Param(v) | Entity::Tag(v) => v.to_string().len() + 1,
+            Entity::Metric(v) | Entity::Param(v) | Entity::Tag(v) | Entity::Artifact(v) => {
+                v.to_string().len() + 1
+            }
         }
     }
 }

@@ -74,7 +74,6 @@ fn main() {
         ratios.push(ratio);
     }
     summary.close().expect("summaries close");
-    drop(run_off);
     if let Some(mut without) = without {
         without.close().expect("summaries close");
     }

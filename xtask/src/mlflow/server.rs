@@ -48,7 +48,8 @@ impl Mlflow {
         let mut command = Command::new(&self.python);
         command
             .args(["-m", "mlflow", "server", "--backend-store-uri", &store])
-            .arg("--default-artifact-root")
+            // Artifacts behind the server's proxy (`mlflow-artifacts:` URIs), as teams run it.
+            .arg("--artifacts-destination")
             .arg(self.work.join("artifacts"))
             .args([
                 "--host",
@@ -92,7 +93,22 @@ impl Mlflow {
             let ids = run_ids(place)?;
             let inspected = self.work.join(format!("inspect-{index}.json"));
             std::fs::write(&inspected, env.inspect(place)?.to_string())?;
-            spec.push(json!({"run_id": ids["run_id"], "inspect": inspected, "params": params}));
+            // The trained model the run saved, as MLflow must hold it.
+            let artifacts: serde_json::Map<String, serde_json::Value> = ["model.bpk"]
+                .iter()
+                .map(|file| Path::new(place).join(file))
+                .filter(|path| path.is_file())
+                .map(|path| {
+                    let name = format!("model/{}", path.file_name().unwrap_or_default().display());
+                    (name, json!(path))
+                })
+                .collect();
+            spec.push(json!({
+                "run_id": ids["run_id"],
+                "inspect": inspected,
+                "params": params,
+                "artifacts": artifacts,
+            }));
         }
         let path = self.work.join("spec.json");
         std::fs::write(&path, serde_json::Value::Array(spec).to_string())?;

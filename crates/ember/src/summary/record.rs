@@ -222,6 +222,16 @@ impl SummaryRecord {
         }
     }
 
+    /// Where the record sends to an MLflow tracking server: uploads the file at `path` as the
+    /// run's artifact `name` (`model/model.bpk`, say), off the calling thread, after what was
+    /// recorded before it; the file must stay until the record closes. Without a tracker,
+    /// nothing.
+    pub fn log_artifact(&self, path: &std::path::Path, name: &str) {
+        if let Some(mlflow) = &self.mlflow {
+            mlflow.log_artifact(path, name);
+        }
+    }
+
     /// MLflow's id of the run this record sends to, when it sends to a tracking server.
     pub fn mlflow_run_id(&self) -> Option<&str> {
         self.mlflow.as_ref().map(ember_track::MlflowSink::run_id)
@@ -641,6 +651,15 @@ impl Drop for SummaryRecord {
 /// Logs what a closed tracker sink could not do: nothing of it fails the record, whose files
 /// are whole; what is left in the spool goes with the run's next start.
 fn report_tracker(report: ember_track::SinkReport, log_dir: &std::path::Path) {
+    if let Some(lag) = report.lag {
+        log::info!(
+            "mlflow: {} entities sent; a batch's oldest point reached the server {} ms after it \
+             was recorded (median), {} ms at most",
+            report.sent,
+            lag.median.as_millis(),
+            lag.max.as_millis()
+        );
+    }
     if !report.dropped.is_empty() {
         log::warn!(
             "mlflow: points dropped (queue or spool full), by tag: {:?}",
