@@ -61,7 +61,7 @@ impl Client {
         &self,
         path: &str,
         query: &[(&str, &str)],
-        body: Option<&Value>,
+        body: Option<String>,
     ) -> Result<(u16, String), String> {
         let url = format!("{}/{path}", self.base);
         let answer = match body {
@@ -75,7 +75,7 @@ impl Client {
             Some(body) => self
                 .authorized(self.agent.post(&url))
                 .content_type("application/json")
-                .send(body.to_string()),
+                .send(body),
         };
         Self::read(answer)
     }
@@ -109,7 +109,7 @@ impl Client {
         body: Option<&Value>,
     ) -> Result<(u16, Value), TrackError> {
         let (status, text) =
-            self.call(path, query, body)
+            self.call(path, query, body.map(Value::to_string))
                 .map_err(|reason| TrackError::Unreachable {
                     uri: self.shown.clone(),
                     reason,
@@ -206,7 +206,8 @@ impl Client {
 
     /// Uploads `file` (`{"path", "name"}`) into the run's artifacts at `artifact_uri`, through
     /// the server's artifact proxy (`mlflow-artifacts:` URIs, MLflow's default since 2.0).
-    pub(crate) fn put_artifact(&self, artifact_uri: &str, file: &Value) -> Result<(), Failure> {
+    pub(crate) fn put_artifact(&self, artifact_uri: &str, file: &str) -> Result<(), Failure> {
+        let file: Value = serde_json::from_str(file).unwrap_or_default();
         let (Some(path), Some(name)) = (file["path"].as_str(), file["name"].as_str()) else {
             return Err(Failure::Refused(format!(
                 "a malformed artifact entry {file}"
@@ -238,26 +239,21 @@ impl Client {
         Self::sorted(Self::read(answer))
     }
 
-    /// `runs/log-batch` of `metrics`, `params` and `tags` (MLflow's entities, as spooled).
-    pub(crate) fn log_batch(
-        &self,
-        run_id: &str,
-        metrics: &[Value],
-        params: &[Value],
-        tags: &[Value],
-    ) -> Result<(), Failure> {
-        let body = json!({"run_id": run_id, "metrics": metrics, "params": params, "tags": tags});
-        self.post_sorted("runs/log-batch", &body)
+    /// `runs/log-batch` of `lists`: the metrics', params' and tags' JSON objects as spooled,
+    /// each list comma-separated.
+    pub(crate) fn log_batch(&self, run_id: &str, lists: &[String; 3]) -> Result<(), Failure> {
+        let [metrics, params, tags] = lists;
+        let run_id = serde_json::to_string(run_id).unwrap_or_default();
+        let body = format!(
+            r#"{{"run_id":{run_id},"metrics":[{metrics}],"params":[{params}],"tags":[{tags}]}}"#
+        );
+        Self::sorted(self.call("runs/log-batch", &[], Some(body)))
     }
 
     /// Marks the run ended with `status` (`FINISHED`, `FAILED`, `KILLED`).
     pub(crate) fn end_run(&self, run_id: &str, status: &str, end_ms: i64) -> Result<(), Failure> {
         let body = json!({"run_id": run_id, "status": status, "end_time": end_ms});
-        self.post_sorted("runs/update", &body)
-    }
-
-    fn post_sorted(&self, path: &str, body: &Value) -> Result<(), Failure> {
-        Self::sorted(self.call(path, &[], Some(body)))
+        Self::sorted(self.call("runs/update", &[], Some(body.to_string())))
     }
 
     /// A call's outcome as the sink's thread decides on it.

@@ -7,10 +7,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, SendError, Sender};
 use ember_pack::{HParamValue, Record, Value};
-use serde_json::json;
 
 use crate::client::{Client, Failure};
-use crate::spool::{Entity, RunIds, Spool};
+use crate::spool::{Entity, Kind, RunIds, Spool};
 use crate::{MlflowConfig, TrackError};
 
 /// Whether a sink continues the MLflow run an earlier start of the run began.
@@ -89,17 +88,12 @@ impl Values {
             scalars,
             params,
         } = self;
-        let metrics = scalars.into_iter().map(move |(key, value)| {
-            Entity::Metric(json!({
-                "key": key,
-                "value": number(f64::from(value)),
-                "timestamp": timestamp,
-                "step": step,
-            }))
-        });
+        let metrics = scalars
+            .into_iter()
+            .map(move |(key, value)| Entity::metric(&key, f64::from(value), timestamp, step));
         let params = params
             .into_iter()
-            .map(|(key, value)| Entity::Param(json!({"key": key, "value": value})));
+            .map(|(key, value)| Entity::pair(Kind::Param, &key, &value));
         metrics.chain(params)
     }
 
@@ -171,7 +165,7 @@ impl MlflowSink {
             }
         };
         for (key, value) in tags {
-            spool.push(Entity::Tag(json!({"key": key, "value": value})));
+            spool.push(Entity::pair(Kind::Tag, key, value));
         }
         let (to_thread, from_handle) = crossbeam_channel::bounded(QUEUE);
         let dropped = std::sync::Arc::default();
@@ -326,16 +320,6 @@ fn count_dropped<'a>(
     }
 }
 
-/// A double as MLflow's JSON takes it: a number, or `"NaN"`, `"Infinity"`, `"-Infinity"`.
-fn number(x: f64) -> serde_json::Value {
-    match x {
-        x if x.is_nan() => json!("NaN"),
-        x if x == f64::INFINITY => json!("Infinity"),
-        x if x == f64::NEG_INFINITY => json!("-Infinity"),
-        x => json!(x),
-    }
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -386,12 +370,7 @@ impl Worker {
                     Request::Batch(batch) => {
                         let sent = match &batch.artifact {
                             Some(file) => client.put_artifact(&artifact_uri, file),
-                            None => client.log_batch(
-                                &run_id,
-                                &batch.metrics,
-                                &batch.params,
-                                &batch.tags,
-                            ),
+                            None => client.log_batch(&run_id, &batch.lists),
                         };
                         Answer::Batch(batch, sent)
                     }
@@ -416,9 +395,7 @@ impl Worker {
                         match message {
                             Ok(Message::Values(values)) => self.spool_all(values.entities()),
                             Ok(Message::Artifact(path, name)) => {
-                                let path = path.to_string_lossy();
-                                let file = json!({"path": path, "name": name});
-                                self.spool.push(Entity::Artifact(file));
+                                self.spool.push(Entity::artifact(&path, &name));
                             }
                             Ok(Message::Sync(ack)) => {
                                 let _ = ack.send(self.spool.sync().map_err(|e| e.to_string()));
@@ -524,34 +501,29 @@ impl Worker {
     fn spool_all(&mut self, entities: impl Iterator<Item = Entity>) {
         let mut over_cap = Vec::new();
         for entity in entities {
-            if let Entity::Metric(metric) = &entity
-                && let (Some(key), Some(step)) = (metric["key"].as_str(), metric["step"].as_i64())
-                && self.spool.spooled_before(key, step)
+            if let Some(point) = &entity.point
+                && self.spool.spooled_before(&point.key, point.step)
             {
                 self.report.passed_over += 1;
                 continue;
             }
             if self.spool.unacknowledged() + entity.size() as u64 > self.spool_cap {
-                over_cap.push(entity);
+                over_cap.push(entity.name());
                 continue;
             }
             self.spool.push(entity);
         }
-        let names = over_cap.iter().filter_map(|entity| match entity {
-            Entity::Metric(v) | Entity::Param(v) | Entity::Tag(v) => v["key"].as_str(),
-            Entity::Artifact(v) => v["name"].as_str(),
-        });
-        count_dropped(&self.dropped, names);
+        count_dropped(&self.dropped, over_cap.iter().map(String::as_str));
     }
 }
 
 /// The entities of one `runs/log-batch`: MLflow's limits (1,000 metrics, 100 params, 100 tags,
 /// 1,000 in all) and under 1 MB; or one file, uploaded alone.
 struct Batch {
-    artifact: Option<serde_json::Value>,
-    metrics: Vec<serde_json::Value>,
-    params: Vec<serde_json::Value>,
-    tags: Vec<serde_json::Value>,
+    /// The file's `{"path", "name"}`, where the batch is one upload.
+    artifact: Option<String>,
+    /// The metrics, params and tags: each list's JSON objects, comma-separated.
+    lists: [String; 3],
     count: u64,
     /// The spool's length after the batch's last entity.
     end: u64,
@@ -562,36 +534,44 @@ struct Batch {
 impl Batch {
     fn of<'a>(entities: impl Iterator<Item = &'a (u64, Entity)>) -> Self {
         const BYTES: usize = 900 * 1024;
+        const LIMITS: [u64; 3] = [1000, 100, 100];
         let mut batch = Batch {
             artifact: None,
-            metrics: Vec::new(),
-            params: Vec::new(),
-            tags: Vec::new(),
+            lists: Default::default(),
             count: 0,
             end: 0,
             oldest_ms: None,
         };
+        let mut counts = [0u64; 3];
         let mut bytes = 0;
         for (end, entity) in entities {
-            let (list, limit, value) = match entity {
-                Entity::Metric(v) => (&mut batch.metrics, 1000, v),
-                Entity::Param(v) => (&mut batch.params, 100, v),
-                Entity::Tag(v) => (&mut batch.tags, 100, v),
-                Entity::Artifact(file) if batch.count == 0 => {
-                    batch.artifact = Some(file.clone());
+            let list = match entity.kind {
+                Kind::Metric => 0,
+                Kind::Param => 1,
+                Kind::Tag => 2,
+                Kind::Artifact if batch.count == 0 => {
+                    batch.artifact = Some(entity.json.clone());
                     batch.count = 1;
                     batch.end = *end;
                     break;
                 }
-                Entity::Artifact(_) => break,
+                Kind::Artifact => break,
             };
-            if list.len() == limit || batch.count == 1000 || bytes + entity.size() > BYTES {
+            if counts[list] == LIMITS[list] || batch.count == 1000 || bytes + entity.size() > BYTES
+            {
                 break;
             }
-            if let (Entity::Metric(_), Some(at)) = (entity, value["timestamp"].as_i64()) {
-                batch.oldest_ms = Some(batch.oldest_ms.map_or(at, |oldest| oldest.min(at)));
+            if let Some(point) = &entity.point {
+                let oldest = batch
+                    .oldest_ms
+                    .map_or(point.timestamp, |t| t.min(point.timestamp));
+                batch.oldest_ms = Some(oldest);
             }
-            list.push(value.clone());
+            if counts[list] > 0 {
+                batch.lists[list].push(',');
+            }
+            batch.lists[list].push_str(&entity.json);
+            counts[list] += 1;
             bytes += entity.size();
             batch.count += 1;
             batch.end = *end;

@@ -18,49 +18,132 @@ use crate::TrackError;
 /// The spool's directory in a run's directory.
 pub(crate) const DIR: &str = ".ember-mlflow";
 
-/// One entity, as `runs/log-batch` takes it.
-#[derive(Debug, Clone)]
-pub(crate) enum Entity {
-    Metric(Value),
-    Param(Value),
-    Tag(Value),
+/// What an entity is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Metric,
+    Param,
+    Tag,
     /// A file to upload as an artifact: `{"path": local path, "name": artifact path}`.
-    Artifact(Value),
+    Artifact,
+}
+
+impl Kind {
+    fn letter(self) -> &'static str {
+        match self {
+            Kind::Metric => "m",
+            Kind::Param => "p",
+            Kind::Tag => "t",
+            Kind::Artifact => "a",
+        }
+    }
+}
+
+/// A metric's point, as the skip rule and the lag read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Point {
+    pub(crate) key: String,
+    pub(crate) step: i64,
+    /// Milliseconds since the Unix epoch.
+    pub(crate) timestamp: i64,
+}
+
+/// One entity: its JSON object as `runs/log-batch` takes it, serialized once, when it is made
+/// (the spool's line and every request reuse those bytes).
+#[derive(Debug, Clone)]
+pub(crate) struct Entity {
+    pub(crate) kind: Kind,
+    pub(crate) json: String,
+    /// A metric's point; `None` for the other kinds.
+    pub(crate) point: Option<Point>,
 }
 
 impl Entity {
-    fn line(&self) -> String {
-        let (kind, value) = match self {
-            Entity::Metric(v) => ("m", v),
-            Entity::Param(v) => ("p", v),
-            Entity::Tag(v) => ("t", v),
-            Entity::Artifact(v) => ("a", v),
+    /// A metric: `value` as MLflow's JSON takes a double (a number, or `"NaN"`, `"Infinity"`,
+    /// `"-Infinity"`).
+    pub(crate) fn metric(key: &str, value: f64, timestamp: i64, step: i64) -> Self {
+        let value = match value {
+            x if x.is_nan() => "\"NaN\"".to_owned(),
+            x if x == f64::INFINITY => "\"Infinity\"".to_owned(),
+            x if x == f64::NEG_INFINITY => "\"-Infinity\"".to_owned(),
+            x => serde_json::to_string(&x).unwrap_or_default(),
         };
-        let mut line = json!({ kind: value }).to_string();
-        line.push('\n');
-        line
+        let quoted = serde_json::to_string(key).unwrap_or_default();
+        Entity {
+            kind: Kind::Metric,
+            json: format!(
+                r#"{{"key":{quoted},"value":{value},"timestamp":{timestamp},"step":{step}}}"#
+            ),
+            point: Some(Point {
+                key: key.to_owned(),
+                step,
+                timestamp,
+            }),
+        }
+    }
+
+    /// A param (`Kind::Param`) or a tag (`Kind::Tag`).
+    pub(crate) fn pair(kind: Kind, key: &str, value: &str) -> Self {
+        Self::other(kind, json!({"key": key, "value": value}))
+    }
+
+    /// A file to upload as the run's artifact `name`.
+    pub(crate) fn artifact(path: &Path, name: &str) -> Self {
+        let path = path.to_string_lossy();
+        Self::other(Kind::Artifact, json!({"path": path, "name": name}))
+    }
+
+    fn other(kind: Kind, object: Value) -> Self {
+        Entity {
+            kind,
+            json: object.to_string(),
+            point: None,
+        }
+    }
+
+    /// Its key (an artifact's name), as a count of what was dropped names it.
+    pub(crate) fn name(&self) -> String {
+        if let Some(point) = &self.point {
+            return point.key.clone();
+        }
+        let object: Value = serde_json::from_str(&self.json).unwrap_or_default();
+        let name = match self.kind {
+            Kind::Artifact => &object["name"],
+            _ => &object["key"],
+        };
+        name.as_str().unwrap_or_default().to_owned()
+    }
+
+    fn line(&self) -> String {
+        format!("{{\"{}\":{}}}\n", self.kind.letter(), self.json)
     }
 
     fn parse(line: &str) -> Option<Self> {
         let value: Value = serde_json::from_str(line).ok()?;
-        let object = value.as_object()?;
-        let (kind, value) = object.iter().next()?;
-        Some(match kind.as_str() {
-            "m" => Entity::Metric(value.clone()),
-            "p" => Entity::Param(value.clone()),
-            "t" => Entity::Tag(value.clone()),
-            "a" => Entity::Artifact(value.clone()),
-            _ => return None,
-        })
+        let (letter, object) = value.as_object()?.iter().next()?;
+        let kind = [Kind::Metric, Kind::Param, Kind::Tag, Kind::Artifact]
+            .into_iter()
+            .find(|kind| kind.letter() == letter)?;
+        let point = match kind {
+            Kind::Metric => Some(Point {
+                key: object["key"].as_str()?.to_owned(),
+                step: object["step"].as_i64()?,
+                timestamp: object["timestamp"].as_i64()?,
+            }),
+            _ => None,
+        };
+        // The object's bytes as written (`{"m":` … `}`), so that a resend is the same request.
+        let json = line
+            .trim_end()
+            .strip_prefix(&format!("{{\"{letter}\":"))
+            .and_then(|rest| rest.strip_suffix('}'))
+            .map_or_else(|| object.to_string(), str::to_owned);
+        Some(Entity { kind, json, point })
     }
 
     /// Bytes the entity takes in a request.
     pub(crate) fn size(&self) -> usize {
-        match self {
-            Entity::Metric(v) | Entity::Param(v) | Entity::Tag(v) | Entity::Artifact(v) => {
-                v.to_string().len() + 1
-            }
-        }
+        self.json.len() + 1
     }
 }
 
@@ -125,11 +208,9 @@ impl Spool {
                 break;
             };
             at += line.len() as u64 + 1;
-            if let Entity::Metric(metric) = &entity
-                && let (Some(key), Some(step)) = (metric["key"].as_str(), metric["step"].as_i64())
-            {
-                let greatest = spool.earlier.entry(key.to_owned()).or_insert(step);
-                *greatest = (*greatest).max(step);
+            if let Some(point) = &entity.point {
+                let greatest = spool.earlier.entry(point.key.clone()).or_insert(point.step);
+                *greatest = (*greatest).max(point.step);
             }
             if at > sent {
                 spool.pending.push_back((at, entity));
@@ -252,7 +333,32 @@ mod tests {
     use super::*;
 
     fn metric(key: &str, step: i64) -> Entity {
-        Entity::Metric(json!({"key": key, "value": 1.5, "timestamp": 7, "step": step}))
+        Entity::metric(key, 1.5, 7, step)
+    }
+
+    #[test]
+    fn an_entity_is_the_json_mlflow_takes_and_reads_back_as_it_was() {
+        let metric = Entity::metric("train/\"loss\"", 0.25, 1_700_000_000_123, 42);
+        let object: Value = serde_json::from_str(&metric.json).unwrap();
+        let expected = json!({"key": "train/\"loss\"", "value": 0.25,
+                              "timestamp": 1_700_000_000_123_i64, "step": 42});
+        assert_eq!(object, expected);
+        for (x, shown) in [(f64::NAN, "NaN"), (f64::INFINITY, "Infinity")] {
+            let odd: Value = serde_json::from_str(&Entity::metric("k", x, 0, 0).json).unwrap();
+            assert_eq!(odd["value"], shown);
+        }
+        let again = Entity::parse(metric.line().trim_end()).unwrap();
+        assert_eq!(
+            (again.kind, &again.json, &again.point),
+            (Kind::Metric, &metric.json, &metric.point)
+        );
+        let tag = Entity::pair(Kind::Tag, "ember.version", "0.1");
+        assert_eq!(tag.name(), "ember.version");
+        let file = Entity::artifact(Path::new("/run/model.bpk"), "model/model.bpk");
+        assert_eq!(
+            Entity::parse(&file.line()).unwrap().name(),
+            "model/model.bpk"
+        );
     }
 
     #[test]
@@ -285,10 +391,7 @@ mod tests {
         assert_eq!(found, ids);
         let steps: Vec<i64> = again
             .sendable()
-            .map(|(_, e)| match e {
-                Entity::Metric(m) => m["step"].as_i64().unwrap(),
-                _ => -1,
-            })
+            .map(|(_, e)| e.point.as_ref().map_or(-1, |point| point.step))
             .collect();
         assert_eq!(steps, [2, 3], "the unsynced step 4 was never spooled");
         assert!(again.spooled_before("loss", 3) && !again.spooled_before("loss", 4));
