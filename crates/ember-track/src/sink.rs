@@ -364,7 +364,8 @@ impl Worker {
         };
         let run_id = self.run_id.clone();
         let artifact_uri = self.artifact_uri.clone();
-        let sender = std::thread::spawn(move || {
+        let sender = std::thread::Builder::new().name("ember-mlflow-send".into());
+        let started = sender.spawn(move || {
             for request in for_sender {
                 let answer = match request {
                     Request::Batch(batch) => {
@@ -381,14 +382,28 @@ impl Worker {
                 }
             }
         });
+        let sender = match started {
+            Ok(sender) => sender,
+            Err(error) => {
+                // Without a sender nothing goes out: what is spooled waits for the next start.
+                self.report.last_failure = Some(format!("cannot start the sender: {error}"));
+                self.report.left = self.spool.sendable().count() as u64;
+                return std::mem::take(&mut self.report);
+            }
+        };
         let mut next_send = Instant::now();
         let mut backoff = Duration::from_millis(500);
         let mut in_flight = false;
         let mut closing: Option<Instant> = None;
         loop {
-            let wait = next_send
-                .saturating_duration_since(Instant::now())
-                .min(PERIOD);
+            // While a request is out, only its answer or the handle's next message can change
+            // anything: both wake the thread. (Waiting for the next send instead spun a core
+            // through every request.)
+            let wait = match in_flight {
+                true => PERIOD,
+                false => next_send.saturating_duration_since(Instant::now()),
+            }
+            .min(PERIOD);
             let answer = match closing {
                 None => crossbeam_channel::select! {
                     recv(from_handle) -> message => {

@@ -160,6 +160,26 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// CPU seconds used so far by this process's threads named as the sink's (`ember-mlflow…`),
+/// from /proc (Linux).
+fn sink_cpu_seconds() -> f64 {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    let stats = tasks.flatten().filter_map(|task| {
+        let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+        name.starts_with("ember-mlflow")
+            .then(|| std::fs::read_to_string(task.path().join("stat")).ok())?
+    });
+    let ticks: u64 = stats
+        .map(|stat| {
+            // utime and stime: the 12th and 13th fields after the command's `)`.
+            let after = stat.rsplit_once(')').unwrap().1;
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+        })
+        .sum();
+    ticks as f64 / 100.0
+}
+
 fn loss(step: i64) -> Record {
     let tag = Tag::new("train/loss").unwrap();
     Record::new(step, 0.0).with(tag, Value::Scalar(1.0 / step as f64))
@@ -217,6 +237,16 @@ fn a_server_that_never_answers_holds_up_neither_send_nor_sync() {
         .recv_timeout(Duration::from_secs(10))
         .expect("send and sync return while the server holds a request unanswered");
     let sink = sink.join().unwrap();
+    // While the request is out, the sink's threads sleep: they wait on the answer, not in a
+    // loop (one that polled took 0.07 to 0.5 s of CPU a second here, and most of a core in the
+    // Trainer's benchmark against a busy server).
+    let before = sink_cpu_seconds();
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = sink_cpu_seconds() - before;
+    assert!(
+        spent < 0.03,
+        "the sink's threads used {spent} s of CPU in 2 s of waiting"
+    );
     let spooled = std::fs::read_to_string(dir.path().join(".ember-mlflow/spool.jsonl")).unwrap();
     assert_eq!(
         spooled.lines().filter(|l| l.starts_with(r#"{"m""#)).count(),
