@@ -185,3 +185,21 @@ fn a_bucket_run_another_process_writes_is_refused_naming_it_until_it_closes() {
     let read = crate::read::scalars(&url).unwrap();
     assert_eq!(read["loss"].len(), 1);
 }
+
+#[test]
+fn a_bucket_log_with_an_mlflow_sink_is_refused_before_the_server_is_asked() {
+    let bucket = tempfile::tempdir().unwrap();
+    let prefix = bucket.path().join("run");
+    fs::create_dir_all(&prefix).unwrap();
+    let url = format!("file://{}", prefix.display());
+    // Nothing listens on port 9: a sink that asked the server would fail as unreachable.
+    let config = ember_track::MlflowConfig::new("http://127.0.0.1:9");
+    let built = SummaryRecord::builder(&url)
+        .mlflow(config, ember_track::Continue::No, &[])
+        .build();
+    assert!(
+        matches!(built, Err(crate::SummaryError::TrackerInBucket)),
+        "{:?}",
+        built.err()
+    );
+}
