@@ -5,7 +5,7 @@ use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, SendError, Sender};
+use crossbeam_channel::{Receiver, SendError, Sender, TrySendError};
 use ember_pack::{HParamValue, Record, Value};
 
 use crate::client::{Client, Failure};
@@ -63,10 +63,14 @@ impl Lag {
     }
 }
 
+/// What the handle asks of the sink's thread, which waits on these (a record's values go on a
+/// channel of their own, drained when the thread wakes: handing them over wakes nobody).
 enum Message {
-    Values(Values),
+    /// The values' queue is full: drain it.
+    Drain,
     /// A file to upload: its path and its artifact path.
     Artifact(std::path::PathBuf, String),
+    /// Answered once everything before it is in the spool, synced.
     Sync(Sender<Result<(), String>>),
 }
 
@@ -106,6 +110,7 @@ impl Values {
 /// The handle: [`send`](Self::send) is one channel send; the sink's thread does the rest.
 pub struct MlflowSink {
     to_thread: Option<Sender<Message>>,
+    values: Option<Sender<Values>>,
     thread: Option<JoinHandle<SinkReport>>,
     run_id: String,
     shown_uri: String,
@@ -123,6 +128,8 @@ impl std::fmt::Debug for MlflowSink {
 
 /// Records queued for the sink's thread, at most.
 const QUEUE: usize = 16_384;
+/// Requests of the handle (sync, artifacts) queued for the sink's thread, at most.
+const CONTROL: usize = 64;
 /// How often the thread sends what has gathered.
 const PERIOD: Duration = Duration::from_secs(1);
 /// The longest wait between tries against a server that does not answer.
@@ -167,7 +174,8 @@ impl MlflowSink {
         for (key, value) in tags {
             spool.push(Entity::pair(Kind::Tag, key, value));
         }
-        let (to_thread, from_handle) = crossbeam_channel::bounded(QUEUE);
+        let (to_thread, from_handle) = crossbeam_channel::bounded(CONTROL);
+        let (values, queued) = crossbeam_channel::bounded(QUEUE);
         let dropped = std::sync::Arc::default();
         let run_id = ids.run_id.clone();
         let shown_uri = client.shown().to_owned();
@@ -184,10 +192,14 @@ impl MlflowSink {
         };
         let thread = std::thread::Builder::new()
             .name("ember-mlflow".into())
-            .spawn(move || worker.run(&from_handle))
+            .spawn(move || {
+                background();
+                worker.run(&from_handle, &queued)
+            })
             .map_err(|e| TrackError::Thread(e.to_string()))?;
         Ok(Self {
             to_thread: Some(to_thread),
+            values: Some(values),
             thread: Some(thread),
             run_id,
             shown_uri,
@@ -235,12 +247,22 @@ impl MlflowSink {
         if values.scalars.is_empty() && values.params.is_empty() {
             return;
         }
-        let Some(to_thread) = &self.to_thread else {
+        let (Some(queue), Some(to_thread)) = (&self.values, &self.to_thread) else {
             return;
         };
-        // A full queue waits for the sink's thread to spool (local work: it never waits on the
-        // server itself), as the writer pool's queue does: nothing is dropped for speed.
-        if let Err(SendError(Message::Values(values))) = to_thread.send(Message::Values(values)) {
+        // A full queue wakes the sink's thread and waits for it to spool (local work: it never
+        // waits on the server itself), as the writer pool's queue does: nothing is dropped for
+        // speed.
+        let values = match queue.try_send(values) {
+            Ok(()) => return,
+            Err(TrySendError::Full(values)) => {
+                // A `Drain` already waiting does as well.
+                let _ = to_thread.try_send(Message::Drain);
+                queue.send(values).map_err(|SendError(values)| values)
+            }
+            Err(TrySendError::Disconnected(values)) => Err(values),
+        };
+        if let Err(values) = values {
             count_dropped(&self.dropped, values.names());
         }
     }
@@ -278,6 +300,7 @@ impl MlflowSink {
     }
 
     fn finish(&mut self) -> SinkReport {
+        drop(self.values.take());
         drop(self.to_thread.take());
         let mut report = match self.thread.take().map(JoinHandle::join) {
             Some(Ok(report)) => report,
@@ -356,7 +379,7 @@ enum Answer {
 }
 
 impl Worker {
-    fn run(&mut self, from_handle: &Receiver<Message>) -> SinkReport {
+    fn run(&mut self, from_handle: &Receiver<Message>, queued: &Receiver<Values>) -> SinkReport {
         let (requests, for_sender) = crossbeam_channel::bounded::<Request>(1);
         let (to_worker, answers) = crossbeam_channel::bounded::<Answer>(1);
         let Some(client) = self.client.take() else {
@@ -366,6 +389,7 @@ impl Worker {
         let artifact_uri = self.artifact_uri.clone();
         let sender = std::thread::Builder::new().name("ember-mlflow-send".into());
         let started = sender.spawn(move || {
+            background();
             for request in for_sender {
                 let answer = match request {
                     Request::Batch(batch) => {
@@ -407,8 +431,10 @@ impl Worker {
             let answer = match closing {
                 None => crossbeam_channel::select! {
                     recv(from_handle) -> message => {
+                        // What the handle queued before this message comes first.
+                        self.spool_queued(queued);
                         match message {
-                            Ok(Message::Values(values)) => self.spool_all(values.entities()),
+                            Ok(Message::Drain) => {}
                             Ok(Message::Artifact(path, name)) => {
                                 self.spool.push(Entity::artifact(&path, &name));
                             }
@@ -429,6 +455,7 @@ impl Worker {
                 },
                 Some(_) => answers.recv_timeout(wait).ok(),
             };
+            self.spool_queued(queued);
             if let Some(Answer::Batch(batch, sent)) = answer {
                 in_flight = false;
                 match sent {
@@ -485,6 +512,13 @@ impl Worker {
         let _ = sender.join();
         self.report.lag = Lag::of(std::mem::take(&mut self.lags));
         std::mem::take(&mut self.report)
+    }
+
+    /// Spools the values the handle has queued.
+    fn spool_queued(&mut self, queued: &Receiver<Values>) {
+        for values in queued.try_iter() {
+            self.spool_all(values.entities());
+        }
     }
 
     /// A batch the server answered: taken, or refused as it is (sending it again changes
@@ -592,5 +626,14 @@ impl Batch {
             batch.end = *end;
         }
         batch
+    }
+}
+
+/// Lowers the calling thread to the lowest scheduling priority (Linux: nice 19 for this thread
+/// alone), so that the sink's work runs on what training leaves idle.
+fn background() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+        log::debug!("the MLflow sink's thread keeps its priority: {e}");
     }
 }

@@ -114,8 +114,11 @@ impl Entity {
         name.as_str().unwrap_or_default().to_owned()
     }
 
-    fn line(&self) -> String {
-        format!("{{\"{}\":{}}}\n", self.kind.letter(), self.json)
+    /// Appends its spool line (`{"m":{…}}` and a newline) to `buffer`.
+    fn write_line(&self, buffer: &mut String) {
+        for part in ["{\"", self.kind.letter(), "\":", &self.json, "}\n"] {
+            buffer.push_str(part);
+        }
     }
 
     fn parse(line: &str) -> Option<Self> {
@@ -270,7 +273,7 @@ impl Spool {
 
     /// Adds `entity`, to be sent once synced.
     pub(crate) fn push(&mut self, entity: Entity) {
-        self.buffer.push_str(&entity.line());
+        entity.write_line(&mut self.buffer);
         let end = self.synced + self.buffer.len() as u64;
         self.pending.push_back((end, entity));
     }
@@ -347,7 +350,12 @@ mod tests {
             let odd: Value = serde_json::from_str(&Entity::metric("k", x, 0, 0).json).unwrap();
             assert_eq!(odd["value"], shown);
         }
-        let again = Entity::parse(metric.line().trim_end()).unwrap();
+        let line = |entity: &Entity| {
+            let mut line = String::new();
+            entity.write_line(&mut line);
+            line
+        };
+        let again = Entity::parse(line(&metric).trim_end()).unwrap();
         assert_eq!(
             (again.kind, &again.json, &again.point),
             (Kind::Metric, &metric.json, &metric.point)
@@ -356,7 +364,7 @@ mod tests {
         assert_eq!(tag.name(), "ember.version");
         let file = Entity::artifact(Path::new("/run/model.bpk"), "model/model.bpk");
         assert_eq!(
-            Entity::parse(&file.line()).unwrap().name(),
+            Entity::parse(&line(&file)).unwrap().name(),
             "model/model.bpk"
         );
     }

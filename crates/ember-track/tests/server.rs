@@ -217,6 +217,64 @@ fn a_server_back_while_the_sink_closes_gets_every_point() {
     );
 }
 
+/// Each of the sink's threads (`ember-mlflow…`), from /proc (Linux): its nice value and its
+/// voluntary context switches so far (each time it went to sleep and was woken).
+fn sink_threads() -> Vec<(i64, u64)> {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.starts_with("ember-mlflow"))
+        })
+        .map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+            let after = stat.rsplit_once(')').unwrap().1;
+            let nice = after.split_whitespace().nth(16).unwrap().parse().unwrap();
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap();
+            let switches = status
+                .lines()
+                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            (nice, switches)
+        })
+        .collect()
+}
+
+#[test]
+fn the_sink_works_on_what_training_leaves_idle_and_a_send_wakes_nobody() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sink = server.sink(&server.config(), dir.path());
+    wait_until("both threads started", || sink_threads().len() == 2);
+    let before = sink_threads();
+    assert!(
+        before.iter().all(|(nice, _)| *nice == 19),
+        "the sink's threads run at the lowest priority: {before:?}"
+    );
+    // A step's scalars handed over one step at a time, as a training loop does (the sink's
+    // period is 1 s, so its thread wakes a few times in these 0.3 s).
+    for step in 1..=1_000 {
+        sink.send(&loss(step));
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    let woken: u64 = sink_threads()
+        .iter()
+        .zip(&before)
+        .map(|((_, after), (_, before))| after - before)
+        .sum();
+    assert!(
+        woken < 20,
+        "1,000 sends woke the sink's threads {woken} times"
+    );
+    let report = sink.close();
+    assert_eq!((report.left, report.sent), (0, 1_001), "{report:?}");
+    assert_eq!(steps(&server.received()), (1..=1_000).collect::<Vec<_>>());
+}
+
 #[test]
 fn a_server_that_never_answers_holds_up_neither_send_nor_sync() {
     let server = Server::start();

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-#[cfg(doc)]
 use ember_write::Durability;
 use ember_write::pack::{
     Audio, CustomScalarLayout, Embedding, Format, Graph, HParams, Histogram, HistogramRule, Image,
@@ -539,8 +538,13 @@ impl SummaryRecord {
     /// (a full disk) does not make `flush` fail: what it could not write is counted in
     /// [`stats`](Self::stats) (`records_failed`, its writer's `failed`) and kept for
     /// [`take_errors`](Self::take_errors), which is where a caller that must know looks.
+    ///
+    /// An MLflow sink is waited for only with [`Durability::Sync`] (its spool then synced):
+    /// its thread spools what it is handed within a second on its own, a checkpoint syncs the
+    /// spool, and a run resumed after a crash trains and sends again what came after that.
     pub fn flush(&mut self) -> Result<(), SummaryError> {
-        let flushed = self.flush_writers();
+        let sync_spool = self.child_options.durability == Durability::Sync;
+        let flushed = self.flush_to(sync_spool);
         if let Some(remote) = &self.remote {
             let shipped = remote.ship();
             return flushed.and(shipped);
@@ -549,8 +553,13 @@ impl SummaryRecord {
     }
 
     /// [`flush`](Self::flush) into the files (a URL's staging directory), without waiting
-    /// for an object store to take them.
+    /// for an object store to take them; the tracker's spool synced, as a checkpoint taken
+    /// now covers what it holds and a resume does not train that again.
     pub(crate) fn flush_writers(&mut self) -> Result<(), SummaryError> {
+        self.flush_to(true)
+    }
+
+    fn flush_to(&mut self, sync_spool: bool) -> Result<(), SummaryError> {
         self.ensure_open()?;
         let mut first_error = None;
         for child in self.children.values() {
@@ -563,9 +572,8 @@ impl SummaryRecord {
         {
             first_error.get_or_insert(SummaryError::from(error));
         }
-        // What a checkpoint taken now covers must be in the tracker's spool: a resume does not
-        // train it again.
         if let Some(mlflow) = &self.mlflow
+            && sync_spool
             && let Err(error) = mlflow.sync()
         {
             first_error.get_or_insert(SummaryError::from(error));
