@@ -132,6 +132,8 @@ pub(crate) fn run(root: &Path, mode: Mode) -> anyhow::Result<()> {
 fn train(mlflow: &Mlflow, args: &[&str]) -> Vec<String> {
     let mut all: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
     all.extend(["--mlflow".to_owned(), mlflow.uri()]);
+    // The event files too: MLflow's client compares them byte for byte with the log's.
+    all.push("--mlflow-event-files".to_owned());
     all
 }
 

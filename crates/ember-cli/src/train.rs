@@ -174,6 +174,13 @@ fn prepare(args: TrainArgs, given: &[String]) -> anyhow::Result<Plan> {
         "--lr must be a positive number, got {}",
         args.lr
     );
+    ensure!(
+        !args.mlflow_event_files
+            || args.mlflow.is_some()
+            || std::env::var_os("MLFLOW_TRACKING_URI").is_some(),
+        "--mlflow-event-files uploads to an MLflow server: give --mlflow URI or set \
+         MLFLOW_TRACKING_URI"
+    );
 
     #[cfg(feature = "mpi")]
     let collective_timeout = args.collective_timeout;
@@ -257,6 +264,9 @@ fn open_summary(plan: &Plan, run: &Run, stop: &Arc<AtomicBool>) -> anyhow::Resul
             ("ember.command", command.as_str()),
         ];
         builder = builder.mlflow(config, continuing, &tags);
+        if plan.args.mlflow_event_files {
+            builder = builder.mlflow_event_files();
+        }
     }
     builder.build().map_err(|error| match error {
         // Its own message says what is wrong with the server, and where.

@@ -409,6 +409,21 @@ fn system_scalars_are_sampled_off_the_training_thread_and_recorded_with_a_step()
         cpu.iter().all(|p| p.value.is_finite() && p.value >= 0.0),
         "{cpu:?}"
     );
+    // The machine's, under MLflow's names: in the same samples, within their ranges (the
+    // memory in use against /proc/meminfo's total).
+    let total_mb = meminfo_kb("MemTotal") * 1024.0 / 1e6;
+    for (tag, most) in [
+        ("system/cpu_utilization_percentage", 100.0),
+        ("system/system_memory_usage_percentage", 100.0),
+        ("system/system_memory_usage_megabytes", total_mb),
+    ] {
+        let series = &scalars[tag];
+        assert_eq!(series.len(), resident.len(), "{tag}");
+        assert!(
+            series.iter().all(|p| p.value >= 0.0 && p.value <= most),
+            "{tag}: {series:?} (at most {most})"
+        );
+    }
     // flex keeps no count of its memory: no device series.
     assert!(!scalars.keys().any(|tag| tag.starts_with("system/device/")));
 }
@@ -447,4 +462,14 @@ fn after_a_writer_died_on_a_full_disk_flush_under_log_is_ok_and_stats_tell_the_l
             .any(|e| e.to_string().contains("No space left")),
         "{errors:?}"
     );
+}
+
+/// A field of /proc/meminfo, in kB.
+fn meminfo_kb(field: &str) -> f64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let line = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap();
+    line.trim().trim_end_matches("kB").trim().parse().unwrap()
 }

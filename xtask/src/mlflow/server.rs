@@ -93,16 +93,20 @@ impl Mlflow {
             let ids = run_ids(place)?;
             let inspected = self.work.join(format!("inspect-{index}.json"));
             std::fs::write(&inspected, env.inspect(place)?.to_string())?;
-            // The trained model the run saved, as MLflow must hold it.
-            let artifacts: serde_json::Map<String, serde_json::Value> = ["model.bpk"]
-                .iter()
-                .map(|file| Path::new(place).join(file))
-                .filter(|path| path.is_file())
-                .map(|path| {
-                    let name = format!("model/{}", path.file_name().unwrap_or_default().display());
-                    (name, json!(path))
-                })
-                .collect();
+            // The trained model the run saved, and its event files where it asked to send
+            // them, as MLflow must hold them.
+            let model = Path::new(place).join("model.bpk");
+            let mut artifacts = serde_json::Map::new();
+            if model.is_file() {
+                artifacts.insert("model/model.bpk".into(), json!(model));
+            }
+            if asked_for_event_files(place) {
+                let names = crate::runs::file_names(Path::new(place));
+                let events = names.iter().filter(|name| name.contains("tfevents"));
+                for name in events {
+                    artifacts.insert(format!("events/{name}"), json!(Path::new(place).join(name)));
+                }
+            }
             spec.push(json!({
                 "run_id": ids["run_id"],
                 "inspect": inspected,
@@ -172,6 +176,12 @@ impl Drop for Mlflow {
 }
 
 /// The MLflow ids (`run_id`, `experiment_id`) the sink spooled in the run at `place`.
+/// Whether the run at `place` was started with `--mlflow-event-files` (its recorded command).
+fn asked_for_event_files(place: &str) -> bool {
+    std::fs::read_to_string(Path::new(place).join("checkpoints/run.json"))
+        .is_ok_and(|recorded| recorded.contains("\"--mlflow-event-files\""))
+}
+
 fn run_ids(place: &str) -> anyhow::Result<serde_json::Value> {
     let spooled = Path::new(place).join(".ember-mlflow").join("run");
     let text = std::fs::read_to_string(&spooled)

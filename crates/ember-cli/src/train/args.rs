@@ -115,6 +115,10 @@ pub(crate) struct TrainArgs {
     /// spool in the run's directory, each step once across resumes.
     #[arg(long, value_name = "URI", value_parser = parse_tracking_uri)]
     pub(crate) mlflow: Option<String>,
+    /// With --mlflow: at the run's end, also upload its event files to the MLflow run as
+    /// artifacts (`events/…`), for TensorBoard or MindInsight to open from there.
+    #[arg(long)]
+    pub(crate) mlflow_event_files: bool,
 }
 
 /// A tracking URI without credentials in it: the command is recorded with the run.

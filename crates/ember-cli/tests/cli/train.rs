@@ -260,6 +260,22 @@ fn bad_flags_and_uncreatable_log_dirs_fail_cleanly() {
         printed.contains("cannot create") && printed.contains(path_str(&logdir)),
         "{printed}"
     );
+
+    // Event files for MLflow without an MLflow server: refused before the run is made.
+    let logdir = dir.path().join("events-to-nowhere");
+    let output = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(["train", "--subset", "100", "--mlflow-event-files"])
+        .args(["--logdir", path_str(&logdir)])
+        .env_remove("MLFLOW_TRACKING_URI")
+        .output()
+        .unwrap();
+    assert_one_error_line(&output);
+    assert!(
+        text(&output.stderr).contains("give --mlflow URI or set MLFLOW_TRACKING_URI"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(!logdir.exists(), "nothing is made before the refusal");
 }
 
 #[test]

@@ -47,6 +47,8 @@ pub struct SummaryRecordBuilder {
     run_id: Option<String>,
     /// The MLflow tracking server the record also sends to, and the run's tags there.
     mlflow: Option<Tracking>,
+    /// Whether closing uploads the event files to the MLflow run as artifacts.
+    mlflow_event_files: bool,
 }
 
 /// What [`SummaryRecordBuilder::mlflow`] asked for.
@@ -97,6 +99,7 @@ impl SummaryRecordBuilder {
             remote_wait: None,
             run_id: None,
             mlflow: None,
+            mlflow_event_files: false,
         }
     }
 
@@ -137,6 +140,16 @@ impl SummaryRecordBuilder {
             continuing,
             tags,
         });
+        self
+    }
+
+    /// With [`mlflow`](Self::mlflow): [`close`](SummaryRecord::close) also uploads the log
+    /// directory's event files (its sub-runs' too) to the MLflow run, as the artifacts
+    /// `events/<path under the log directory>`, after every value sent, each closed and
+    /// whole; a resumed run's close uploads them all again, its earlier starts' included.
+    /// TensorBoard and MindInsight open them as downloaded.
+    pub fn mlflow_event_files(mut self) -> Self {
+        self.mlflow_event_files = true;
         self
     }
 
@@ -342,6 +355,7 @@ impl SummaryRecordBuilder {
             session_start: None,
             remote,
             mlflow,
+            mlflow_event_files: self.mlflow_event_files,
         })
     }
 

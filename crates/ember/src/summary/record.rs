@@ -68,6 +68,8 @@ pub struct SummaryRecord {
     pub(crate) remote: Option<crate::bucket::Mirror>,
     /// The MLflow tracking server the record also sends to.
     pub(super) mlflow: Option<ember_track::MlflowSink>,
+    /// Whether closing uploads the event files to the MLflow run.
+    pub(super) mlflow_event_files: bool,
 }
 
 impl SummaryRecord {
@@ -543,8 +545,10 @@ impl SummaryRecord {
     /// its thread spools what it is handed within a second on its own, a checkpoint syncs the
     /// spool, and a run resumed after a crash trains and sends again what came after that.
     pub fn flush(&mut self) -> Result<(), SummaryError> {
-        let sync_spool = self.child_options.durability == Durability::Sync;
-        let flushed = self.flush_to(sync_spool);
+        let flushed = match self.child_options.durability {
+            Durability::Sync => self.flush_writers(),
+            Durability::Os => self.flush_to(false),
+        };
         if let Some(remote) = &self.remote {
             let shipped = remote.ship();
             return flushed.and(shipped);
@@ -623,6 +627,11 @@ impl SummaryRecord {
         }
         self.lock = None;
         if let Some(mlflow) = self.mlflow.take() {
+            if self.mlflow_event_files {
+                for (path, name) in event_files(&self.log_dir) {
+                    mlflow.log_artifact(&path, &name);
+                }
+            }
             report_tracker(mlflow.close(), &self.log_dir);
         }
         if let Some(remote) = self.remote.as_mut() {
@@ -654,6 +663,37 @@ impl Drop for SummaryRecord {
             );
         }
     }
+}
+
+/// The event files under `dir` (its sub-runs' too, not hidden directories' or those behind a
+/// link), each with its artifact name: `events/` and its path under `dir`, in name order.
+fn event_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let is_event_file = |name: &str| name.contains("tfevents") || name.contains(".out.events.");
+    let mut found = Vec::new();
+    let mut directories = vec![dir.to_path_buf()];
+    while let Some(at) = directories.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            match entry.file_type() {
+                _ if name.starts_with('.') => {}
+                Ok(kind) if kind.is_dir() => directories.push(path),
+                Ok(kind) if kind.is_file() && is_event_file(&name) => {
+                    let Ok(under) = path.strip_prefix(dir) else {
+                        continue;
+                    };
+                    let parts: Vec<_> = under.iter().map(|part| part.to_string_lossy()).collect();
+                    found.push((path.clone(), format!("events/{}", parts.join("/"))));
+                }
+                _ => {}
+            }
+        }
+    }
+    found.sort();
+    found
 }
 
 /// Logs what a closed tracker sink could not do: nothing of it fails the record, whose files
@@ -694,4 +734,41 @@ pub(super) fn wall_time() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_files;
+
+    #[test]
+    fn the_event_files_sent_to_a_tracker_are_the_runs_own_and_its_sub_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for file in [
+            "events.out.tfevents.1.host.1.0",
+            "loss_train/events.out.tfevents.2.host.1.0",
+            "events.out.events.summary.3.host_lineage",
+            ".ember-mlflow/events.out.tfevents.4.host.1.0",
+            "checkpoints/ckpt-000000000001.ember",
+            "model.bpk",
+        ] {
+            let path = root.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, file).unwrap();
+        }
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("events.out.tfevents.5.x"), "x").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(elsewhere.path(), root.join("linked")).unwrap();
+
+        let names: Vec<String> = event_files(root).into_iter().map(|(_, name)| name).collect();
+        assert_eq!(
+            names,
+            [
+                "events/events.out.events.summary.3.host_lineage",
+                "events/events.out.tfevents.1.host.1.0",
+                "events/loss_train/events.out.tfevents.2.host.1.0",
+            ]
+        );
+    }
 }

@@ -3,6 +3,10 @@
 //! burn-train's dashboard shows), for the training thread to record with its next step:
 //! `system/cpu_percent` (100 is one core busy), `system/resident_bytes` and
 //! `system/device/<i>/memory_in_use_bytes` (backends that count their memory: wgpu, CUDA).
+//! The machine's own, under the names MLflow's system metrics give them (so that its UI
+//! shows them as its own client's): `system/cpu_utilization_percentage` (all cores, 100 is
+//! every core busy), `system/system_memory_usage_megabytes` and
+//! `system/system_memory_usage_percentage`.
 //!
 //! The training thread only takes the newest sample, if one came since its last look; reading
 //! `/proc` and the devices' allocators happens off it.
@@ -50,6 +54,8 @@ impl SystemSampler {
             .spawn(move || {
                 let pid = sysinfo::get_current_pid().ok();
                 let mut system = System::new();
+                // The machine's CPU use is measured from this reading to the first sample's.
+                system.refresh_cpu_usage();
                 let mut last = cpu_clock(&mut system, pid);
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                     let sample = sample(&mut system, pid, &mut last, &distinct);
@@ -118,6 +124,7 @@ fn sample(
     if let Some(process) = pid.and_then(|pid| system.process(pid)) {
         sample.push(("system/resident_bytes".into(), process.memory() as f64));
     }
+    machine(system, &mut sample);
     for (index, device) in devices {
         if let Some(usage) = device.memory_pool_usage() {
             sample.push((
@@ -127,4 +134,23 @@ fn sample(
         }
     }
     sample
+}
+
+/// The machine's CPU and memory use, as MLflow's own system metrics name them (its
+/// `CPUMonitor`: psutil's `cpu_percent` and `virtual_memory().used`, in megabytes of 10^6).
+fn machine(system: &mut System, sample: &mut Sample) {
+    system.refresh_cpu_usage();
+    if !system.cpus().is_empty() {
+        let percent = f64::from(system.global_cpu_usage());
+        sample.push(("system/cpu_utilization_percentage".into(), percent));
+    }
+    system.refresh_memory();
+    let (used, total) = (system.used_memory() as f64, system.total_memory() as f64);
+    if total > 0.0 {
+        sample.push(("system/system_memory_usage_megabytes".into(), used / 1e6));
+        sample.push((
+            "system/system_memory_usage_percentage".into(),
+            100.0 * used / total,
+        ));
+    }
 }
