@@ -15,7 +15,10 @@
 //! 4. a library user's one call (`SummaryRecordBuilder::mlflow_from_env`): the logging example
 //!    built without Burn, and burn-train's `SummaryLogger`, each read back the same way;
 //! 5. the server killed mid-run and started again [`OUTAGE`] later: the run goes on meanwhile,
-//!    and MLflow holds every step once when it ends.
+//!    and MLflow holds every step once when it ends;
+//! 6. a server behind MLflow's basic-auth app: a run given MLflow's credential variables is
+//!    read back the same way, a wrong password is refused before training, and the password
+//!    is in no output and no file of either run.
 //!
 //! Without Python or PyPI it skips in one line (a failure under `CI=true`).
 
@@ -124,6 +127,8 @@ pub(crate) fn run(root: &Path, mode: Mode) -> anyhow::Result<()> {
     killed_and_resumed(root, &mlflow, &local)?;
     library(root, &mlflow, &local)?;
     outage(&mut mlflow, &local)?;
+    drop(mlflow);
+    authenticated(&python, &checker, &work, &local)?;
     eprintln!("{TASK}: all scenarios passed");
     Ok(())
 }
@@ -364,4 +369,87 @@ fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64() - back.as_secs_f64()
     );
     Ok(())
+}
+
+/// Scenario 6: a server behind MLflow's basic-auth app.
+fn authenticated(python: &Path, checker: &Path, work: &Path, local: &Local) -> anyhow::Result<()> {
+    // Made up here, so that finding it anywhere means it leaked.
+    let password = format!("ember-secret-{}-{}", std::process::id(), SEED);
+    let mlflow =
+        Mlflow::start_with_auth(python, checker, &work.join("auth"), ("admin", &password))?;
+    let args = train(&mlflow, TRAIN);
+    let run = |name: &str, password: &str| -> anyhow::Result<(String, crate::process::Ran)> {
+        let place = local.place(name);
+        let mut command = local.ember(&["train"]);
+        command
+            .args(&args)
+            .args(["--logdir", &place])
+            .env("MLFLOW_TRACKING_USERNAME", "admin")
+            .env("MLFLOW_TRACKING_PASSWORD", password);
+        let ran = run_limited(command, "ember train --mlflow", &local.log(&place, "train"))?;
+        Ok((place, ran))
+    };
+    let (place, ran) = run("auth", &password)?;
+    expect_success(&ran, "ember train --mlflow with MLflow's credentials")?;
+    let params = json!({"learning_rate": "0.01", "batch_size": "32", "hidden": "64"});
+    let read = mlflow.holds(local, &[(place.as_str(), params)])?;
+    let wrong = format!("{password}-wrong");
+    let (refused_place, refused) = run("auth-refused", &wrong)?;
+    let says = "refused the credentials";
+    ensure!(
+        !refused.success
+            && refused.output.contains(says)
+            && !refused.output.contains("test accuracy"),
+        "a wrong password was not refused before training saying `{says}`:\n{}",
+        refused.output
+    );
+    for (what, output) in [
+        ("the run", &ran.output),
+        ("the refused run", &refused.output),
+    ] {
+        ensure!(
+            !output.contains(&password),
+            "{what} printed the password:\n{output}"
+        );
+    }
+    for place in [&place, &refused_place] {
+        if let Some(file) = file_holding(Path::new(place), password.as_bytes())? {
+            anyhow::bail!("{} holds the password", file.display());
+        }
+    }
+    let line = refused
+        .output
+        .lines()
+        .find(|l| l.contains(says))
+        .unwrap_or_default();
+    eprintln!(
+        "{TASK}: behind MLflow's basic-auth app, with MLFLOW_TRACKING_USERNAME/PASSWORD: {read}; \
+         a wrong password: {}; the password in no output and no file of either run",
+        line.trim()
+    );
+    Ok(())
+}
+
+/// The first file under `dir` whose bytes contain `needle`.
+fn file_holding(dir: &Path, needle: &[u8]) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let mut directories: Vec<_> = dir
+        .exists()
+        .then(|| dir.to_path_buf())
+        .into_iter()
+        .collect();
+    while let Some(at) = directories.pop() {
+        for entry in std::fs::read_dir(&at)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                directories.push(entry.path());
+            } else if kind.is_file() {
+                let bytes = std::fs::read(entry.path())?;
+                if bytes.windows(needle.len()).any(|window| window == needle) {
+                    return Ok(Some(entry.path()));
+                }
+            }
+        }
+    }
+    Ok(None)
 }

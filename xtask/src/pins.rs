@@ -33,7 +33,7 @@ pub(crate) const MINDINSIGHT_REQUIREMENTS: &[&str] = &[
 pub(crate) const BROWSER_REQUIREMENTS: &[&str] = &["playwright==1.65.2", "greenlet==3.5.6"];
 
 /// MLflow's tracking server and Python client (`cargo xtask mlflow`).
-pub(crate) const MLFLOW_REQUIREMENTS: &[&str] = &["mlflow==3.17.2"];
+pub(crate) const MLFLOW_REQUIREMENTS: &[&str] = &["mlflow[auth]==3.17.2"];
 
 /// MindInsight for its web server: [`MINDINSIGHT_REQUIREMENTS`] with two packages older
 /// than pip picks, which its loaders do not need. Its lineage search validators take

@@ -19,6 +19,9 @@ pub(super) struct Mlflow {
     pub(super) work: PathBuf,
     pub(super) port: u16,
     pub(super) server: Option<ServerGroup>,
+    /// MLflow's basic-auth app in front of the server: its admin's name and password, which
+    /// MLflow's client is given as its users give it (`MLFLOW_TRACKING_USERNAME`/`PASSWORD`).
+    admin: Option<(String, String)>,
 }
 
 impl Mlflow {
@@ -29,9 +32,43 @@ impl Mlflow {
             work: work.to_path_buf(),
             port: free_port()?,
             server: None,
+            admin: None,
         };
         mlflow.serve()?;
         Ok(mlflow)
+    }
+
+    /// [`start`](Self::start) behind MLflow's basic-auth app (`--app-name basic-auth`), its
+    /// user store in `work` and `admin` (name, password) its administrator.
+    pub(super) fn start_with_auth(
+        python: &Path,
+        checker: &Path,
+        work: &Path,
+        admin: (&str, &str),
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(work)?;
+        let mut mlflow = Self {
+            python: python.to_path_buf(),
+            checker: checker.to_path_buf(),
+            work: work.to_path_buf(),
+            port: free_port()?,
+            server: None,
+            admin: Some((admin.0.to_owned(), admin.1.to_owned())),
+        };
+        mlflow.serve()?;
+        Ok(mlflow)
+    }
+
+    /// The environment MLflow's clients take credentials from, for the admin (none without
+    /// the auth app).
+    pub(super) fn credentials(&self) -> Vec<(&'static str, String)> {
+        match &self.admin {
+            Some((name, password)) => vec![
+                ("MLFLOW_TRACKING_USERNAME", name.clone()),
+                ("MLFLOW_TRACKING_PASSWORD", password.clone()),
+            ],
+            None => Vec::new(),
+        }
     }
 
     pub(super) fn uri(&self) -> String {
@@ -61,6 +98,27 @@ impl Mlflow {
             ])
             .stdout(log.try_clone()?)
             .stderr(log);
+        if let Some((name, password)) = &self.admin {
+            let config = self.work.join("basic_auth.ini");
+            let users = format!("sqlite:///{}", self.work.join("users.db").display());
+            std::fs::write(
+                &config,
+                format!(
+                    "[mlflow]\ndefault_permission = READ\ndatabase_uri = {users}\n\
+                     admin_username = {name}\n\
+                     authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                ),
+            )?;
+            command
+                .args(["--app-name", "basic-auth"])
+                .env("MLFLOW_AUTH_CONFIG_PATH", &config)
+                .env("MLFLOW_AUTH_ADMIN_PASSWORD", password)
+                // Its CSRF protection's key; one server, so any key made here does.
+                .env(
+                    "MLFLOW_FLASK_SERVER_SECRET_KEY",
+                    format!("ember-{}", self.port),
+                );
+        }
         self.server = Some(ServerGroup::spawn(command, "mlflow server")?);
         wait_for_port(self.port, "mlflow server")
     }
@@ -70,6 +128,7 @@ impl Mlflow {
         let out = Command::new(&self.python)
             .arg(&self.checker)
             .args([&self.uri(), verb, arg])
+            .envs(self.credentials())
             .output()
             .context("starting check_mlflow.py")?;
         ensure!(
@@ -175,13 +234,13 @@ impl Drop for Mlflow {
     }
 }
 
-/// The MLflow ids (`run_id`, `experiment_id`) the sink spooled in the run at `place`.
 /// Whether the run at `place` was started with `--mlflow-event-files` (its recorded command).
 fn asked_for_event_files(place: &str) -> bool {
     std::fs::read_to_string(Path::new(place).join("checkpoints/run.json"))
         .is_ok_and(|recorded| recorded.contains("\"--mlflow-event-files\""))
 }
 
+/// The MLflow ids (`run_id`, `experiment_id`) the sink spooled in the run at `place`.
 fn run_ids(place: &str) -> anyhow::Result<serde_json::Value> {
     let spooled = Path::new(place).join(".ember-mlflow").join("run");
     let text = std::fs::read_to_string(&spooled)

@@ -761,7 +761,10 @@ mod tests {
         #[cfg(unix)]
         std::os::unix::fs::symlink(elsewhere.path(), root.join("linked")).unwrap();
 
-        let names: Vec<String> = event_files(root).into_iter().map(|(_, name)| name).collect();
+        let names: Vec<String> = event_files(root)
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect();
         assert_eq!(
             names,
             [
