@@ -16,9 +16,11 @@
 //!    built without Burn, and burn-train's `SummaryLogger`, each read back the same way;
 //! 5. the server killed mid-run and started again [`OUTAGE`] later: the run goes on meanwhile,
 //!    and MLflow holds every step once when it ends;
-//! 6. a server behind MLflow's basic-auth app: a run given MLflow's credential variables is
-//!    read back the same way, a wrong password is refused before training, and the password
-//!    is in no output and no file of either run.
+//! 6. a server behind MLflow's basic-auth app (a server of its own): a run given MLflow's
+//!    credential variables is read back the same way, a wrong password is refused before
+//!    training, and the password is in no output and no file of either run;
+//! 7. `ember train` (built with `--features mpi`) as two ranks of `mpirun`: the job is one
+//!    MLflow run, which holds each step of the job's log once.
 //!
 //! Without Python or PyPI it skips in one line (a failure under `CI=true`).
 
@@ -127,8 +129,8 @@ pub(crate) fn run(root: &Path, mode: Mode) -> anyhow::Result<()> {
     killed_and_resumed(root, &mlflow, &local)?;
     library(root, &mlflow, &local)?;
     outage(&mut mlflow, &local)?;
-    drop(mlflow);
     authenticated(&python, &checker, &work, &local)?;
+    ranks(root, &mlflow, &work)?;
     eprintln!("{TASK}: all scenarios passed");
     Ok(())
 }
@@ -367,6 +369,53 @@ fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
          (its end {:.0} s after the outage's), and MLflow holds every step once: {read}",
         back.as_secs_f64(),
         started.elapsed().as_secs_f64() - back.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Scenario 7: a job of two MPI ranks, one MLflow run.
+fn ranks(root: &Path, mlflow: &Mlflow, work: &Path) -> anyhow::Result<()> {
+    if let Err(missing) = crate::mpirun::ensure_mpi() {
+        return skip_or_fail(TASK, &format!("no MPI job: {missing}"));
+    }
+    // Last: the debug `ember` the other scenarios ran is now the MPI build.
+    build(root, &["build", "-p", "ember-cli", "--features", "mpi"])?;
+    let ember = target_dir(root).join("debug").join("ember");
+    let mpirun = crate::mpirun::mpirun(2, crate::mpirun::Transport::SharedMemory);
+    std::fs::create_dir_all(work.join("ranks"))?;
+    let job = Local::new(&ember, &work.join("ranks")).under(&mpirun);
+    let experiment = "ember-ranks";
+    mlflow.client("experiment", experiment)?;
+    let place = job.place("job");
+    let args = train(
+        mlflow,
+        &["--epochs", "10", "--subset", "400", "--devices", "1"],
+    );
+    let mut command = job.launch(&["train"]);
+    command
+        .args(&args)
+        .args(["--logdir", &place])
+        .env("MLFLOW_EXPERIMENT_NAME", experiment);
+    let ran = run_limited(
+        command,
+        "mpirun -n 2 ember train --mlflow",
+        &job.log(&place, "train"),
+    )?;
+    expect_success(&ran, "mpirun -n 2 ember train --mlflow")?;
+    let runs = mlflow.client("runs", experiment)?;
+    let runs: Vec<&str> = runs.split_whitespace().collect();
+    ensure!(
+        runs.len() == 1,
+        "the job made {} MLflow runs: {runs:?}",
+        runs.len()
+    );
+    let params = json!({"learning_rate": "0.01", "batch_size": "32", "hidden": "64"});
+    // Rank 0's record sends: the job's scalars and rank 0's own timings; rank 1's own are in
+    // its event files only.
+    let read = mlflow.holds_except(&job, &[(place.as_str(), params)], &["rank/1/"])?;
+    eprintln!(
+        "{TASK}: mpirun -n 2 ember train --mlflow: one MLflow run for the job, holding each step \
+         of its log once (rank 1's own timings, rank/1/…, not sent): {read}"
     );
     Ok(())
 }

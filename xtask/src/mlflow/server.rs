@@ -147,6 +147,16 @@ impl Mlflow {
         env: &dyn Env,
         runs: &[(&str, serde_json::Value)],
     ) -> anyhow::Result<String> {
+        self.holds_except(env, runs, &[])
+    }
+
+    /// [`holds`](Self::holds), for the log's tags that start with none of `not_sent`.
+    pub(super) fn holds_except(
+        &self,
+        env: &dyn Env,
+        runs: &[(&str, serde_json::Value)],
+        not_sent: &[&str],
+    ) -> anyhow::Result<String> {
         let mut spec = Vec::new();
         for (index, (place, params)) in runs.iter().enumerate() {
             let ids = run_ids(place)?;
@@ -161,7 +171,13 @@ impl Mlflow {
             }
             if asked_for_event_files(place) {
                 let names = crate::runs::file_names(Path::new(place));
-                let events = names.iter().filter(|name| name.contains("tfevents"));
+                // Rank 0 sends its own (`.rank0`, or no rank in the name): another rank's
+                // file may still be written when rank 0 ends.
+                let own = |name: &&String| !name.contains(".rank") || name.ends_with(".rank0");
+                let events = names
+                    .iter()
+                    .filter(|name| name.contains("tfevents"))
+                    .filter(own);
                 for name in events {
                     artifacts.insert(format!("events/{name}"), json!(Path::new(place).join(name)));
                 }
@@ -171,6 +187,7 @@ impl Mlflow {
                 "inspect": inspected,
                 "params": params,
                 "artifacts": artifacts,
+                "not_sent": not_sent,
             }));
         }
         let path = self.work.join("spec.json");

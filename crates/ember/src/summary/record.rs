@@ -628,8 +628,12 @@ impl SummaryRecord {
         self.lock = None;
         if let Some(mlflow) = self.mlflow.take() {
             if self.mlflow_event_files {
+                // Ranks sharing the directory: another rank's file may still be written.
+                let sharing = self.world_size > 1 && !self.own_directory;
                 for (path, name) in event_files(&self.log_dir) {
-                    mlflow.log_artifact(&path, &name);
+                    if !(sharing && another_ranks(&name, self.rank)) {
+                        mlflow.log_artifact(&path, &name);
+                    }
                 }
             }
             report_tracker(mlflow.close(), &self.log_dir);
@@ -696,6 +700,21 @@ fn event_files(dir: &Path) -> Vec<(PathBuf, String)> {
     found
 }
 
+/// Whether the event file `name` is another rank's than `rank`, as ranks sharing a directory
+/// name theirs: TensorBoard's `….rank<N>`, MindInsight's `….summary.<secs>.<N>.<host>…`.
+fn another_ranks(name: &str, rank: u32) -> bool {
+    let named = if let Some((_, after)) = name.rsplit_once(".rank") {
+        after.split(|c: char| !c.is_ascii_digit()).next()
+    } else if let Some((_, after)) = name.split_once(".out.events.summary.") {
+        after.split('.').nth(1)
+    } else {
+        None
+    };
+    named
+        .and_then(|n| n.parse::<u32>().ok())
+        .is_some_and(|n| n != rank)
+}
+
 /// Logs what a closed tracker sink could not do: nothing of it fails the record, whose files
 /// are whole; what is left in the spool goes with the run's next start.
 fn report_tracker(report: ember_track::SinkReport, log_dir: &std::path::Path) {
@@ -738,7 +757,21 @@ pub(super) fn wall_time() -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::event_files;
+    use super::{another_ranks, event_files};
+
+    #[test]
+    fn another_ranks_files_are_told_by_their_names() {
+        for (name, rank, another) in [
+            ("events.out.tfevents.0000000001.host.7.0.rank1", 0, true),
+            ("events.out.tfevents.0000000001.host.7.0.rank0", 0, false),
+            ("events.out.tfevents.0000000001.host.7.0.rank12", 12, false),
+            ("events.out.tfevents.0000000001.host.7.0", 3, false),
+            ("events.out.events.summary.1.1.host_MS", 0, true),
+            ("events.out.events.summary.1.0.host_lineage", 0, false),
+        ] {
+            assert_eq!(another_ranks(name, rank), another, "{name} for rank {rank}");
+        }
+    }
 
     #[test]
     fn the_event_files_sent_to_a_tracker_are_the_runs_own_and_its_sub_runs() {
