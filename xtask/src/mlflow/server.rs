@@ -26,16 +26,7 @@ pub(super) struct Mlflow {
 
 impl Mlflow {
     pub(super) fn start(python: &Path, checker: &Path, work: &Path) -> anyhow::Result<Self> {
-        let mut mlflow = Self {
-            python: python.to_path_buf(),
-            checker: checker.to_path_buf(),
-            work: work.to_path_buf(),
-            port: free_port()?,
-            server: None,
-            admin: None,
-        };
-        mlflow.serve()?;
-        Ok(mlflow)
+        Self::start_as(python, checker, work, None)
     }
 
     /// [`start`](Self::start) behind MLflow's basic-auth app (`--app-name basic-auth`), its
@@ -46,6 +37,16 @@ impl Mlflow {
         work: &Path,
         admin: (&str, &str),
     ) -> anyhow::Result<Self> {
+        let admin = (admin.0.to_owned(), admin.1.to_owned());
+        Self::start_as(python, checker, work, Some(admin))
+    }
+
+    fn start_as(
+        python: &Path,
+        checker: &Path,
+        work: &Path,
+        admin: Option<(String, String)>,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(work)?;
         let mut mlflow = Self {
             python: python.to_path_buf(),
@@ -53,7 +54,7 @@ impl Mlflow {
             work: work.to_path_buf(),
             port: free_port()?,
             server: None,
-            admin: Some((admin.0.to_owned(), admin.1.to_owned())),
+            admin,
         };
         mlflow.serve()?;
         Ok(mlflow)
