@@ -16,10 +16,13 @@
 //!    built without Burn, and burn-train's `SummaryLogger`, each read back the same way;
 //! 5. the server killed mid-run and started again [`OUTAGE`] later: the run goes on meanwhile,
 //!    and MLflow holds every step once when it ends;
-//! 6. a server behind MLflow's basic-auth app (a server of its own): a run given MLflow's
+//! 6. SIGTERM while the server is down: the run exits with 143 within 15 s (its close's wait
+//!    for the server cut to 5 s), what the server did not take left in the spool; resumed once
+//!    the server is back, MLflow holds every step once;
+//! 7. a server behind MLflow's basic-auth app (a server of its own): a run given MLflow's
 //!    credential variables is read back the same way, a wrong password is refused before
 //!    training, and the password is in no output and no file of either run;
-//! 7. `ember train` (built with `--features mpi`) as two ranks of `mpirun`: the job is one
+//! 8. `ember train` (built with `--features mpi`) as two ranks of `mpirun`: the job is one
 //!    MLflow run, which holds each step of the job's log once.
 //!
 //! Without Python or PyPI it skips in one line (a failure under `CI=true`).
@@ -129,6 +132,7 @@ pub(crate) fn run(root: &Path, mode: Mode) -> anyhow::Result<()> {
     killed_and_resumed(root, &mlflow, &local)?;
     library(root, &mlflow, &local)?;
     outage(&mut mlflow, &local)?;
+    stopped_while_down(&mut mlflow, &local)?;
     authenticated(&python, &checker, &work, &local)?;
     ranks(root, &mlflow, &work)?;
     eprintln!("{TASK}: all scenarios passed");
@@ -318,37 +322,12 @@ fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
         mlflow,
         &["--epochs", "1000", "--subset", "400", "--devices", "2"],
     );
-    let log = local.log(&place, "train");
-    let file = std::fs::File::create(&log)?;
-    let mut command = local.ember(&["train"]);
-    command.args(&args).args(["--logdir", &place]);
-    let mut job = crate::scenario::Running(
-        command
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .context("starting ember train")?,
-    );
-    let sent = Path::new(&place).join(".ember-mlflow").join("sent");
+    let (mut job, log) = spawn_train(local, &args, &place)?;
     let started = Instant::now();
-    while !sent.exists() {
-        ensure!(
-            started.elapsed() < Duration::from_secs(60) && job.0.try_wait()?.is_none(),
-            "the run sent nothing to MLflow:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    mlflow.server.take();
+    first_send(&place, &mut job, &log)?;
     let down = Instant::now();
+    stop_server(mlflow)?;
     let refused = || std::net::TcpStream::connect((LOOPBACK, mlflow.port)).is_err();
-    while !refused() {
-        ensure!(
-            down.elapsed() < Duration::from_secs(10),
-            "the server still answers"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
     std::thread::sleep(OUTAGE);
     ensure!(
         refused(),
@@ -373,7 +352,92 @@ fn outage(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario 7: a job of two MPI ranks, one MLflow run.
+/// `ember train` of `args` at `place` of `local`, running (its output in the place's log).
+fn spawn_train(
+    local: &Local,
+    args: &[String],
+    place: &str,
+) -> anyhow::Result<(crate::scenario::Running, std::path::PathBuf)> {
+    let log = local.log(place, "train");
+    let file = std::fs::File::create(&log)?;
+    let mut command = local.ember(&["train"]);
+    command.args(args).args(["--logdir", place]);
+    let child = command
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .context("starting ember train")?;
+    Ok((crate::scenario::Running(child), log))
+}
+
+/// Waits until the run at `place` has had something acknowledged by the server.
+fn first_send(place: &str, job: &mut crate::scenario::Running, log: &Path) -> anyhow::Result<()> {
+    let sent = Path::new(place).join(".ember-mlflow").join("sent");
+    let started = Instant::now();
+    while !sent.exists() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(60) && job.0.try_wait()?.is_none(),
+            "the run sent nothing to MLflow:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Stops the server and waits until its port refuses connections.
+fn stop_server(mlflow: &mut Mlflow) -> anyhow::Result<()> {
+    mlflow.server.take();
+    let down = Instant::now();
+    while std::net::TcpStream::connect((LOOPBACK, mlflow.port)).is_ok() {
+        ensure!(
+            down.elapsed() < Duration::from_secs(10),
+            "the server still answers"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Scenario 6: SIGTERM while the server is down, the run resumed once it is back.
+fn stopped_while_down(mlflow: &mut Mlflow, local: &Local) -> anyhow::Result<()> {
+    let place = local.place("stopped-down");
+    let args = train(
+        mlflow,
+        &["--epochs", "300", "--subset", "400", "--devices", "2"],
+    );
+    let (mut job, log) = spawn_train(local, &args, &place)?;
+    first_send(&place, &mut job, &log)?;
+    stop_server(mlflow)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let stopped = job.stopped(local, crate::scenario::Signalled::Launcher, &place, &log)?;
+    ensure!(
+        stopped.status.code() == Some(143) && stopped.ended_after < Duration::from_secs(15),
+        "SIGTERM with the server down: exit {:?} after {:.1} s, not 143 within the grace:\n{}",
+        stopped.status.code(),
+        stopped.ended_after.as_secs_f64(),
+        stopped.output
+    );
+    ensure!(
+        stopped.output.contains("left in the spool"),
+        "the stopped run did not say what waits in its spool:\n{}",
+        stopped.output
+    );
+    mlflow.serve()?;
+    let resume = local.ember(&["train", "--resume", &place]);
+    let ran = run_limited(resume, "ember train --resume", &local.log(&place, "resume"))?;
+    expect_success(&ran, "ember train --resume")?;
+    let read = mlflow.holds(local, &[(place.as_str(), json!({}))])?;
+    eprintln!(
+        "{TASK}: SIGTERM while the server was down: exit 143 {:.1} s later (the close's wait cut \
+         to 5 s), what was unsent left in the spool; resumed once the server was back, MLflow \
+         holds every step once: {read}",
+        stopped.ended_after.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Scenario 8: a job of two MPI ranks, one MLflow run.
 fn ranks(root: &Path, mlflow: &Mlflow, work: &Path) -> anyhow::Result<()> {
     if let Err(missing) = crate::mpirun::ensure_mpi() {
         return skip_or_fail(TASK, &format!("no MPI job: {missing}"));
@@ -420,7 +484,7 @@ fn ranks(root: &Path, mlflow: &Mlflow, work: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario 6: a server behind MLflow's basic-auth app.
+/// Scenario 7: a server behind MLflow's basic-auth app.
 fn authenticated(python: &Path, checker: &Path, work: &Path, local: &Local) -> anyhow::Result<()> {
     // Made up here, so that finding it anywhere means it leaked.
     let password = format!("ember-secret-{}-{}", std::process::id(), SEED);

@@ -76,6 +76,11 @@ pub(crate) const TEST_FRACTION: f64 = 0.2;
 /// Test digits shown with their predictions each epoch.
 const SAMPLES: usize = 16;
 
+/// How long a run stopped by a signal waits at most for an MLflow server to take what is
+/// spooled: the grace after SIGTERM (Slurm's KillWait, 30 s by default) is shared with the stop
+/// checkpoint and the logs, and what is left goes with `--resume`.
+const STOPPED_TRACKER_WAIT: Duration = Duration::from_secs(5);
+
 /// How long a record waits at most for an object store that is down to take the backlog.
 const REMOTE_BLOCK_DEADLINE: Duration = Duration::from_secs(300);
 
@@ -512,6 +517,9 @@ fn finish(
     } else {
         Ok(())
     };
+    if report.interrupted {
+        summary.limit_tracker_close_wait(STOPPED_TRACKER_WAIT);
+    }
     let closed = summary.close().with_context(|| {
         format!(
             "writing summaries under {}",

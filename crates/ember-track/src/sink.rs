@@ -72,6 +72,8 @@ enum Message {
     Artifact(std::path::PathBuf, String),
     /// Answered once everything before it is in the spool, synced.
     Sync(Sender<Result<(), String>>),
+    /// Closing waits for the server at most this long.
+    CloseWait(Duration),
 }
 
 /// A record's values the sink sends, as the caller's thread hands them over: copied out of the
@@ -293,6 +295,16 @@ impl MlflowSink {
         done.recv().map_err(|_| gone())?.map_err(TrackError::Thread)
     }
 
+    /// Makes [`close`](Self::close) wait for the server at most `wait` (if the config's
+    /// `close_wait` is longer): a run stopped by a signal has a grace to share with its stop
+    /// checkpoint and its logs. What the server has not taken by then stays in the spool.
+    pub fn limit_close_wait(&self, wait: Duration) {
+        if let Some(to_thread) = &self.to_thread {
+            // A full control queue holds other requests; the close then waits as configured.
+            let _ = to_thread.try_send(Message::CloseWait(wait));
+        }
+    }
+
     /// Sends what is spooled (waiting at most the config's `close_wait` for the server), ends
     /// the MLflow run as finished when everything was acknowledged, and reports.
     pub fn close(mut self) -> SinkReport {
@@ -440,6 +452,9 @@ impl Worker {
                             }
                             Ok(Message::Sync(ack)) => {
                                 let _ = ack.send(self.spool.sync().map_err(|e| e.to_string()));
+                            }
+                            Ok(Message::CloseWait(wait)) => {
+                                self.close_wait = self.close_wait.min(wait);
                             }
                             Err(_) => {
                                 closing = Some(Instant::now() + self.close_wait);

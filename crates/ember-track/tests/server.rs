@@ -276,6 +276,33 @@ fn the_sink_works_on_what_training_leaves_idle_and_a_send_wakes_nobody() {
 }
 
 #[test]
+fn a_limited_close_wait_leaves_what_a_down_server_did_not_take_for_the_next_start() {
+    let server = Server::start();
+    let config = server.config();
+    assert!(config.close_wait >= Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let sink = server.sink(&config, dir.path());
+    server.set(|s| &s.down, true);
+    for step in 1..=10 {
+        sink.send(&loss(step));
+    }
+    sink.limit_close_wait(Duration::from_secs(1));
+    let closing = Instant::now();
+    let report = sink.close();
+    let took = closing.elapsed();
+    assert!(took < Duration::from_secs(5), "the close took {took:?}");
+    // The run's tag went before the server went down.
+    assert_eq!((report.left, report.sent), (10, 1), "{report:?}");
+
+    // The next start (a resume) sends it all, each step once.
+    server.set(|s| &s.down, false);
+    let sink = MlflowSink::start(&config, dir.path(), Continue::Yes, &[]).unwrap();
+    let report = sink.close();
+    assert_eq!((report.left, report.sent), (0, 10), "{report:?}");
+    assert_eq!(steps(&server.received()), (1..=10).collect::<Vec<_>>());
+}
+
+#[test]
 fn a_server_that_never_answers_holds_up_neither_send_nor_sync() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();

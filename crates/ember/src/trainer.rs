@@ -251,9 +251,25 @@ impl<M: Trainable> Trainer<M> {
         status: SessionStatus,
         faults: &mut SummaryFaults,
     ) -> Result<(), SummaryError> {
-        if !self.lead() {
-            return faults.check(summary.flush());
+        if self.lead() {
+            // What follows an interrupted run's stop checkpoint, its resume rolls back from the
+            // log: a tracker, which keeps every point it is sent, does not get it.
+            summary.set_untracked(state.report.interrupted);
+            let recorded = self.record_end(summary, state, status, faults);
+            summary.set_untracked(false);
+            recorded?;
         }
+        faults.check(summary.flush())
+    }
+
+    /// [`finish`](Self::finish)'s records, rank 0's.
+    fn record_end(
+        &self,
+        summary: &mut SummaryRecord,
+        state: &RunState,
+        status: SessionStatus,
+        faults: &mut SummaryFaults,
+    ) -> Result<(), SummaryError> {
         let step = state.report.steps as i64;
         if state.report.interrupted {
             faults.check(summary.add_scalar("run/interrupted", 1.0, step))?;
@@ -276,8 +292,7 @@ impl<M: Trainable> Trainer<M> {
                 ))?;
             }
         }
-        faults.check(summary.record(step))?;
-        faults.check(summary.flush())
+        faults.check(summary.record(step))
     }
 
     /// Whether this run records the run's own summaries: the only run, or rank 0.

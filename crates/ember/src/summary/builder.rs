@@ -356,6 +356,7 @@ impl SummaryRecordBuilder {
             remote,
             mlflow,
             mlflow_event_files: self.mlflow_event_files,
+            untracked: false,
         })
     }
 

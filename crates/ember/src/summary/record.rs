@@ -70,6 +70,9 @@ pub struct SummaryRecord {
     pub(super) mlflow: Option<ember_track::MlflowSink>,
     /// Whether closing uploads the event files to the MLflow run.
     pub(super) mlflow_event_files: bool,
+    /// Whether records go to the log alone, not to the tracker (see
+    /// [`set_untracked`](Self::set_untracked)).
+    pub(super) untracked: bool,
 }
 
 impl SummaryRecord {
@@ -214,7 +217,9 @@ impl SummaryRecord {
         {
             return Ok(());
         }
-        if let Some(mlflow) = &self.mlflow {
+        if let Some(mlflow) = &self.mlflow
+            && !self.untracked
+        {
             mlflow.send(&record);
         }
         match &self.pool {
@@ -230,6 +235,26 @@ impl SummaryRecord {
     pub fn log_artifact(&self, path: &std::path::Path, name: &str) {
         if let Some(mlflow) = &self.mlflow {
             mlflow.log_artifact(path, name);
+        }
+    }
+
+    /// Records from now on go to the log alone, not to the tracker (while `untracked`): an
+    /// interrupted run's end (its `run/interrupted` and `final/…` scalars), which a resume
+    /// rolls back from the log, must not reach a tracker that cannot drop a point.
+    #[cfg_attr(
+        not(feature = "burn"),
+        expect(dead_code, reason = "the Trainer's alone")
+    )]
+    pub(crate) fn set_untracked(&mut self, untracked: bool) {
+        self.untracked = untracked;
+    }
+
+    /// With an MLflow sink: its close waits for the server at most `wait` (a run stopped by a
+    /// signal shares its grace with its stop checkpoint); what is not sent by then stays in
+    /// the spool for the run's next start.
+    pub fn limit_tracker_close_wait(&self, wait: std::time::Duration) {
+        if let Some(mlflow) = &self.mlflow {
+            mlflow.limit_close_wait(wait);
         }
     }
 
